@@ -1,0 +1,1 @@
+"""Routes that need no API key: process health, readiness."""

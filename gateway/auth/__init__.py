@@ -1,0 +1,15 @@
+"""Authentication: API keys (hashed at rest) resolved to a :class:`Principal`."""
+
+from gateway.auth.authenticator import Authenticator, bearer_token
+from gateway.auth.principal import Principal
+from gateway.auth.store import KeyExistsError, KeyNotFoundError, KeyRecord, KeyStore
+
+__all__ = [
+    "Authenticator",
+    "KeyExistsError",
+    "KeyNotFoundError",
+    "KeyRecord",
+    "KeyStore",
+    "Principal",
+    "bearer_token",
+]

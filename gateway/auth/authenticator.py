@@ -1,0 +1,96 @@
+"""Bearer-token authentication with a short-lived lookup cache.
+
+``Authorization: Bearer dsk-…`` -> :class:`Principal`. Lookups by SHA-256 are cached for
+``ttl_s`` seconds (hits and misses alike), so a revoke or expiry written by another process (the CLI,
+another replica) lands within ``ttl_s``; expiry is re-checked on every request against the clock.
+The secret is compared only as its hash, through an indexed equality lookup, so no timing signal
+depends on how many leading characters of a guess are right.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+
+from gateway.auth.principal import Principal
+from gateway.auth.secrets import hash_key, is_well_formed
+from gateway.auth.store import KeyRecord, KeyStore
+from gateway.errors import GatewayError
+
+#: ``last_used_at`` is written at most this often per key (it is for humans, not billing).
+TOUCH_INTERVAL = timedelta(seconds=60)
+
+
+def _unauthorized(message: str) -> GatewayError:
+    return GatewayError(
+        401, message, code="invalid_api_key", headers={"WWW-Authenticate": 'Bearer realm="dspark-gateway"'}
+    )
+
+
+def bearer_token(header: str | None) -> str:
+    """Extract the token from an ``Authorization`` header value.
+
+    Raises :class:`GatewayError` 401 when the header is missing or not ``Bearer <token>``.
+    """
+    if not header:
+        raise _unauthorized("Missing API key: send 'Authorization: Bearer <key>'.")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise _unauthorized("Malformed Authorization header: expected 'Bearer <key>'.")
+    return token.strip()
+
+
+class Authenticator:
+    """Resolves bearer tokens to principals through a :class:`KeyStore`, with a TTL cache."""
+
+    def __init__(self, store: KeyStore, ttl_s: float) -> None:
+        self._store = store
+        self._ttl_s = ttl_s
+        self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
+        self._touched: dict[str, datetime] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def authenticate(self, header: str | None) -> Principal:
+        """Return the principal for an ``Authorization`` header value.
+
+        Raises :class:`GatewayError` 401 (``invalid_api_key``) for a missing, malformed, unknown,
+        revoked or expired key.
+        """
+        token = bearer_token(header)
+        if not is_well_formed(token):
+            raise _unauthorized("Invalid API key.")
+        record = await self._lookup(hash_key(token))
+        now = datetime.now(UTC)
+        if record is None:
+            raise _unauthorized("Invalid API key.")
+        status = record.status(now)
+        if status != "active":
+            raise _unauthorized(f"API key is {status}.")
+        self._touch(record, now)
+        return record.principal()
+
+    async def _lookup(self, key_hash: str) -> KeyRecord | None:
+        now = time.monotonic()
+        hit = self._cache.get(key_hash)
+        if hit is not None and now - hit[0] < self._ttl_s:
+            return hit[1]
+        record = await self._store.find_by_hash(key_hash)
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[key_hash] = (now, record)
+        return record
+
+    def _touch(self, record: KeyRecord, now: datetime) -> None:
+        last = self._touched.get(record.id) or record.last_used_at
+        if last is not None and now - last < TOUCH_INTERVAL:
+            return
+        self._touched[record.id] = now
+        task = asyncio.create_task(self._store.touch(record.id, now))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def aclose(self) -> None:
+        """Wait for pending ``last_used_at`` writes."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)

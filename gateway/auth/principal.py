@@ -1,0 +1,23 @@
+"""The authenticated caller, as every route sees it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling and what they may do.
+
+    ``models`` is the model allow-list; ``None`` means every served model. ``name`` is what metrics and
+    logs carry — never the key itself.
+    """
+
+    key_id: str
+    name: str
+    models: tuple[str, ...] | None = None
+    scopes: tuple[str, ...] = ()
+
+    def may_use(self, model: str) -> bool:
+        """True if the allow-list admits ``model``."""
+        return self.models is None or model in self.models

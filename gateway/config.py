@@ -1,0 +1,59 @@
+"""Gateway settings: the only module that reads the environment.
+
+Every field can be set as ``GATEWAY_<FIELD>`` (e.g. ``GATEWAY_SLOTS=2``) or passed to
+:class:`Settings` directly; the CLI passes its flags that way, so flags win over the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_database_url() -> str:
+    """SQLite file under ``$XDG_DATA_HOME/dspark-gateway`` (``~/.local/share`` when unset).
+
+    The CLI and a running server on the same machine and user find the same file without configuration.
+    """
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "dspark-gateway"
+    return f"sqlite+aiosqlite:///{base / 'gateway.db'}"
+
+
+class Settings(BaseSettings):
+    """Runtime configuration of one gateway process.
+
+    Times are in seconds, sizes in tokens unless the name says otherwise.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    upstream: str | None = Field(
+        default=None,
+        description="Base URL of the vLLM OpenAI server (e.g. http://127.0.0.1:8000). "
+        "None: `serve` starts the built-in simulator on loopback.",
+    )
+    served_model: str = Field(default="deepseek-v4-flash-0731", description="vLLM --served-model-name")
+    slots: int = Field(default=2, ge=1, description="Requests in flight upstream; vLLM --max-num-seqs")
+    queue_max: int = Field(default=64, ge=0, description="Requests allowed to wait for a slot")
+    queue_timeout_s: float = Field(default=600.0, gt=0, description="Longest wait for a slot")
+    database_url: str = Field(default_factory=default_database_url)
+    key_cache_ttl_s: float = Field(
+        default=1.0, ge=0, description="How long a key lookup is reused; bounds how late a revoke lands"
+    )
+    upstream_connect_timeout_s: float = 5.0
+    upstream_read_timeout_s: float | None = Field(
+        default=None,
+        description="Longest silence from upstream between bytes. None: wait forever (a 1M-token prefill "
+        "can take ~18 minutes before the first token).",
+    )
+    ready_timeout_s: float = Field(default=2.0, gt=0, description="Timeout of the /ready upstream probe")
+
+    @field_validator("upstream")
+    @classmethod
+    def _strip_slash(cls, value: str | None) -> str | None:
+        return value.rstrip("/") if value else None

@@ -1,0 +1,115 @@
+"""OpenAI-format errors: one exception type, one body shape, one place that renders them.
+
+Body shape (OpenAI API reference, "Error codes"): ``{"error": {"message", "type", "param", "code"}}``.
+Every error the gateway returns — its own, FastAPI's validation errors, unknown routes and an
+upstream's error bodies — goes through :func:`error_response`, so clients see one shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
+
+#: OpenAI error ``type`` for each status the gateway emits.
+ERROR_TYPES: Mapping[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    502: "upstream_error",
+    503: "service_unavailable_error",
+    504: "upstream_error",
+}
+
+
+def error_type(status: int) -> str:
+    """OpenAI error ``type`` for an HTTP status (``server_error`` for unknown 5xx)."""
+    return ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+
+
+class GatewayError(Exception):
+    """An error the gateway answers with, as (status, OpenAI error body, extra headers)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        type: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+        self.type = type or error_type(status)
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        """The OpenAI error object ``{"error": {...}}``."""
+        return error_body(self.message, self.type, self.code, self.param)
+
+    def sse_event(self) -> bytes:
+        """The error as one SSE event (``data: {"error": ...}``), for failures after headers were sent."""
+        return b"data: " + json.dumps(self.body()).encode() + b"\n\n"
+
+
+def error_body(message: str, type: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    """Build ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def error_response(error: GatewayError) -> JSONResponse:
+    """Render a :class:`GatewayError` as a JSON response with its status and headers."""
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    first = exc.errors()[0] if exc.errors() else {}
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    param = ".".join(loc) or None
+    msg = first.get("msg", "Invalid request")
+    return (f"{param}: {msg}" if param else msg), param
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Make every error path of ``app`` answer in OpenAI shape."""
+
+    async def on_gateway_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, GatewayError)
+        return error_response(exc)
+
+    async def on_validation_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        message, param = _validation_message(exc)
+        return error_response(GatewayError(400, message, code="invalid_request", param=param))
+
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 404:
+            message = f"Unknown route {request.method} {request.url.path}"
+            code = "not_found"
+        elif exc.status_code == 405:
+            message = f"Method {request.method} not allowed on {request.url.path}"
+            code = "method_not_allowed"
+        else:
+            message, code = str(exc.detail), None
+        return error_response(GatewayError(exc.status_code, message, code=code, headers=exc.headers))
+
+    app.add_exception_handler(GatewayError, on_gateway_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)

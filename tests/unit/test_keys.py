@@ -1,0 +1,90 @@
+"""Key store and authenticator on a real SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gateway.auth import Authenticator, KeyExistsError, KeyStore
+from gateway.auth.secrets import is_well_formed
+from gateway.durations import parse_duration
+from gateway.errors import GatewayError
+
+
+@pytest.fixture
+async def store(tmp_path: Path):
+    s = await KeyStore.open(f"sqlite+aiosqlite:///{tmp_path / 'sub' / 'keys.db'}")
+    yield s
+    await s.close()
+
+
+async def test_only_the_hash_is_stored(store: KeyStore, tmp_path: Path) -> None:
+    record, secret = await store.create("team-a", models=["m1"])
+    assert is_well_formed(secret) and record.prefix == secret[:8] + "…"
+    raw = (tmp_path / "sub" / "keys.db").read_bytes()
+    assert secret.encode() not in raw
+    assert hashlib.sha256(secret.encode()).hexdigest().encode() in raw
+
+
+async def test_duplicate_name_rejected(store: KeyStore) -> None:
+    await store.create("dup")
+    with pytest.raises(KeyExistsError):
+        await store.create("dup")
+
+
+async def test_authenticate_paths(store: KeyStore) -> None:
+    auth = Authenticator(store, ttl_s=0)
+    _, good = await store.create("good", models=["m1"])
+    _, expired = await store.create("old", expires_at=datetime.now(UTC) - timedelta(seconds=1))
+    principal = await auth.authenticate(f"Bearer {good}")
+    assert principal.name == "good" and principal.may_use("m1") and not principal.may_use("m2")
+    for header, reason in [
+        (None, "Missing"),
+        ("Basic abc", "Malformed"),
+        ("Bearer ", "Malformed"),
+        ("Bearer sk-not-ours", "Invalid"),
+        ("Bearer dsk-" + "A" * 43, "Invalid"),
+        (f"Bearer {expired}", "expired"),
+    ]:
+        with pytest.raises(GatewayError) as info:
+            await auth.authenticate(header)
+        assert info.value.status == 401 and info.value.code == "invalid_api_key"
+        assert reason in info.value.message
+    await store.revoke("good")
+    with pytest.raises(GatewayError, match="revoked"):
+        await auth.authenticate(f"Bearer {good}")
+    await auth.aclose()
+
+
+async def test_cache_bounds_revocation_delay(store: KeyStore) -> None:
+    auth = Authenticator(store, ttl_s=1.0)
+    _, secret = await store.create("cached")
+    await auth.authenticate(f"Bearer {secret}")
+    await store.revoke("cached")
+    await auth.authenticate(f"Bearer {secret}")  # still cached: allowed
+    await asyncio.sleep(1.05)
+    with pytest.raises(GatewayError):
+        await auth.authenticate(f"Bearer {secret}")
+    await auth.aclose()
+
+
+async def test_last_used_is_recorded(store: KeyStore) -> None:
+    auth = Authenticator(store, ttl_s=0)
+    record, secret = await store.create("user")
+    assert record.last_used_at is None
+    await auth.authenticate(f"Bearer {secret}")
+    await auth.aclose()
+    (listed,) = await store.list()
+    assert listed.last_used_at is not None
+
+
+def test_parse_duration() -> None:
+    assert parse_duration("30d") == timedelta(days=30)
+    assert parse_duration("15m") == timedelta(minutes=15)
+    for bad in ["", "30", "-1d", "0h", "1y"]:
+        with pytest.raises(ValueError):
+            parse_duration(bad)

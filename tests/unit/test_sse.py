@@ -1,0 +1,45 @@
+"""SSE decoder: whole events out, byte-faithful, at any cut of the input."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.proxy.sse import SSEDecoder, event_data
+
+STREAM = (
+    b'data: {"a":1}\n\n'
+    b": keep-alive\n\n"
+    b'data: {"b":"x\\ny"}\r\n\r\n'
+    b"event: error\ndata: first\ndata: second\n\n"
+    b"data: [DONE]\n\n"
+)
+
+
+def test_events_and_data() -> None:
+    events = SSEDecoder().feed(STREAM)
+    assert b"".join(events) == STREAM
+    assert [event_data(e) for e in events] == [
+        b'{"a":1}',
+        None,
+        b'{"b":"x\\ny"}',
+        b"first\nsecond",
+        b"[DONE]",
+    ]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))
+def test_any_chunking_gives_the_same_events(cuts: list[int]) -> None:
+    points = sorted(set(cuts))
+    pieces = [STREAM[a:b] for a, b in zip([0, *points], [*points, len(STREAM)], strict=True)]
+    decoder = SSEDecoder()
+    events = [e for piece in pieces for e in decoder.feed(piece)]
+    assert events == SSEDecoder().feed(STREAM)
+    assert decoder.pending == b""
+
+
+def test_incomplete_event_is_held() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b'data: {"a"') == []
+    assert decoder.feed(b":1}\n") == []
+    assert decoder.feed(b"\n") == [b'data: {"a":1}\n\n']
