@@ -7,17 +7,22 @@ streaming, Starlette's own disconnect listener takes over (one place per phase).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import anyio
 from starlette.types import Receive
+
+from gateway.errors import GatewayError
 
 T = TypeVar("T")
 
 
-class ClientDisconnectedError(Exception):
-    """The client closed the connection before the gateway could answer."""
+class ClientDisconnectedError(GatewayError):
+    """The client closed the connection before the gateway could answer (logged as 499, nginx's code)."""
+
+    def __init__(self) -> None:
+        super().__init__(499, "Client closed the request.", code="client_closed_request")
 
 
 async def wait_for_disconnect(receive: Receive) -> None:
@@ -29,22 +34,28 @@ async def wait_for_disconnect(receive: Receive) -> None:
 
 
 async def unless_disconnected(receive: Receive, work: Callable[[], Awaitable[T]]) -> T:
-    """Run ``work()``; cancel it if the client disconnects meanwhile.
+    """Run ``work()`` in this task; cancel it if the client disconnects meanwhile.
 
-    Returns what ``work`` returns. Raises :class:`ClientDisconnectedError` if the client left first
-    (``work`` was cancelled and must release what it took — :class:`~gateway.admission.Admission`
-    does). If ``work`` finished first, its result is returned even if the client has just gone; the
-    response path notices the disconnect and cleans up.
+    Returns what ``work`` returns. Raises :class:`ClientDisconnectedError` if the client left first:
+    ``work`` then sees ``CancelledError`` and must release what it took (Admission and the Forwarder
+    do). Cancellation from elsewhere (server shutdown) propagates unchanged.
     """
-    async with anyio.create_task_group() as group:
+    task = asyncio.current_task()
+    assert task is not None
+    gone = False
 
-        async def watch() -> None:
-            await wait_for_disconnect(receive)
-            group.cancel_scope.cancel()
+    async def watch() -> None:
+        nonlocal gone
+        await wait_for_disconnect(receive)
+        gone = True
+        task.cancel()
 
-        group.start_soon(watch)
-        try:
-            return await work()
-        finally:
-            group.cancel_scope.cancel()
-    raise ClientDisconnectedError
+    watcher = asyncio.create_task(watch())
+    try:
+        return await work()
+    except asyncio.CancelledError:
+        if gone and task.uncancel() == 0:
+            raise ClientDisconnectedError() from None
+        raise
+    finally:
+        watcher.cancel()

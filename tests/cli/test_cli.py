@@ -1,0 +1,86 @@
+"""The CLI as a user runs it: real `dspark-gateway` processes sharing one SQLite key store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.support.probes import wait_until
+from tests.support.servers import free_port
+
+BIN = str(Path(sys.executable).parent / "dspark-gateway")
+MODEL = "deepseek-v4-flash-0731"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    return {**environ, "GATEWAY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'keys.db'}"}
+
+
+def cli(env: dict[str, str], *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([BIN, *args], env=env, capture_output=True, text=True, timeout=60)
+    if ok:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture
+def served(env: dict[str, str], tmp_path: Path) -> Iterator[str]:
+    """`dspark-gateway serve` with no upstream: it brings the simulator up itself."""
+    port = free_port()
+    log = (tmp_path / "serve.log").open("wb")
+    process = subprocess.Popen([BIN, "serve", "--port", str(port)], env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            return httpx.get(url + "/ready", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return process.poll() is not None
+
+    wait_until(ready, timeout_s=30, what="gateway ready")
+    assert process.poll() is None, (tmp_path / "serve.log").read_text()
+    yield url
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=15) == 0
+    log.close()
+    assert "SIMULATOR" in (tmp_path / "serve.log").read_text()
+
+
+def test_keys_create_prints_the_key_last_and_list_shows_it(env: dict[str, str]) -> None:
+    created = cli(env, "keys", "create", "team-a", "--expires-in", "30d", "--models", f"{MODEL},other")
+    key = created.stdout.strip().splitlines()[-1]
+    assert key.startswith("dsk-") and len(key) == 47
+    listing = cli(env, "keys", "list").stdout
+    assert "team-a" in listing and key[:8] in listing and "active" in listing
+    assert key not in listing
+    assert cli(env, "keys", "create", "team-a", ok=False).returncode == 1
+    assert cli(env, "keys", "create", "x", "--expires-in", "soon", ok=False).returncode == 1
+    assert cli(env, "keys", "revoke", "nobody", ok=False).returncode == 1
+
+
+def test_round_trip_and_revoke_lands_within_two_seconds(env: dict[str, str], served: str) -> None:
+    key = cli(env, "keys", "create", "app").stdout.strip().splitlines()[-1]
+    client = openai.OpenAI(base_url=served + "/v1", api_key=key, max_retries=0)
+    reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hello"}])
+    assert reply.choices[0].message.content
+    cli(env, "keys", "revoke", "app")
+    revoked_at = time.monotonic()
+    wait_until(
+        lambda: httpx.get(served + "/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code
+        == 401,
+        timeout_s=2.0,
+        what="revocation to land",
+    )
+    assert time.monotonic() - revoked_at < 2.0
+    assert "revoked" in cli(env, "keys", "list").stdout

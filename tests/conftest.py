@@ -1,0 +1,77 @@
+"""Shared fixtures: the simulator and the gateway as real servers on loopback, and API keys."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.app import create_app
+from gateway.auth import KeyStore
+from gateway.config import Settings
+from gateway.sim import SimConfig, create_sim_app
+from tests.support.servers import ThreadedServer
+
+FAST_SIM = {"decode_tps": 2000.0, "ttft_base_s": 0.0, "prefill_tps": 1e7}
+
+
+@pytest.fixture
+def start_sim() -> Iterator[Callable[..., ThreadedServer]]:
+    """Factory: ``start_sim(**SimConfig fields)`` -> a running simulator (fast by default)."""
+    started: list[ThreadedServer] = []
+
+    def start(**fields: Any) -> ThreadedServer:
+        server = ThreadedServer(create_sim_app(SimConfig(**{**FAST_SIM, **fields}))).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    return f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
+
+
+def _on_store(database_url: str, action: Callable[[KeyStore], Any]) -> Any:
+    async def run() -> Any:
+        store = await KeyStore.open(database_url)
+        try:
+            return await action(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+@pytest.fixture
+def make_key(database_url: str) -> Callable[..., str]:
+    """Factory: ``make_key(name, **KeyStore.create kwargs)`` -> the plaintext key."""
+    return lambda name, **kwargs: _on_store(database_url, lambda s: s.create(name, **kwargs))[1]
+
+
+@pytest.fixture
+def revoke_key(database_url: str) -> Callable[[str], Any]:
+    """``revoke_key(name)``: revoke in the same database, as another process would."""
+    return lambda name: _on_store(database_url, lambda s: s.revoke(name))
+
+
+@pytest.fixture
+def start_gateway(database_url: str) -> Iterator[Callable[..., ThreadedServer]]:
+    """Factory: ``start_gateway(upstream_url, **Settings fields)`` -> a running gateway."""
+    started: list[ThreadedServer] = []
+
+    def start(upstream: str, **fields: Any) -> ThreadedServer:
+        settings = Settings(upstream=upstream, database_url=database_url, **fields)
+        server = ThreadedServer(create_app(settings)).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

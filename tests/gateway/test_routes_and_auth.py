@@ -1,0 +1,142 @@
+"""Route allow-list, authentication and model checks, through a real gateway in front of the simulator."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import openai
+import pytest
+
+from tests.support.probes import scrape
+
+MODEL = "deepseek-v4-flash-0731"
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+
+
+def assert_openai_error(response: httpx.Response, status: int, code: str | None) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    assert error["code"] == code
+    return error
+
+
+@pytest.fixture
+def stack(start_sim, start_gateway):
+    sim = start_sim()
+    return sim, start_gateway(sim.url)
+
+
+def test_openai_sdk_round_trip(stack, make_key) -> None:
+    _, gateway = stack
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("sdk"), max_retries=0)
+    (model,) = client.models.list().data
+    assert model.id == MODEL
+    reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "count to 5"}])
+    assert reply.choices[0].message.content
+    assert reply.choices[0].message.model_extra["reasoning"]
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hello"}], stream=True
+    )
+    deltas = [c.choices[0].delta for c in stream if c.choices]
+    assert deltas[0].role == "assistant"
+    assert "".join(d.content or "" for d in deltas)
+    text = client.completions.create(model=MODEL, prompt="Say hi", max_tokens=5)
+    assert text.choices[0].text and text.usage.completion_tokens == 5
+
+
+def test_authentication_failures_are_401_in_openai_shape(stack, make_key, revoke_key) -> None:
+    _, gateway = stack
+    revoked = make_key("revoked")
+    expired = make_key("expired", expires_at=datetime.now(UTC) - timedelta(minutes=1))
+    revoke_key("revoked")
+    url = gateway.url + "/v1/chat/completions"
+    for headers in [
+        {},
+        {"Authorization": "Token abc"},
+        {"Authorization": "Bearer"},
+        {"Authorization": "Bearer dsk-unknown"},
+        {"Authorization": "Bearer dsk-" + "x" * 43},
+        {"Authorization": f"Bearer {revoked}"},
+        {"Authorization": f"Bearer {expired}"},
+    ]:
+        error = assert_openai_error(httpx.post(url, json=CHAT, headers=headers), 401, "invalid_api_key")
+        assert error["type"] == "authentication_error"
+    # the SDK maps it to its own exception type
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="dsk-wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        client.models.list()
+
+
+def test_model_checks(stack, make_key) -> None:
+    _, gateway = stack
+    limited = make_key("limited", models=["some-other-model"])
+    anyone = make_key("anyone")
+    url = gateway.url + "/v1/chat/completions"
+    forbidden = httpx.post(url, json=CHAT, headers={"Authorization": f"Bearer {limited}"})
+    assert assert_openai_error(forbidden, 403, "model_not_allowed")["param"] == "model"
+    unknown = httpx.post(
+        url, json={**CHAT, "model": "gpt-4"}, headers={"Authorization": f"Bearer {anyone}"}
+    )
+    assert_openai_error(unknown, 404, "model_not_found")
+    listing = httpx.get(gateway.url + "/v1/models", headers={"Authorization": f"Bearer {limited}"})
+    assert listing.json()["data"] == []
+
+
+def test_bad_body_is_400_in_openai_shape(stack, make_key) -> None:
+    _, gateway = stack
+    headers = {"Authorization": f"Bearer {make_key('k')}"}
+    url = gateway.url + "/v1/chat/completions"
+    assert_openai_error(httpx.post(url, content=b"{not json", headers=headers), 400, "invalid_request")
+    missing = httpx.post(url, json={"model": MODEL}, headers=headers)
+    assert assert_openai_error(missing, 400, "invalid_request")["param"] == "messages"
+    empty = httpx.post(url, json={**CHAT, "messages": []}, headers=headers)
+    assert_openai_error(empty, 400, "invalid_request")
+
+
+@pytest.mark.parametrize(
+    "method,path",
+    [
+        ("POST", "/tokenize"),
+        ("POST", "/detokenize"),
+        ("POST", "/invocations"),
+        ("POST", "/pause"),
+        ("GET", "/version"),
+        ("POST", "/v1/embeddings"),
+        ("POST", "/v1/responses"),
+        ("GET", "/v1/../tokenize"),
+        ("GET", "/v1/%2e%2e/tokenize"),
+        ("POST", "//v1/chat/completions"),
+    ],
+)
+def test_other_paths_are_404_and_never_reach_vllm(stack, make_key, method, path) -> None:
+    sim, gateway = stack
+    key = make_key("k")
+    with httpx.Client(base_url=gateway.url) as client:
+        request = client.build_request(method, path, json=CHAT, headers={"Authorization": f"Bearer {key}"})
+        request.url = httpx.URL(gateway.url + path)  # keep the raw path: no client-side normalisation
+        response = client.send(request)
+    assert response.status_code in (404, 405)
+    code = "not_found" if response.status_code == 404 else "method_not_allowed"
+    assert_openai_error(response, response.status_code, code)
+    assert scrape(sim.url).get("vllm:prompt_tokens_total", 0) == 0
+
+
+def test_metrics_are_the_gateways_own(stack) -> None:
+    _, gateway = stack
+    values = scrape(gateway.url)
+    assert values["gateway_slots_total"] == 2
+    assert values["gateway_slots_in_use"] == 0
+    assert not [name for name in values if name.startswith("vllm:")]
+
+
+def test_health_and_ready(start_sim, start_gateway) -> None:
+    sim = start_sim()
+    gateway = start_gateway(sim.url)
+    assert httpx.get(gateway.url + "/health").json() == {"status": "ok"}
+    assert httpx.get(gateway.url + "/ready").status_code == 200
+    sim.stop()
+    assert_openai_error(httpx.get(gateway.url + "/ready"), 503, "upstream_unavailable")
+    assert httpx.get(gateway.url + "/health").status_code == 200

@@ -1,0 +1,202 @@
+"""Admission and streaming through a real gateway and simulator: the slot bound holds and no exit path leaks.
+
+Gateway state is read from its ``/metrics`` (``gateway_slots_in_use``, ``gateway_queue_depth``), the
+backend's from the simulator's vLLM-named ``/metrics``, as an operator would.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pytest
+
+from tests.support.probes import scrape, wait_until
+
+MODEL = "deepseek-v4-flash-0731"
+
+
+def chat(text: str, **extra) -> dict:
+    return {"model": MODEL, "messages": [{"role": "user", "content": text}], **extra}
+
+
+def idle(gateway, sim) -> bool:
+    g, s = scrape(gateway.url), scrape(sim.url)
+    return (
+        g["gateway_slots_in_use"] == 0
+        and g["gateway_queue_depth"] == 0
+        and s["vllm:num_requests_running"] == 0
+        and s["vllm:num_requests_waiting"] == 0
+    )
+
+
+def data_events(response: httpx.Response):
+    """The ``data`` payloads of a streamed response (call once per response: it consumes the stream)."""
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            yield line[6:]
+
+
+@pytest.fixture
+def auth(make_key) -> dict[str, str]:
+    return {"Authorization": f"Bearer {make_key('slots')}"}
+
+
+def test_eight_clients_never_push_the_backend_past_two(start_sim, start_gateway, make_key) -> None:
+    sim = start_sim(slots=8, decode_tps=400)  # the backend itself would take 8 ...
+    gateway = start_gateway(sim.url, slots=2)  # ... the gateway admits 2
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("c"), max_retries=0)
+    peak = {"running": 0.0, "waiting": 0.0}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            values = scrape(sim.url)
+            peak["running"] = max(peak["running"], values["vllm:num_requests_running"])
+            peak["waiting"] = max(peak["waiting"], values["vllm:num_requests_waiting"])
+
+    def one(i: int) -> str:
+        stream = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": f"client {i}"}], max_tokens=40, stream=True
+        )
+        deltas = [c.choices[0].delta for c in stream if c.choices]
+        return "".join((d.content or "") + (d.model_extra.get("reasoning") or "") for d in deltas)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(one, range(8)))
+    stop.set()
+    watcher.join()
+    assert all(answers)
+    assert peak["running"] == 2  # reached the bound, never passed it
+    assert peak["waiting"] == 0  # the queue lives in the gateway, not in vLLM
+    wait_until(lambda: idle(gateway, sim), what="idle after load")
+
+
+def test_first_chunk_arrives_while_upstream_still_generates(start_sim, start_gateway, auth) -> None:
+    sim = start_sim(decode_tps=40)
+    gateway = start_gateway(sim.url)
+    body = chat("stream slowly", stream=True, max_tokens=80)
+    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, headers=auth) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["x-accel-buffering"] == "no"
+        assert "content-encoding" not in response.headers
+        events = data_events(response)
+        first = json.loads(next(events))
+        assert first["object"] == "chat.completion.chunk"
+        # the backend is still generating this very request when the client has its first chunk
+        assert scrape(sim.url)["vllm:num_requests_running"] == 1
+        rest = list(events)
+    assert rest[-1] == "[DONE]"
+    wait_until(lambda: idle(gateway, sim), what="idle")
+
+
+def test_event_streams_are_not_compressed(start_sim, start_gateway, auth) -> None:
+    sim = start_sim()
+    gateway = start_gateway(sim.url)
+    headers = {**auth, "Accept-Encoding": "gzip, br"}
+    with httpx.stream(
+        "POST", gateway.url + "/v1/chat/completions", json=chat("hi", stream=True), headers=headers
+    ) as response:
+        assert "content-encoding" not in response.headers
+        assert list(data_events(response))[-1] == "[DONE]"
+
+
+def test_queue_full_and_queue_timeout_are_429_with_retry_after(start_sim, start_gateway, auth) -> None:
+    sim = start_sim(decode_tps=20)
+    gateway = start_gateway(sim.url, slots=1, queue_max=1, queue_timeout_s=0.5)
+    url = gateway.url + "/v1/chat/completions"
+    with httpx.stream("POST", url, json=chat("hold", stream=True, max_tokens=200), headers=auth) as held:
+        next(data_events(held))  # holds the only slot until the stream is closed
+        with ThreadPoolExecutor(1) as pool:
+            queued = pool.submit(httpx.post, url, json=chat("wait"), headers=auth, timeout=10)
+            wait_until(lambda: scrape(gateway.url)["gateway_queue_depth"] == 1, what="one queued")
+            full = httpx.post(url, json=chat("full"), headers=auth)
+            timed_out = queued.result()
+    for response, code in [(full, "queue_full"), (timed_out, "queue_timeout")]:
+        assert response.status_code == 429
+        assert response.json()["error"]["type"] == "rate_limit_error"
+        assert response.json()["error"]["code"] == code
+        assert int(response.headers["retry-after"]) >= 1
+    wait_until(lambda: idle(gateway, sim), what="idle")
+
+
+def test_client_gone_while_queued_never_reaches_the_backend(start_sim, start_gateway, auth) -> None:
+    sim = start_sim(decode_tps=30)
+    gateway = start_gateway(sim.url, slots=1)
+    url = gateway.url + "/v1/chat/completions"
+    with httpx.stream("POST", url, json=chat("hold", stream=True, max_tokens=40), headers=auth) as held:
+        events = data_events(held)
+        next(events)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url, json=chat("impatient"), headers=auth, timeout=0.3)
+        wait_until(lambda: scrape(gateway.url)["gateway_queue_depth"] == 0, what="queue empties")
+        assert list(events)[-1] == "[DONE]"
+    wait_until(lambda: idle(gateway, sim), what="idle")
+    assert scrape(sim.url)["vllm:request_success_total"] == 1  # only the holder ever ran
+
+
+def test_client_gone_while_waiting_for_upstream_headers(start_sim, start_gateway, auth) -> None:
+    sim = start_sim()
+    gateway = start_gateway(sim.url)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(gateway.url + "/v1/chat/completions", json=chat("#sim:stall=5"), headers=auth, timeout=0.3)
+    wait_until(lambda: scrape(gateway.url)["gateway_slots_in_use"] == 0, timeout_s=2, what="slot freed")
+    wait_until(lambda: idle(gateway, sim), what="idle")
+
+
+def test_client_gone_mid_stream_aborts_upstream_and_frees_slot(start_sim, start_gateway, auth) -> None:
+    sim = start_sim(decode_tps=20)
+    gateway = start_gateway(sim.url)
+    body = chat("long answer", stream=True, max_tokens=500)
+    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, headers=auth) as response:
+        next(data_events(response))
+        assert scrape(sim.url)["vllm:num_requests_running"] == 1
+    wait_until(lambda: idle(gateway, sim), timeout_s=3, what="abort reaches the backend")
+    assert scrape(sim.url).get("vllm:request_success_total", 0) == 0  # aborted, not finished
+
+
+def test_upstream_error_status_is_relayed_in_openai_shape(start_sim, start_gateway, make_key) -> None:
+    sim = start_sim()
+    gateway = start_gateway(sim.url)
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("e"), max_retries=0)
+    with pytest.raises(openai.InternalServerError) as info:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "#sim:status=500"}])
+    assert info.value.status_code == 500
+    assert info.value.body["code"] == "upstream_error"
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "#sim:status=400"}])
+    wait_until(lambda: idle(gateway, sim), what="idle")
+
+
+def test_upstream_dying_mid_stream_ends_with_an_error_event(start_sim, start_gateway, make_key, auth) -> None:
+    sim = start_sim()
+    gateway = start_gateway(sim.url)
+    body = chat("#sim:die_after=3", stream=True)
+    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, headers=auth) as response:
+        events = list(data_events(response))
+    assert "[DONE]" not in events
+    error = json.loads(events[-1])["error"]
+    assert error["code"] == "upstream_stream_error" and error["type"]
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("sdk"), max_retries=0)
+    stream = client.chat.completions.create(model=MODEL, messages=body["messages"], stream=True)
+    with pytest.raises(openai.APIError, match="stream broke"):
+        list(stream)
+    wait_until(lambda: idle(gateway, sim), what="idle")
+
+
+def test_upstream_unreachable_is_503_before_any_byte(start_gateway, make_key) -> None:
+    from tests.support.servers import free_port
+
+    gateway = start_gateway(f"http://127.0.0.1:{free_port()}")
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("d"), max_retries=0)
+    for stream in (False, True):
+        with pytest.raises(openai.APIStatusError) as info:
+            client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], stream=stream)
+        assert info.value.status_code == 503
+        assert info.value.body["code"] == "upstream_unavailable"
+    assert scrape(gateway.url)["gateway_slots_in_use"] == 0

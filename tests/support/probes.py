@@ -1,0 +1,31 @@
+"""Read a live server's state the way an operator would: its Prometheus ``/metrics``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def scrape(url: str, headers: dict[str, str] | None = None) -> dict[str, float]:
+    """``{sample name + sorted labels: value}`` and ``{sample name: sum over labels}`` from ``url``/metrics."""
+    text = httpx.get(url + "/metrics", headers=headers, timeout=5).text
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+            if sample.labels:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                values[f"{sample.name}{{{labels}}}"] = sample.value
+    return values
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0, what: str = "condition") -> None:
+    """Poll ``predicate`` every 20 ms; raise ``AssertionError`` naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.02)
