@@ -77,8 +77,9 @@ def test_round_trip_and_revoke_lands_within_two_seconds(env: dict[str, str], ser
     cli(env, "keys", "revoke", "app")
     revoked_at = time.monotonic()
     wait_until(
-        lambda: httpx.get(served + "/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code
-        == 401,
+        lambda: (
+            httpx.get(served + "/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == 401
+        ),
         timeout_s=2.0,
         what="revocation to land",
     )

@@ -77,9 +77,7 @@ def test_model_checks(stack, make_key) -> None:
     url = gateway.url + "/v1/chat/completions"
     forbidden = httpx.post(url, json=CHAT, headers={"Authorization": f"Bearer {limited}"})
     assert assert_openai_error(forbidden, 403, "model_not_allowed")["param"] == "model"
-    unknown = httpx.post(
-        url, json={**CHAT, "model": "gpt-4"}, headers={"Authorization": f"Bearer {anyone}"}
-    )
+    unknown = httpx.post(url, json={**CHAT, "model": "gpt-4"}, headers={"Authorization": f"Bearer {anyone}"})
     assert_openai_error(unknown, 404, "model_not_found")
     listing = httpx.get(gateway.url + "/v1/models", headers={"Authorization": f"Bearer {limited}"})
     assert listing.json()["data"] == []

@@ -111,7 +111,8 @@ def test_queue_full_and_queue_timeout_are_429_with_retry_after(start_sim, start_
     gateway = start_gateway(sim.url, slots=1, queue_max=1, queue_timeout_s=0.5)
     url = gateway.url + "/v1/chat/completions"
     with httpx.stream("POST", url, json=chat("hold", stream=True, max_tokens=200), headers=auth) as held:
-        next(data_events(held))  # holds the only slot until the stream is closed
+        events = data_events(held)  # keep a reference: a dropped iter_lines() closes the response
+        next(events)  # holds the only slot until the stream is closed
         with ThreadPoolExecutor(1) as pool:
             queued = pool.submit(httpx.post, url, json=chat("wait"), headers=auth, timeout=10)
             wait_until(lambda: scrape(gateway.url)["gateway_queue_depth"] == 1, what="one queued")
@@ -154,7 +155,8 @@ def test_client_gone_mid_stream_aborts_upstream_and_frees_slot(start_sim, start_
     gateway = start_gateway(sim.url)
     body = chat("long answer", stream=True, max_tokens=500)
     with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, headers=auth) as response:
-        next(data_events(response))
+        events = data_events(response)
+        next(events)
         assert scrape(sim.url)["vllm:num_requests_running"] == 1
     wait_until(lambda: idle(gateway, sim), timeout_s=3, what="abort reaches the backend")
     assert scrape(sim.url).get("vllm:request_success_total", 0) == 0  # aborted, not finished
@@ -196,7 +198,9 @@ def test_upstream_unreachable_is_503_before_any_byte(start_gateway, make_key) ->
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("d"), max_retries=0)
     for stream in (False, True):
         with pytest.raises(openai.APIStatusError) as info:
-            client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}], stream=stream)
+            client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "x"}], stream=stream
+            )
         assert info.value.status_code == 503
         assert info.value.body["code"] == "upstream_unavailable"
     assert scrape(gateway.url)["gateway_slots_in_use"] == 0

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 
 def scrape(url: str, headers: dict[str, str] | None = None) -> dict[str, float]:
-    """``{sample name + sorted labels: value}`` and ``{sample name: sum over labels}`` from ``url``/metrics."""
+    """Samples of `url`/metrics: `{name{sorted labels}: value}` and `{name: sum over labels}`."""
     text = httpx.get(url + "/metrics", headers=headers, timeout=5).text
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):

@@ -1,0 +1,43 @@
+"""dspark-sim: a simulator of vLLM 0.25-0.32 serving DeepSeek-V4-Flash, for demos, tests and
+benchmarks on machines without a GPU. It is labelled as such everywhere: ``owned_by: "dspark-sim"``,
+response header ``x-dspark-simulator: 1``, a startup log line, ``/version`` = ``0.32.0-sim``.
+
+Endpoints: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (stream and non-stream),
+``GET /v1/models``, ``GET /health``, ``GET /version``, ``GET /metrics`` (vLLM metric names).
+
+Behaviour (see ``SimConfig`` for the knobs and their units):
+- Output is deterministic for (config seed, request content, request ``seed``, ``max_tokens``):
+  reasoning, ``</think>``, answer. "count from A to B" in the last user message makes the answer
+  ``A, A+1, ..., B``. ``chat_template_kwargs.thinking`` (or ``enable_thinking``) false, or
+  ``reasoning_effort: "none"``, drops the reasoning part. ``max_tokens`` cuts the output
+  (``finish_reason: "length"``; cut inside the reasoning, everything is reasoning).
+- Scheduling: at most ``slots`` sequences run; the rest wait FIFO. TTFT after admission is
+  ``ttft_base_s + prompt_tokens / prefill_tps``; then each engine step emits 1 + accepted draft tokens
+  (each of ``k`` positions accepted in turn with probability ``acceptance``), n tokens taking
+  n / ``decode_tps`` seconds. The first step (prefill) emits 1 token. A client disconnect, while
+  waiting or mid-stream, aborts the request and frees its slot.
+- Streams: role chunk, one chunk per engine step (a step crossing ``</think>`` carries both
+  ``reasoning`` and ``content``), usage chunk with ``choices: []`` when
+  ``stream_options.include_usage``, cumulative usage on every chunk with ``continuous_usage_stats``,
+  then ``data: [DONE]``. With ``SimConfig.per_request_metrics`` and ``include_metrics: true``, a
+  top-level ``metrics`` object rides on the final usage chunk (or on the response).
+- Prompt tokens are estimated (ceil(len/4) per message + 4, + 3); completion tokens are exact.
+
+Fault directives, written anywhere in the last user message (chat) or the prompt (completions);
+several may be combined; an unknown directive or a bad value is a 400:
+- ``#sim:status=N`` (400..599): answer HTTP N with a vLLM-shaped error body, nothing generated.
+- ``#sim:die_after=N``: streams only; after N SSE data events (``[DONE]`` counts), the server cuts the
+  connection (incomplete chunked body, no ``[DONE]``). N >= events in the stream: no effect.
+- ``#sim:stall=S``: sleep S seconds before anything is sent (before status/headers and before the
+  request joins the queue), e.g. to trip client or gateway timeouts.
+Order: validation (model, length) -> stall -> status -> queue -> generate.
+
+Serving: ``run_sim(config, host, port)`` blocks; ``SimServer(config)`` runs one in a thread on a free
+loopback port (context manager, ``.base_url``); ``python -m gateway.sim --help`` for a CLI.
+"""
+
+from .app import create_sim_app
+from .config import SimConfig
+from .server import SimServer, run_sim
+
+__all__ = ["SimConfig", "SimServer", "create_sim_app", "run_sim"]

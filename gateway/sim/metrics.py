@@ -1,0 +1,157 @@
+"""vLLM-named Prometheus metrics for the simulator, on the app's own ``CollectorRegistry``.
+
+Exposed names match vLLM's ``/metrics`` exactly (``prometheus_client`` adds ``_total`` to counters, so
+counters are declared without it). Every series carries ``model_name``. Gauges are read from the
+scheduler at scrape time, so they can never drift from the real queue state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from .engine import Scheduler, Sequence, Step
+
+FINISH_REASONS = ("stop", "length", "abort")
+_LATENCY_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+
+
+class _SchedulerGauges(Collector):
+    """``vllm:num_requests_running|waiting`` and ``vllm:kv_cache_usage_perc`` from live state."""
+
+    def __init__(self, scheduler: Scheduler, model_name: str, kv_cache_tokens: int) -> None:
+        self._scheduler = scheduler
+        self._model = model_name
+        self._kv_cache_tokens = kv_cache_tokens
+
+    def collect(self) -> Iterator[Metric]:
+        values = (
+            (
+                "vllm:num_requests_running",
+                "Number of requests in model execution batches.",
+                self._scheduler.num_running,
+            ),
+            (
+                "vllm:num_requests_waiting",
+                "Number of requests waiting to be processed.",
+                self._scheduler.num_waiting,
+            ),
+            (
+                "vllm:kv_cache_usage_perc",
+                "KV-cache usage. 1 means 100 percent usage.",
+                min(1.0, self._scheduler.kv_tokens / self._kv_cache_tokens),
+            ),
+        )
+        for name, documentation, value in values:
+            family = GaugeMetricFamily(name, documentation, labels=["model_name"])
+            family.add_metric([self._model], value)
+            yield family
+
+
+class SimMetrics:
+    """The simulator's metrics; implements the engine's ``EngineObserver``."""
+
+    def __init__(self, model_name: str, scheduler: Scheduler, kv_cache_tokens: int) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(_SchedulerGauges(scheduler, model_name, kv_cache_tokens))
+        labels = ["model_name"]
+
+        def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
+            return Counter(name, doc, [*labels, *extra], registry=self.registry)
+
+        def histogram(name: str, doc: str) -> Histogram:
+            return Histogram(name, doc, labels, buckets=_LATENCY_BUCKETS, registry=self.registry)
+
+        self._model = model_name
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        self.request_success = counter(
+            "vllm:request_success", "Count of successfully processed requests.", ("finished_reason",)
+        )
+        self.drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
+        self.draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
+        self.accepted_tokens = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
+        self.accepted_per_pos = counter(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            ("position",),
+        )
+        self.ttft = histogram("vllm:time_to_first_token_seconds", "Time to first token, seconds.")
+        self.itl = histogram("vllm:inter_token_latency_seconds", "Inter-token latency, seconds.")
+        self.e2e = histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency, seconds.")
+        self.aborted = counter(
+            "dspark_sim_requests_aborted",
+            "Simulator only: requests aborted by their client (disconnect while waiting or decoding).",
+        )
+        self.queue = histogram("vllm:request_queue_time_seconds", "Time spent in WAITING phase, seconds.")
+        for reason in FINISH_REASONS:
+            self.request_success.labels(model_name, reason)
+        for series in (
+            self.prompt_tokens,
+            self.generation_tokens,
+            self.drafts,
+            self.draft_tokens,
+            self.accepted_tokens,
+            self.aborted,
+        ):
+            series.labels(model_name)
+
+    def render(self) -> bytes:
+        """Prometheus text exposition of everything above."""
+        return generate_latest(self.registry)
+
+    # EngineObserver
+    def on_prefill(self, seq: Sequence) -> None:
+        """Prompt processed; first token due now."""
+        self.prompt_tokens.labels(self._model).inc(seq.prompt_tokens)
+        if seq.first_token is not None:
+            self.ttft.labels(self._model).observe(seq.first_token - seq.arrival)
+        if seq.scheduled is not None:
+            self.queue.labels(self._model).observe(seq.scheduled - seq.arrival)
+
+    def on_step(self, seq: Sequence, step: Step) -> None:
+        """One engine step emitted ``step.tokens`` tokens."""
+        self.generation_tokens.labels(self._model).inc(step.tokens)
+        if len(seq.step_times) >= 2:
+            self.itl.labels(self._model).observe(seq.step_times[-1] - seq.step_times[-2])
+        if step.drafted:
+            self.drafts.labels(self._model).inc()
+            self.draft_tokens.labels(self._model).inc(step.drafted)
+            self.accepted_tokens.labels(self._model).inc(step.accepted)
+            for position in range(step.accepted):
+                self.accepted_per_pos.labels(self._model, str(position)).inc()
+
+    def on_finish(self, seq: Sequence, reason: str) -> None:
+        """The sequence left the engine (``reason``: stop, length or abort)."""
+        if reason == "abort":
+            self.aborted.labels(self._model).inc()
+            return
+        self.request_success.labels(self._model, reason).inc()
+        if seq.last_token is not None:
+            self.e2e.labels(self._model).observe(seq.last_token - seq.arrival)

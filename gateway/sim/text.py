@@ -1,0 +1,169 @@
+"""Deterministic output scripts, the simulated tokenizer and prompt-token estimates (pure, no I/O).
+
+A "token" is a word piece: a word with its leading space, or one punctuation mark; ``</think>`` is a
+single token, as in DeepSeek-V4's tokenizer. A request's output is its *script* (reasoning, then
+``</think>``, then the answer) cut to ``max_tokens``. The script depends only on the config seed, the
+request's content and its ``seed`` field, so the same request always gets the same text.
+
+If the last user message (or prompt) asks to "count from A to B" (or "count to B"), the answer is the
+numbers ``A, A+1, ..., B``, handy for exact assertions; otherwise it is generic filler text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import re
+from dataclasses import dataclass
+
+THINK_END = "</think>"
+"""The end-of-reasoning marker, one token."""
+
+MAX_COUNT = 100_000
+"""Largest count span honoured by "count from A to B" (numbers)."""
+
+_PIECE = re.compile(r"\s*[\w']+|\s*[^\w\s]")
+_COUNT_RANGE = re.compile(
+    r"count(?:ing)?\s+(?:up\s+|down\s+)?from\s+(-?\d+)\s+(?:to|through|until)\s+(-?\d+)", re.I
+)
+_COUNT_TO = re.compile(r"count(?:ing)?\s+(?:up\s+)?to\s+(\d+)", re.I)
+_FILLER_VOCABULARY = (
+    "the model draft tokens accept verify batch slot queue cache prefill decode step sequence latency "
+    "throughput request answer context window speculative target layer expert router attention block "
+    "memory budget gateway stream chunk usage reasoning simple careful result check value first next "
+    "again because therefore however also then so while each every both small large fast steady"
+)
+_WORDS = _FILLER_VOCABULARY.split()
+_REASONING_OPENERS = ("Okay, let me think about this.", "Hmm, let me work through it.", "Let me see.")
+
+
+def pieces(text: str) -> list[str]:
+    """Split text into simulated tokens; ``"".join(pieces(t)) == t`` unless ``t`` ends in whitespace."""
+    return _PIECE.findall(text)
+
+
+def derive_seed(*parts: object) -> int:
+    """A stable 64-bit seed from ``parts`` (sha256, unlike the per-process salted ``hash``)."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """The tokens one request emits and why it ends.
+
+    ``think_end`` is the index of the ``</think>`` token, or ``None`` when the output has no complete
+    reasoning part (thinking off). If ``max_tokens`` cut the output inside the reasoning, the marker is
+    absent but ``in_reasoning`` is True: everything emitted was reasoning.
+    """
+
+    tokens: tuple[str, ...]
+    think_end: int | None
+    in_reasoning: bool
+    finish_reason: str
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def raw(self, start: int = 0, end: int | None = None) -> str:
+        """Text of ``tokens[start:end]`` as the model wrote it (``</think>`` included)."""
+        return "".join(self.tokens[start:end])
+
+    def split(self, start: int = 0, end: int | None = None) -> tuple[str, str]:
+        """``(reasoning, content)`` of ``tokens[start:end]`` as a reasoning parser splits it."""
+        end = len(self.tokens) if end is None else end
+        if self.in_reasoning:
+            return self.raw(start, end), ""
+        if self.think_end is None:
+            return "", self.raw(start, end)
+        boundary = self.think_end
+        reasoning = self.raw(start, min(end, boundary)) if start < boundary else ""
+        content = self.raw(max(start, boundary + 1), end) if end > boundary + 1 else ""
+        return reasoning, content
+
+
+def build_output(
+    *,
+    seed: int,
+    request_key: str,
+    instruction: str,
+    thinking: bool,
+    max_tokens: int | None,
+    ignore_eos: bool = False,
+    reasoning_tokens: int = 48,
+    content_tokens: int = 96,
+) -> Output:
+    """The output for one request: its script cut to ``max_tokens``.
+
+    ``request_key`` is everything that identifies the request's content (it seeds the filler text);
+    ``instruction`` is the last user message or the prompt (searched for "count from A to B").
+    With ``ignore_eos`` and ``max_tokens``, filler continues until exactly ``max_tokens`` tokens.
+    """
+    rng = random.Random(derive_seed(seed, "text", request_key))
+    counted = _count_request(instruction)
+    if counted is not None:
+        first, last = counted
+        answer = _count_pieces(first, last)
+        thought = pieces(
+            f"The user wants me to count from {first} to {last}. I will list the numbers, "
+            "separated by commas."
+        )
+    else:
+        answer = _filler(rng, _vary(rng, content_tokens), opener=None)
+        thought = _filler(rng, _vary(rng, reasoning_tokens), opener=rng.choice(_REASONING_OPENERS))
+    script = ([*thought, THINK_END] if thinking else []) + answer
+    if ignore_eos and max_tokens is not None and len(script) < max_tokens:
+        script += _filler(rng, max_tokens - len(script), opener=None, lead=" ")[: max_tokens - len(script)]
+    think_end = len(thought) if thinking else None
+    if max_tokens is None or len(script) <= max_tokens:
+        return Output(tuple(script), think_end, False, "stop")
+    cut = tuple(script[:max_tokens])
+    if think_end is not None and max_tokens <= think_end:
+        return Output(cut, None, True, "length")
+    return Output(cut, think_end, False, "length")
+
+
+def estimate_prompt_tokens(texts: list[str], *, per_message: int = 4, fixed: int = 3) -> int:
+    """Cheap deterministic prompt size, tokens: ceil(len/4) per text + per-message overhead + fixed."""
+    return fixed + sum(per_message + math.ceil(len(text) / 4) for text in texts)
+
+
+def _vary(rng: random.Random, typical: int) -> int:
+    """``typical`` +-25%, at least 1."""
+    return max(1, round(typical * rng.uniform(0.75, 1.25)))
+
+
+def _count_request(text: str) -> tuple[int, int] | None:
+    """``(first, last)`` if ``text`` asks to count, else None (spans beyond MAX_COUNT are clipped)."""
+    if match := _COUNT_RANGE.search(text):
+        first, last = int(match.group(1)), int(match.group(2))
+    elif match := _COUNT_TO.search(text):
+        first, last = 1, int(match.group(1))
+    else:
+        return None
+    step = 1 if last >= first else -1
+    if abs(last - first) >= MAX_COUNT:
+        last = first + step * (MAX_COUNT - 1)
+    return first, last
+
+
+def _count_pieces(first: int, last: int) -> list[str]:
+    """Tokens of ``"first, first+1, ..., last"``: each number, then a comma token."""
+    step = 1 if last >= first else -1
+    out: list[str] = []
+    for index, number in enumerate(range(first, last + step, step)):
+        if index:
+            out.append(",")
+        out.append(f" {number}" if index else str(number))
+    return out
+
+
+def _filler(rng: random.Random, count: int, *, opener: str | None, lead: str = "") -> list[str]:
+    """About ``count`` tokens of sentence-shaped filler (whole sentences, so possibly a few more)."""
+    out = pieces(opener) if opener else []
+    while len(out) < count:
+        words = [rng.choice(_WORDS) for _ in range(rng.randint(5, 12))]
+        sentence = " ".join(words).capitalize() + "."
+        out += pieces((" " if out or lead else "") + sentence)
+    return out
