@@ -14,7 +14,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
+
+from gateway.asgi import ClientDisconnectedError
 
 #: OpenAI error ``type`` for each status the gateway emits.
 ERROR_TYPES: Mapping[int, str] = {
@@ -110,6 +112,10 @@ def install_error_handlers(app: FastAPI) -> None:
             message, code = str(exc.detail), None
         return error_response(GatewayError(exc.status_code, message, code=code, headers=exc.headers))
 
+    async def on_client_gone(_: Request, exc: Exception) -> Response:
+        return Response(status_code=499)  # nobody reads it; the access log shows why the request ended
+
     app.add_exception_handler(GatewayError, on_gateway_error)
+    app.add_exception_handler(ClientDisconnectedError, on_client_gone)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)

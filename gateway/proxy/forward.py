@@ -15,11 +15,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.admission import Admission, Lease
+from gateway.asgi import unless_disconnected
 from gateway.auth import Principal
 from gateway.errors import GatewayError
 from gateway.openai_api import InferenceRequest
-from gateway.proxy.disconnect import unless_disconnected
-from gateway.proxy.relay import RelayResponse, relay_events
+from gateway.proxy.relay import relay_response
 from gateway.proxy.upstream import Upstream
 
 
@@ -69,7 +69,7 @@ class Forwarder:
                 lease.release()
 
         if body.stream:
-            return RelayResponse(relay_events(upstream), on_close=close)
+            return relay_response(upstream, on_close=close)
         try:
             content = await unless_disconnected(request.receive, upstream.aread)
         except httpx.HTTPError as exc:

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import anyio
 import httpx
 from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
 
+from gateway.asgi import ClosingStreamingResponse
 from gateway.errors import GatewayError
 from gateway.proxy.sse import DONE, SSEDecoder, event_data
 
@@ -42,21 +41,8 @@ async def relay_events(response: httpx.Response) -> AsyncIterator[bytes]:
         yield _broken("ended without [DONE]").sse_event()
 
 
-class RelayResponse(StreamingResponse):
-    """A ``text/event-stream`` response that runs ``on_close`` exactly once, however it ends.
-
-    ``on_close`` (close the upstream response so vLLM aborts, release the slot) runs in a shielded
-    scope after the stream finishes, fails, or is cancelled by a client disconnect — including a
-    disconnect before the first byte, when the body iterator never started.
-    """
-
-    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(content, media_type="text/event-stream", headers=STREAM_HEADERS)
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._on_close()
+def relay_response(response: httpx.Response, on_close: Callable[[], Awaitable[None]]) -> StreamingResponse:
+    """The client's ``text/event-stream`` response relaying ``response``; ``on_close`` runs exactly once."""
+    return ClosingStreamingResponse(
+        relay_events(response), on_close=on_close, media_type="text/event-stream", headers=STREAM_HEADERS
+    )

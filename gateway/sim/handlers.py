@@ -13,13 +13,13 @@ import random
 import time
 import uuid
 from collections.abc import Coroutine
-from contextlib import suppress
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive
+
+from gateway.asgi import ClientDisconnectedError, ClosingStreamingResponse, unless_disconnected
 
 from . import render, streams
 from .config import SimConfig
@@ -181,7 +181,7 @@ def _stream(events: streams.Events, faults: Faults) -> Response:
     frames = streams.sse_frames(events)
     if faults.die_after is not None:
         frames = streams.cut_after(frames, faults.die_after)
-    return streams.ClosingStreamingResponse(frames, media_type=SSE_MEDIA_TYPE)
+    return ClosingStreamingResponse(frames, media_type=SSE_MEDIA_TYPE)
 
 
 def _check_model(config: SimConfig, requested: str | None) -> str:
@@ -224,23 +224,8 @@ async def _apply_faults(faults: Faults) -> None:
 
 async def until_disconnect(request: Request, work: Coroutine[Any, Any, Response]) -> Response:
     """Run ``work``; if the client disconnects first, cancel it (its ``finally`` blocks free the
-    queue place or slot) and return a 499 nobody will read. Same idea as vLLM's ``with_cancellation``."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_wait_disconnect(request.receive))
+    queue place or slot) and return a 499 nobody will read."""
     try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-            with suppress(asyncio.CancelledError):
-                await task
-    if task.cancelled():
+        return await unless_disconnected(request.receive, lambda: work)
+    except ClientDisconnectedError:
         return Response(status_code=499)
-    return task.result()
-
-
-async def _wait_disconnect(receive: Receive) -> None:
-    """Return once the server reports ``http.disconnect`` (the body has already been read)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass

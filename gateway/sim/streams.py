@@ -12,10 +12,6 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
-
 from . import render
 from .engine import Sequence, SimEngine
 from .errors import SimulatedCrash
@@ -118,32 +114,3 @@ async def run_to_end(engine: SimEngine, gen: Generation) -> None:
     async with aclosing(engine.run(gen.seq)) as steps:
         async for _ in steps:
             pass
-
-
-class ClosingStreamingResponse(StreamingResponse):
-    """A ``StreamingResponse`` that watches for client disconnect itself and always closes its body.
-
-    Starlette's own ``StreamingResponse`` only listens for ``http.disconnect`` when the server
-    reports ASGI spec < 2.4 (uvicorn reports 2.3 today); with 2.4 it relies on ``send`` raising
-    ``OSError``, which uvicorn never does, so a stream whose client left would run to its end and
-    hold its slot. Here the body task always races a disconnect listener, and ``finally`` closes the
-    body iterator so the engine's ``finally`` (slot release) runs at once, whichever way it ended.
-    """
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            async with anyio.create_task_group() as group:
-
-                async def stream_then_stop() -> None:
-                    await self.stream_response(send)
-                    group.cancel_scope.cancel()
-
-                group.start_soon(stream_then_stop)
-                await self.listen_for_disconnect(receive)
-                group.cancel_scope.cancel()
-        finally:
-            close = getattr(self.body_iterator, "aclose", None)
-            if close is not None:
-                await close()
-        if self.background is not None:
-            await self.background()
