@@ -85,3 +85,33 @@ def test_round_trip_and_revoke_lands_within_two_seconds(env: dict[str, str], ser
     )
     assert time.monotonic() - revoked_at < 2.0
     assert "revoked" in cli(env, "keys", "list").stdout
+
+
+def test_sim_command_serves_a_labelled_simulator(env: dict[str, str], tmp_path: Path) -> None:
+    port = free_port()
+    log = (tmp_path / "sim.log").open("wb")
+    process = subprocess.Popen(
+        [BIN, "sim", "--port", str(port), "--slots", "3", "--k", "5", "--seed", "7"],
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def up() -> bool:
+            try:
+                return httpx.get(url + "/health", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(up, timeout_s=20, what="simulator up")
+        listing = httpx.get(url + "/v1/models")
+        assert listing.headers["x-dspark-simulator"] == "1"
+        assert listing.json()["data"][0]["owned_by"] == "dspark-sim"
+        assert "vllm:num_requests_running" in httpx.get(url + "/metrics").text
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=15)
+        log.close()
+    assert "simulator" in (tmp_path / "sim.log").read_text().lower()
