@@ -52,7 +52,7 @@ def create_app(settings: Settings) -> FastAPI:
             max_connections=settings.slots + 8,
         )
         app.state.authenticator = Authenticator(store, settings.key_cache_ttl_s)
-        app.state.forwarder = Forwarder(Upstream(upstream_url, client), admission, settings.served_model)
+        app.state.forwarder = Forwarder(Upstream(upstream_url, client), admission, settings)
         try:
             yield
         finally:

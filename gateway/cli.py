@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -23,6 +24,17 @@ keys_app = typer.Typer(help="Manage API keys in the local key store (GATEWAY_DAT
 app.add_typer(keys_app, name="keys")
 
 T = TypeVar("T")
+
+
+class ThinkingLevel(StrEnum):
+    """DeepSeek-V4 thinking modes (see gateway/openai_api/thinking.py)."""
+
+    off = "off"
+    low = "low"
+    high = "high"
+    max = "max"
+
+
 DatabaseOpt = Annotated[
     str | None, typer.Option("--database-url", help="SQLAlchemy async URL (default: GATEWAY_DATABASE_URL)")
 ]
@@ -103,6 +115,10 @@ def keys_create(
     name: Annotated[str, typer.Argument(help="Unique key name (shown in metrics and logs)")],
     expires_in: Annotated[str | None, typer.Option(help="Lifetime, e.g. 30d, 12h")] = None,
     models: Annotated[str | None, typer.Option(help="Comma-separated model allow-list; default all")] = None,
+    thinking: Annotated[
+        ThinkingLevel | None,
+        typer.Option(help="This key's default thinking mode (else GATEWAY_DEFAULT_THINKING)"),
+    ] = None,
     database_url: DatabaseOpt = None,
 ) -> None:
     """Create a key. The key itself is printed once, alone on the last line of stdout."""
@@ -113,7 +129,13 @@ def keys_create(
     allowed = [m.strip() for m in models.split(",") if m.strip()] if models else None
     try:
         record, secret = _with_store(
-            database_url, lambda store: store.create(name, expires_at=expires_at, models=allowed)
+            database_url,
+            lambda store: store.create(
+                name,
+                expires_at=expires_at,
+                models=allowed,
+                default_thinking=thinking.value if thinking else None,
+            ),
         )
     except KeyExistsError:
         raise _fail(f"a key named {name!r} already exists") from None

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 def default_database_url() -> str:
@@ -52,6 +53,30 @@ class Settings(BaseSettings):
         "can take ~18 minutes before the first token).",
     )
     ready_timeout_s: float = Field(default=2.0, gt=0, description="Timeout of the /ready upstream probe")
+    reasoning_split: Literal["auto", "gateway", "upstream", "off"] = Field(
+        default="auto",
+        description="Who splits <think>…</think> from the answer: auto (the gateway, until the upstream "
+        "shows it has a reasoning parser), gateway, upstream, off (untouched)",
+    )
+    reasoning_fields: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=("reasoning_content", "reasoning"),
+        description="Client-facing field name(s) of reasoning, comma-separated",
+    )
+    backend_reasoning_field: str = Field(
+        default="reasoning", description="Field the backend reads on assistant messages (vLLM >= 0.16)"
+    )
+    default_thinking: Literal["off", "low", "high", "max"] = Field(
+        default="low", description="Thinking mode when neither the request nor the key sets one"
+    )
+
+    @field_validator("reasoning_fields", mode="before")
+    @classmethod
+    def _split_fields(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = tuple(part.strip() for part in value.split(",") if part.strip())
+        if not value:
+            raise ValueError("at least one reasoning field name is required")
+        return value
 
     @field_validator("upstream")
     @classmethod

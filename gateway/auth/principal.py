@@ -10,13 +10,15 @@ class Principal:
     """Who is calling and what they may do.
 
     ``models`` is the model allow-list; ``None`` means every served model. ``name`` is what metrics and
-    logs carry — never the key itself.
+    logs carry — never the key itself. ``default_thinking`` (off|low|high|max) overrides the gateway's
+    default for this key's requests that don't choose.
     """
 
     key_id: str
     name: str
     models: tuple[str, ...] | None = None
     scopes: tuple[str, ...] = ()
+    default_thinking: str | None = None
 
     def may_use(self, model: str) -> bool:
         """True if the allow-list admits ``model``."""

@@ -42,6 +42,7 @@ class ApiKeyRow(Base):
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     models: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     scopes: Mapped[list[str]] = mapped_column(JSON, default=list)
+    default_thinking: Mapped[str | None] = mapped_column(String(8), nullable=True)
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -64,6 +65,7 @@ class KeyRecord:
     last_used_at: datetime | None
     models: tuple[str, ...] | None
     scopes: tuple[str, ...]
+    default_thinking: str | None
 
     @classmethod
     def from_row(cls, row: ApiKeyRow) -> KeyRecord:
@@ -79,6 +81,7 @@ class KeyRecord:
             last_used_at=_utc(row.last_used_at),
             models=tuple(row.models) if row.models is not None else None,
             scopes=tuple(row.scopes or ()),
+            default_thinking=row.default_thinking,
         )
 
     def status(self, now: datetime) -> str:
@@ -91,7 +94,13 @@ class KeyRecord:
 
     def principal(self) -> Principal:
         """The :class:`Principal` this key authenticates as."""
-        return Principal(key_id=self.id, name=self.name, models=self.models, scopes=self.scopes)
+        return Principal(
+            key_id=self.id,
+            name=self.name,
+            models=self.models,
+            scopes=self.scopes,
+            default_thinking=self.default_thinking,
+        )
 
 
 def _ensure_sqlite_folder(url: str) -> None:
@@ -135,6 +144,7 @@ class KeyStore:
         expires_at: datetime | None = None,
         models: Sequence[str] | None = None,
         scopes: Sequence[str] = (),
+        default_thinking: str | None = None,
     ) -> tuple[KeyRecord, str]:
         """Create a key; return its record and the plaintext secret (the only time it exists).
 
@@ -150,6 +160,7 @@ class KeyStore:
             expires_at=expires_at,
             models=list(models) if models is not None else None,
             scopes=list(scopes),
+            default_thinking=default_thinking,
         )
         try:
             async with self._session.begin() as session:

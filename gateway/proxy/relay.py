@@ -1,7 +1,7 @@
 """Streaming relay: upstream SSE events to the client as they arrive, and the response that owns them.
 
-Events are forwarded byte for byte as soon as each is complete. A stream must end with
-``data: [DONE]``; if upstream breaks or ends without it, the client gets one OpenAI-shaped
+Events go through a rewriter as soon as each is complete (unchanged ones byte for byte). A stream
+must end with ``data: [DONE]``; if upstream breaks or ends without it, the client gets one OpenAI-shaped
 ``data: {"error": ...}`` event and the stream ends — never a silent clean end that looks complete.
 """
 
@@ -19,13 +19,17 @@ from gateway.proxy.sse import DONE, SSEDecoder, event_data
 #: Headers of every relayed stream. ``X-Accel-Buffering: no`` keeps nginx-style proxies from buffering.
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
+#: One whole upstream SSE event in, the events to send the client out (see ``StreamRewriter.step``).
+Rewrite = Callable[[bytes], list[bytes]]
+
 
 def _broken(detail: str) -> GatewayError:
     return GatewayError(502, f"The model server stream broke: {detail}", code="upstream_stream_error")
 
 
-async def relay_events(response: httpx.Response) -> AsyncIterator[bytes]:
-    """Yield the upstream's SSE events unchanged; on a broken or truncated stream, yield an error event."""
+async def relay_events(response: httpx.Response, rewrite: Rewrite) -> AsyncIterator[bytes]:
+    """Yield the upstream's SSE events through ``rewrite``; on a broken or truncated stream, end with an
+    error event."""
     decoder = SSEDecoder()
     done = False
     try:
@@ -33,7 +37,8 @@ async def relay_events(response: httpx.Response) -> AsyncIterator[bytes]:
             for event in decoder.feed(chunk):
                 if event_data(event) == DONE:
                     done = True
-                yield event
+                for out in rewrite(event):
+                    yield out
     except httpx.HTTPError as exc:
         yield _broken(type(exc).__name__).sse_event()
         return
@@ -41,8 +46,13 @@ async def relay_events(response: httpx.Response) -> AsyncIterator[bytes]:
         yield _broken("ended without [DONE]").sse_event()
 
 
-def relay_response(response: httpx.Response, on_close: Callable[[], Awaitable[None]]) -> StreamingResponse:
+def relay_response(
+    response: httpx.Response, rewrite: Rewrite, on_close: Callable[[], Awaitable[None]]
+) -> StreamingResponse:
     """The client's ``text/event-stream`` response relaying ``response``; ``on_close`` runs exactly once."""
     return ClosingStreamingResponse(
-        relay_events(response), on_close=on_close, media_type="text/event-stream", headers=STREAM_HEADERS
+        relay_events(response, rewrite),
+        on_close=on_close,
+        media_type="text/event-stream",
+        headers=STREAM_HEADERS,
     )

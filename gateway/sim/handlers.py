@@ -28,7 +28,7 @@ from .errors import SimError
 from .faults import Faults, parse_faults
 from .protocol import ChatRequest, CompletionRequest, parse_body
 from .state import SimState
-from .text import THINK_END, Output, build_output, derive_seed, estimate_prompt_tokens
+from .text import THINK_START, Output, build_output, derive_seed, estimate_prompt_tokens
 
 SSE_MEDIA_TYPE = "text/event-stream"
 
@@ -126,7 +126,7 @@ async def _completion(request: Request, body: CompletionRequest) -> Response:
         seed=derive_seed(config.seed, body.seed),
         request_key=prompt,
         instruction=prompt,
-        thinking=not prompt.rstrip().endswith(THINK_END),
+        thinking=prompt.rstrip().endswith(THINK_START),  # a raw prompt thinks only inside an open <think>
         max_tokens=limit,
         ignore_eos=body.ignore_eos,
         reasoning_tokens=config.reasoning_tokens,

@@ -17,6 +17,7 @@ import random
 import re
 from dataclasses import dataclass
 
+THINK_START = "<think>"
 THINK_END = "</think>"
 """The end-of-reasoning marker, one token."""
 

@@ -1,0 +1,91 @@
+"""Per-request reasoning policy and per-choice splitting, independent of the wire format.
+
+:class:`ChoiceSplit` decides, for one choice, where upstream text goes: it keeps an upstream's own
+split (``reasoning``/``reasoning_content`` fields, vLLM with a reasoning parser) and splits raw text
+itself otherwise (no parser, or ``/v1/completions``), always taking DSML tool-call markup out of the
+answer. ``GATEWAY_REASONING_SPLIT``:
+
+- ``auto``: split raw text until the upstream shows it splits (a reasoning field on this choice, or
+  earlier on any response: remembered in :class:`UpstreamTraits`); then keep the upstream's split.
+- ``gateway``: always split the text (upstream reasoning fields are kept as reasoning too).
+- ``upstream``: never split think markers; only DSML markup is taken out of the answer.
+- ``off``: pass reasoning through untouched (no split, no renaming, no DSML parsing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from gateway.reasoning.splitter import ReasoningSplitter, SplitDelta
+
+SplitMode = Literal["auto", "gateway", "upstream", "off"]
+UPSTREAM_REASONING_FIELDS = ("reasoning", "reasoning_content")
+
+
+@dataclass(slots=True)
+class UpstreamTraits:
+    """What the gateway has learnt about its upstream. ``splits_reasoning``: None until seen."""
+
+    splits_reasoning: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningPolicy:
+    """How one request's reasoning is split and shown.
+
+    ``fields``: client-facing names the reasoning is written under (e.g. ``reasoning_content``,
+    ``reasoning``); ``include_reasoning`` False drops it from what the client sees.
+    """
+
+    mode: SplitMode
+    thinking: bool
+    fields: tuple[str, ...] = ("reasoning_content", "reasoning")
+    include_reasoning: bool = True
+
+    @property
+    def passthrough(self) -> bool:
+        return self.mode == "off"
+
+
+class ChoiceSplit:
+    """Reasoning/content/tool-call split of one choice, fed piece by piece (stream) or once (non-stream)."""
+
+    def __init__(self, policy: ReasoningPolicy, traits: UpstreamTraits) -> None:
+        self._policy = policy
+        self._traits = traits
+        upstream_splits = policy.mode == "upstream" or (
+            policy.mode == "auto" and traits.splits_reasoning is True
+        )
+        self._splitter = ReasoningSplitter(policy.thinking and not upstream_splits)
+        self._upstream_splits = upstream_splits
+        self.tool_calls_seen = 0
+
+    def take(self, upstream_reasoning: str | None, text: str | None) -> SplitDelta:
+        """Route one upstream piece: its reasoning field (if any) and its text (content or ``text``)."""
+        out = SplitDelta()
+        if upstream_reasoning is not None and not self._upstream_splits and self._policy.mode == "auto":
+            self._switch_to_upstream_split(out)
+        if upstream_reasoning:
+            out.reasoning += upstream_reasoning
+        if text:
+            self._merge(out, self._splitter.feed(text))
+        return out
+
+    def close(self) -> SplitDelta:
+        """Flush what the splitter holds back; call when the choice finishes."""
+        out = SplitDelta()
+        self._merge(out, self._splitter.finish())
+        return out
+
+    def _switch_to_upstream_split(self, out: SplitDelta) -> None:
+        self._traits.splits_reasoning = True
+        self._upstream_splits = True
+        self._merge(out, self._splitter.finish())
+        self._splitter = ReasoningSplitter(thinking=False)
+
+    def _merge(self, out: SplitDelta, part: SplitDelta) -> None:
+        out.reasoning += part.reasoning
+        out.content += part.content
+        out.tool_calls.extend(part.tool_calls)
+        self.tool_calls_seen += len(part.tool_calls)

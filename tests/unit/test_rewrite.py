@@ -1,0 +1,144 @@
+"""StreamRewriter and rewrite_body over recorded-shape SSE events (no I/O)."""
+
+from __future__ import annotations
+
+import json
+
+from gateway.proxy.rewrite import StreamRewriter, rewrite_body
+from gateway.reasoning.policy import ReasoningPolicy, UpstreamTraits
+
+FW = "｜DSML｜"
+
+
+def event(obj) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def chunk(index: int = 0, finish: str | None = None, logprobs=None, **delta) -> dict:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+    }
+
+
+def run(events: list[bytes], **policy) -> list:
+    rewriter = StreamRewriter(
+        ReasoningPolicy(**{"mode": "auto", "thinking": True, **policy}), UpstreamTraits()
+    )
+    out = [e for ev in events for e in rewriter.step(ev)]
+    return [json.loads(e[6:]) for e in out if e.startswith(b"data: {")], out
+
+
+def test_unchanged_events_are_forwarded_byte_for_byte() -> None:
+    role = event(chunk(role="assistant", content=""))
+    usage = event({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [], "usage": {"x": 1}})
+    comment = b": keep-alive\n\n"
+    _, raw = run([role, usage, comment, b"data: [DONE]\n\n"])
+    assert raw == [role, usage, comment, b"data: [DONE]\n\n"]
+
+
+def test_held_back_text_invents_no_empty_delta_and_keeps_ids() -> None:
+    events = [
+        event(chunk(content="Think a")),
+        event(chunk(content="bout it</")),
+        event(chunk(content="think>Answer", logprobs={"content": []})),
+        event(chunk(content="", finish="stop")),
+    ]
+    parsed, _ = run(events)
+    deltas = [c["choices"][0]["delta"] for c in parsed]
+    assert deltas[0] == {"reasoning_content": "Think a", "reasoning": "Think a"}
+    assert deltas[1] == {"reasoning_content": "bout it", "reasoning": "bout it"}  # "</" held
+    assert deltas[2] == {"content": "Answer"}
+    assert parsed[2]["choices"][0]["logprobs"] == {"content": []}
+    assert parsed[3]["choices"][0]["finish_reason"] == "stop"
+    assert all(c["id"] == "chatcmpl-1" and c["choices"][0]["index"] == 0 for c in parsed)
+    only_marker, _ = run([event(chunk(content="x")), event(chunk(content="</think>"))])
+    assert len(only_marker) == 1  # the marker-only chunk had nothing left to say
+
+
+def test_dsml_becomes_tool_call_deltas_and_finish_reason_tool_calls() -> None:
+    text = (
+        f'Let me call.</think><{FW}tool_calls><{FW}invoke name="lookup">'
+        f'<{FW}parameter name="q" string="true">vLLM</{FW}parameter></{FW}invoke></{FW}tool_calls>'
+    )
+    events = [event(chunk(content=text[i : i + 7])) for i in range(0, len(text), 7)]
+    parsed, _ = run([*events, event(chunk(content="", finish="stop"))])
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in parsed)
+    calls = [t for c in parsed for t in c["choices"][0]["delta"].get("tool_calls", [])]
+    assert content == "" and "DSML" not in json.dumps(parsed)
+    assert [(t["index"], t["function"]["name"], json.loads(t["function"]["arguments"])) for t in calls] == [
+        (0, "lookup", {"q": "vLLM"})
+    ]
+    assert calls[0]["id"].startswith("call_") and calls[0]["type"] == "function"
+    assert parsed[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_state_is_kept_per_choice_index() -> None:
+    events = [
+        event(chunk(index=0, content="r0</th")),
+        event(chunk(index=1, content="r1 still")),
+        event(chunk(index=0, content="ink>a0")),
+        event(chunk(index=1, content="</think>a1", finish="stop")),
+        event(chunk(index=0, content="", finish="stop")),
+    ]
+    parsed, _ = run(events)
+    by_index: dict[int, dict[str, str]] = {0: {}, 1: {}}
+    for c in parsed:
+        for choice in c["choices"]:
+            for key in ("reasoning", "content"):
+                by_index[choice["index"]][key] = by_index[choice["index"]].get(key, "") + (
+                    choice["delta"].get(key) or ""
+                )
+    assert by_index == {
+        0: {"reasoning": "r0", "content": "a0"},
+        1: {"reasoning": "r1 still", "content": "a1"},
+    }
+
+
+def test_upstream_split_is_kept_and_learnt() -> None:
+    traits = UpstreamTraits()
+    policy = ReasoningPolicy(mode="auto", thinking=True)
+    rewriter = StreamRewriter(policy, traits)
+    out = rewriter.step(event(chunk(reasoning="because")))
+    out += rewriter.step(event(chunk(content="Answer with </think> inside")))
+    deltas = [json.loads(e[6:])["choices"][0]["delta"] for e in out]
+    assert deltas == [
+        {"reasoning_content": "because", "reasoning": "because"},
+        {"content": "Answer with </think> inside"},
+    ]
+    assert traits.splits_reasoning is True
+    # the next request knows from the start that the upstream splits: its text is the answer
+    body = rewrite_body(
+        {
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"content": "plain"}, "finish_reason": "stop"}],
+        },
+        policy,
+        traits,
+    )
+    assert body["choices"][0]["message"] == {"content": "plain", "reasoning_content": None, "reasoning": None}
+
+
+def test_non_stream_length_cut_is_all_reasoning_with_null_content() -> None:
+    body = {
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "partial thou"},
+                "finish_reason": "length",
+            }
+        ],
+    }
+    message = rewrite_body(body, ReasoningPolicy(mode="gateway", thinking=True), UpstreamTraits())["choices"][
+        0
+    ]["message"]
+    assert message == {
+        "role": "assistant",
+        "content": None,
+        "reasoning_content": "partial thou",
+        "reasoning": "partial thou",
+    }
