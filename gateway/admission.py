@@ -52,15 +52,21 @@ class QueueTimeoutError(GatewayError):
 
 
 class Lease:
-    """One held slot. :meth:`release` is idempotent; ``queue_wait_s`` is the time spent queued (s)."""
+    """One held slot. :meth:`release` is idempotent; ``queue_wait_s`` is the time spent queued (s).
 
-    __slots__ = ("_admission", "_released", "granted_at", "queue_wait_s")
+    ``overlapped`` turns True if another lease was held at any moment while this one was: counters the
+    backend keeps for all requests (vLLM's spec-decode totals) are then not this request's alone.
+    """
+
+    __slots__ = ("_admission", "_released", "granted_at", "overlapped", "queue_wait_s")
 
     def __init__(self, admission: Admission, queue_wait_s: float) -> None:
         self._admission = admission
         self._released = False
         self.queue_wait_s = queue_wait_s
         self.granted_at = time.monotonic()
+        self.overlapped = False
+        admission._hold(self)
 
     @property
     def released(self) -> bool:
@@ -70,6 +76,7 @@ class Lease:
         """Give the slot back (to the oldest waiter, if any). Safe to call more than once."""
         if not self._released:
             self._released = True
+            self._admission._active.discard(self)
             self._admission._release(time.monotonic() - self.granted_at)
 
 
@@ -90,7 +97,14 @@ class Admission:
         self.queue_timeout_s = queue_timeout_s
         self.in_use = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._active: set[Lease] = set()
         self._mean_hold_s = 10.0
+
+    def _hold(self, lease: Lease) -> None:
+        self._active.add(lease)
+        if len(self._active) > 1:
+            for held in self._active:
+                held.overlapped = True
 
     @property
     def queue_depth(self) -> int:

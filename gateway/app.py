@@ -7,34 +7,46 @@ vLLM's ``/tokenize``, ``/invocations``, ``/pause``, its ``/metrics`` ... are unr
 ``POST /v1/chat/completions``     key     proxied (stream and non-stream)
 ``POST /v1/completions``          key     proxied
 ``GET  /v1/models``               key     upstream list, filtered by the key
+``GET  /admin/usage``             admin   token totals by day / key / model
+``GET  /admin/requests``          admin   recent requests' telemetry
 ``GET  /health``                  public  process up
 ``GET  /ready``                   public  upstream ``/health`` answers
-``GET  /metrics``                 public  gateway Prometheus metrics
+``GET  /metrics``                 public  Prometheus (bearer token if ``GATEWAY_METRICS_TOKEN``)
 ================================  ======  =================================
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from gateway.admin import routes as admin_routes
 from gateway.admission import Admission
 from gateway.api import health
+from gateway.api import metrics as metrics_route
 from gateway.auth import Authenticator, KeyStore
 from gateway.config import Settings
+from gateway.db import open_engine
 from gateway.errors import install_error_handlers
 from gateway.proxy import routes as proxy_routes
 from gateway.proxy.forward import Forwarder
 from gateway.proxy.upstream import Upstream, build_client
+from gateway.request_id import RequestIdMiddleware
 from gateway.telemetry import GatewayMetrics
+from gateway.telemetry.backend import BackendMonitor
+from gateway.telemetry.ledger import UsageLedger
+from gateway.telemetry.sinks import TelemetrySinks
 
 
 def create_app(settings: Settings) -> FastAPI:
     """Build the gateway ASGI app. ``settings.upstream`` must be set (the CLI fills it with the simulator).
 
-    The lifespan opens the key store and the pooled upstream client and closes them on shutdown.
+    The lifespan opens the database, the pooled upstream client, the usage ledger writer and the
+    backend poller, and closes them in reverse on shutdown (the ledger flushes what is left).
     Raises ``ValueError`` if no upstream is configured.
     """
     if not settings.upstream:
@@ -45,20 +57,31 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = await KeyStore.open(settings.database_url)
+        engine = await open_engine(settings.database_url)
         client = build_client(
             settings.upstream_connect_timeout_s,
             settings.upstream_read_timeout_s,
             max_connections=settings.slots + 8,
         )
-        app.state.authenticator = Authenticator(store, settings.key_cache_ttl_s)
-        app.state.forwarder = Forwarder(Upstream(upstream_url, client), admission, settings)
+        ledger = UsageLedger(engine, flush_interval_s=settings.ledger_flush_s)
+        ledger.start()
+        monitor = BackendMonitor(client, upstream_url, metrics, settings.backend_poll_s)
+        poller = asyncio.create_task(monitor.run())
+        app.state.ledger = ledger
+        app.state.authenticator = Authenticator(KeyStore(engine), settings.key_cache_ttl_s)
+        app.state.forwarder = Forwarder(
+            Upstream(upstream_url, client), admission, settings, TelemetrySinks(metrics, ledger), monitor
+        )
         try:
             yield
         finally:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
             await app.state.authenticator.aclose()
+            await ledger.close()
             await client.aclose()
-            await store.close()
+            await engine.dispose()
 
     app = FastAPI(
         title="dspark-gateway",
@@ -67,8 +90,12 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     app.state.admission = admission
+    app.state.metrics = metrics
     install_error_handlers(app)
     app.include_router(health.router)
+    app.include_router(metrics_route.router)
     app.include_router(proxy_routes.router)
+    app.include_router(admin_routes.router)
     metrics.instrument(app)
+    app.add_middleware(RequestIdMiddleware)
     return app

@@ -66,19 +66,20 @@ class ClosingStreamingResponse(StreamingResponse):
     cleans up exactly once however it ends.
 
     On exit (stream finished, failed, or client gone — even before the first byte, when the body
-    iterator never started) it closes the body iterator and then awaits ``on_close``, both shielded
-    from cancellation.
+    iterator never started) it closes the body iterator and then awaits ``on_close(client_gone)``,
+    both shielded from cancellation.
     """
 
     def __init__(
         self,
         content: Any,
         *,
-        on_close: Callable[[], Awaitable[None]] | None = None,
+        on_close: Callable[[bool], Awaitable[None]] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(content, **kwargs)
         self._on_close = on_close
+        self.client_gone = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -90,6 +91,7 @@ class ClosingStreamingResponse(StreamingResponse):
 
                 group.start_soon(stream_then_stop)
                 await wait_for_disconnect(receive)
+                self.client_gone = True
                 group.cancel_scope.cancel()
         except BaseExceptionGroup as failure:
             if len(failure.exceptions) == 1:
@@ -101,6 +103,6 @@ class ClosingStreamingResponse(StreamingResponse):
                 if close is not None:
                     await close()
                 if self._on_close is not None:
-                    await self._on_close()
+                    await self._on_close(self.client_gone)
         if self.background is not None:
             await self.background()

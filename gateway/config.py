@@ -69,6 +69,18 @@ class Settings(BaseSettings):
         default="low", description="Thinking mode when neither the request nor the key sets one"
     )
 
+    spec_k: int = Field(default=5, ge=0, description="Draft tokens per speculative step (DSpark K5)")
+    spec_counters: Literal["auto", "always", "never"] = Field(
+        default="auto",
+        description="Read vLLM's spec-decode counters before and after each request (metrics_delta "
+        "acceptance): auto = only while the upstream sends no per-request metrics",
+    )
+    backend_poll_s: float = Field(default=2.0, gt=0, description="Interval of the upstream /metrics poll")
+    ledger_flush_s: float = Field(default=1.0, gt=0, description="Usage ledger batch interval (rows at risk)")
+    metrics_token: str | None = Field(
+        default=None, description="If set, GET /metrics needs this bearer token"
+    )
+
     @field_validator("reasoning_fields", mode="before")
     @classmethod
     def _split_fields(cls, value: object) -> object:

@@ -1,30 +1,20 @@
-"""Key store: API key records in a SQL database through SQLAlchemy's async engine.
-
-SQLite (aiosqlite) by default; any SQLAlchemy async URL works (Postgres via asyncpg). The table is
-created on first use. Times are stored as timezone-aware UTC.
-"""
+"""Key store: API key records in the gateway database (see :mod:`gateway.db`)."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from sqlalchemy import JSON, DateTime, String, select, update
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+from sqlalchemy.orm import Mapped, mapped_column
 
 from gateway.auth.principal import Principal
 from gateway.auth.secrets import display_prefix, generate_key, hash_key
-
-
-class Base(DeclarativeBase):
-    """Declarative base of the gateway's tables."""
+from gateway.db import Base, open_engine, utc
 
 
 class ApiKeyRow(Base):
@@ -45,13 +35,6 @@ class ApiKeyRow(Base):
     default_thinking: Mapped[str | None] = mapped_column(String(8), nullable=True)
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    """SQLite returns naive datetimes: read them back as the UTC they were written in."""
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=UTC)
-
-
 @dataclass(frozen=True, slots=True)
 class KeyRecord:
     """A key's stored state (never its secret)."""
@@ -69,16 +52,16 @@ class KeyRecord:
 
     @classmethod
     def from_row(cls, row: ApiKeyRow) -> KeyRecord:
-        created = _utc(row.created_at)
+        created = utc(row.created_at)
         assert created is not None
         return cls(
             id=row.id,
             name=row.name,
             prefix=row.prefix,
             created_at=created,
-            expires_at=_utc(row.expires_at),
-            revoked_at=_utc(row.revoked_at),
-            last_used_at=_utc(row.last_used_at),
+            expires_at=utc(row.expires_at),
+            revoked_at=utc(row.revoked_at),
+            last_used_at=utc(row.last_used_at),
             models=tuple(row.models) if row.models is not None else None,
             scopes=tuple(row.scopes or ()),
             default_thinking=row.default_thinking,
@@ -103,12 +86,6 @@ class KeyRecord:
         )
 
 
-def _ensure_sqlite_folder(url: str) -> None:
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-
-
 class KeyExistsError(Exception):
     """A key with this name already exists."""
 
@@ -126,12 +103,8 @@ class KeyStore:
 
     @classmethod
     async def open(cls, url: str) -> KeyStore:
-        """Connect to ``url`` (creating a SQLite file's folder and the tables if missing)."""
-        await asyncio.to_thread(_ensure_sqlite_folder, url)
-        engine = create_async_engine(url)
-        async with engine.begin() as conn:
-            await conn.run_sync(Base.metadata.create_all)
-        return cls(engine)
+        """A store on its own engine (CLI use); :meth:`close` disposes of it."""
+        return cls(await open_engine(url))
 
     async def close(self) -> None:
         """Dispose of the connection pool."""

@@ -8,6 +8,7 @@ must end with ``data: [DONE]``; if upstream breaks or ends without it, the clien
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 import httpx
 from starlette.responses import StreamingResponse
@@ -27,9 +28,18 @@ def _broken(detail: str) -> GatewayError:
     return GatewayError(502, f"The model server stream broke: {detail}", code="upstream_stream_error")
 
 
-async def relay_events(response: httpx.Response, rewrite: Rewrite) -> AsyncIterator[bytes]:
+@dataclass(slots=True)
+class RelayOutcome:
+    """How the relay ended: ``error`` is the error sent to the client instead of ``[DONE]``, if any."""
+
+    error: GatewayError | None = None
+
+
+async def relay_events(
+    response: httpx.Response, rewrite: Rewrite, outcome: RelayOutcome
+) -> AsyncIterator[bytes]:
     """Yield the upstream's SSE events through ``rewrite``; on a broken or truncated stream, end with an
-    error event."""
+    error event (recorded in ``outcome``)."""
     decoder = SSEDecoder()
     done = False
     try:
@@ -40,18 +50,24 @@ async def relay_events(response: httpx.Response, rewrite: Rewrite) -> AsyncItera
                 for out in rewrite(event):
                     yield out
     except httpx.HTTPError as exc:
-        yield _broken(type(exc).__name__).sse_event()
-        return
-    if not done:
-        yield _broken("ended without [DONE]").sse_event()
+        outcome.error = _broken(type(exc).__name__)
+    else:
+        if not done:
+            outcome.error = _broken("ended without [DONE]")
+    if outcome.error is not None:
+        yield outcome.error.sse_event()
 
 
 def relay_response(
-    response: httpx.Response, rewrite: Rewrite, on_close: Callable[[], Awaitable[None]]
+    response: httpx.Response,
+    rewrite: Rewrite,
+    outcome: RelayOutcome,
+    on_close: Callable[[bool], Awaitable[None]],
 ) -> StreamingResponse:
-    """The client's ``text/event-stream`` response relaying ``response``; ``on_close`` runs exactly once."""
+    """The client's ``text/event-stream`` response relaying ``response``; ``on_close(client_gone)`` runs
+    exactly once, however the stream ends."""
     return ClosingStreamingResponse(
-        relay_events(response, rewrite),
+        relay_events(response, rewrite, outcome),
         on_close=on_close,
         media_type="text/event-stream",
         headers=STREAM_HEADERS,

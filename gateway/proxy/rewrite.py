@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+from gateway.proxy.client_view import ClientView
 from gateway.proxy.sse import DONE, event_data
 from gateway.reasoning import SplitDelta
-from gateway.reasoning.policy import UPSTREAM_REASONING_FIELDS, ChoiceSplit, ReasoningPolicy, UpstreamTraits
+from gateway.reasoning.policy import UPSTREAM_REASONING_FIELDS, ChoiceSplit, ReasoningPolicy
+from gateway.traits import UpstreamTraits
 
 
 def _tool_call_id() -> str:
@@ -37,10 +40,11 @@ class _ChoiceWriter:
         self.policy = policy
         self.split = ChoiceSplit(policy, traits)
 
-    def rewrite(self, choice: dict[str, Any], slot: str | None) -> bool:
+    def rewrite(self, choice: dict[str, Any], slot: str | None) -> tuple[bool, SplitDelta]:
         """Rewrite ``choice`` in place; ``slot`` is ``delta``/``message`` (chat) or None (``text``).
 
-        Returns False if nothing is left to send for this choice (its text is held back).
+        Returns whether anything is left to send for this choice (False: its text is held back), and
+        the split it released.
         """
         target: dict[str, Any] = (choice.setdefault(slot, {}) or {}) if slot else choice
         text_key = "content" if slot else "text"
@@ -64,8 +68,8 @@ class _ChoiceWriter:
         self._write_tool_calls(target, out)
         sent_text = bool(out.content or out.tool_calls or (out.reasoning and self.policy.include_reasoning))
         if slot == "delta":
-            return finished or bool(target) or choice.get("logprobs") is not None
-        return finished or sent_text or slot == "message" or choice.get("logprobs") is not None
+            return finished or bool(target) or choice.get("logprobs") is not None, out
+        return finished or sent_text or slot == "message" or choice.get("logprobs") is not None, out
 
     def _write_reasoning(self, target: dict[str, Any], reasoning: str, whole: bool) -> None:
         if not self.policy.include_reasoning:
@@ -111,34 +115,60 @@ def _slot(obj: dict[str, Any]) -> str | None:
     return None
 
 
-class StreamRewriter:
-    """One pass over an upstream SSE stream: ``step(raw event) -> raw events for the client``."""
+#: Called with each parsed upstream chunk (after the split) and its reasoning / answer character counts.
+Observer = Callable[[dict[str, Any], int, int], None]
 
-    def __init__(self, policy: ReasoningPolicy, traits: UpstreamTraits) -> None:
+
+class StreamRewriter:
+    """One pass over an upstream SSE stream: ``step(raw event) -> raw events for the client``.
+
+    Per chunk: parse once, split reasoning per choice, let ``observe`` (telemetry) see it, apply the
+    client's :class:`ClientView`; re-encode only if something changed.
+    """
+
+    def __init__(
+        self, policy: ReasoningPolicy, traits: UpstreamTraits, view: ClientView, observe: Observer
+    ) -> None:
         self._policy = policy
         self._traits = traits
+        self._view = view
+        self._observe = observe
         self._choices: dict[int, _ChoiceWriter] = {}
 
     def step(self, event: bytes) -> list[bytes]:
         """Rewrite one whole SSE event (bytes including its blank-line terminator)."""
         data = event_data(event)
-        if self._policy.passthrough or data is None or data == DONE:
+        if data is None or data == DONE:
             return [event]
         try:
             obj = json.loads(data)
         except ValueError:
             return [event]
-        choices = obj.get("choices") if isinstance(obj, dict) else None
-        if not choices or not isinstance(choices, list):
+        if not isinstance(obj, dict):
             return [event]
-        if not self._changes(obj, choices):
+        changed, reasoning_chars, content_chars = self._split(obj)
+        self._observe(obj, reasoning_chars, content_chars)
+        changed = self._view.apply_chunk(obj) or changed
+        if not changed:
             return [event]
+        return [] if self._view.says_nothing(obj) else [_encode(obj)]
+
+    def _split(self, obj: dict[str, Any]) -> tuple[bool, int, int]:
+        choices = obj.get("choices")
+        if self._policy.passthrough or not isinstance(choices, list) or not choices:
+            return False, 0, 0
+        if not _touches_text(obj, choices):
+            return False, 0, 0
         slot = _slot(obj)
-        kept = [c for c in choices if self._writer(c.get("index", 0)).rewrite(c, slot)]
-        if not kept and obj.get("usage") is None:
-            return []
+        kept, reasoning_chars, content_chars = [], 0, 0
+        for choice in choices:
+            keep, out = self._writer(choice.get("index", 0)).rewrite(choice, slot)
+            reasoning_chars += len(out.reasoning)
+            content_chars += len(out.content)
+            if keep:
+                kept.append(choice)
         obj["choices"] = kept
-        return [_encode(obj)]
+        return True, reasoning_chars, content_chars
 
     def _writer(self, index: int) -> _ChoiceWriter:
         writer = self._choices.get(index)
@@ -146,23 +176,26 @@ class StreamRewriter:
             writer = self._choices[index] = _ChoiceWriter(self._policy, self._traits)
         return writer
 
-    def _changes(self, obj: dict[str, Any], choices: list[Any]) -> bool:
-        """Cheap check: could the policy change this chunk? (Otherwise it is forwarded as is.)"""
-        slot = _slot(obj)
-        for choice in choices:
-            target = (choice.get(slot) or {}) if slot else choice
-            if any(name in target for name in UPSTREAM_REASONING_FIELDS):
-                return True
-            if target.get("content" if slot else "text") or choice.get("finish_reason") is not None:
-                return True
-        return False
+
+def _touches_text(obj: dict[str, Any], choices: list[Any]) -> bool:
+    """Cheap check: could the reasoning policy change this chunk? (Otherwise it is left as is.)"""
+    slot = _slot(obj)
+    for choice in choices:
+        target = (choice.get(slot) or {}) if slot else choice
+        if any(name in target for name in UPSTREAM_REASONING_FIELDS):
+            return True
+        if target.get("content" if slot else "text") or choice.get("finish_reason") is not None:
+            return True
+    return False
 
 
-def rewrite_body(body: dict[str, Any], policy: ReasoningPolicy, traits: UpstreamTraits) -> dict[str, Any]:
-    """Apply the policy to a non-stream response (``chat.completion`` or ``text_completion``), in place."""
-    if policy.passthrough or not isinstance(body.get("choices"), list):
-        return body
-    slot = _slot(body)
-    for choice in body["choices"]:
-        _ChoiceWriter(policy, traits).rewrite(choice, slot)
-    return body
+def rewrite_body(body: dict[str, Any], policy: ReasoningPolicy, traits: UpstreamTraits) -> tuple[int, int]:
+    """Apply the policy to a non-stream response in place; return its (reasoning, answer) characters."""
+    reasoning_chars = content_chars = 0
+    if not policy.passthrough and isinstance(body.get("choices"), list):
+        slot = _slot(body)
+        for choice in body["choices"]:
+            _, out = _ChoiceWriter(policy, traits).rewrite(choice, slot)
+            reasoning_chars += len(out.reasoning)
+            content_chars += len(out.content)
+    return reasoning_chars, content_chars

@@ -38,15 +38,18 @@ class Upstream:
         self.base_url = base_url
         self._client = client
 
-    async def open(self, method: str, path: str, body: bytes | None = None) -> httpx.Response:
+    async def open(
+        self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> httpx.Response:
         """Send a request and return once response headers arrive (the body is not read yet).
 
-        The caller owns the response and must ``aclose()`` it. Raises :class:`GatewayError` 503 when
+        ``headers`` (e.g. ``x-request-id``) are sent along. The caller owns the response and must
+        ``aclose()`` it. Raises :class:`GatewayError` 503 when
         the server can't be reached, or the upstream's status when it answers with an error (the
         response is closed then).
         """
-        headers = {"content-type": "application/json"} if body is not None else {}
-        request = self._client.build_request(method, self.base_url + path, content=body, headers=headers)
+        sent = {**(headers or {}), **({"content-type": "application/json"} if body is not None else {})}
+        request = self._client.build_request(method, self.base_url + path, content=body, headers=sent)
         try:
             response = await self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:

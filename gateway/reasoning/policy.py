@@ -18,16 +18,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gateway.reasoning.splitter import ReasoningSplitter, SplitDelta
+from gateway.traits import UpstreamTraits
 
 SplitMode = Literal["auto", "gateway", "upstream", "off"]
 UPSTREAM_REASONING_FIELDS = ("reasoning", "reasoning_content")
-
-
-@dataclass(slots=True)
-class UpstreamTraits:
-    """What the gateway has learnt about its upstream. ``splits_reasoning``: None until seen."""
-
-    splits_reasoning: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,35 +1,134 @@
 """Prometheus metrics on a per-app registry (no import-time globals, so apps can coexist in one process).
 
-HTTP metrics come from prometheus-fastapi-instrumentator; admission gauges are read live from the
-:class:`~gateway.admission.Admission` at scrape time.
+Names follow ``gateway_<noun>_<unit>``; labels carry the key *name*, never the key. HTTP metrics come
+from prometheus-fastapi-instrumentator; slot and queue gauges are read live from the
+:class:`~gateway.admission.Admission` at scrape time; backend gauges are set by the
+:class:`~gateway.telemetry.backend.BackendMonitor`.
 """
 
 from __future__ import annotations
 
 from fastapi import FastAPI
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_fastapi_instrumentator import Instrumentator
 
 from gateway.admission import Admission
+from gateway.telemetry.record import RequestTelemetry
+
+_SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200)
+_TOKENS_PER_S = (1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 120, 150, 200, 300)
+_RATE = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
+_LENGTH = (1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5, 6)
 
 
 class GatewayMetrics:
     """The gateway's metric families, registered on their own :class:`CollectorRegistry`."""
 
     def __init__(self, admission: Admission) -> None:
-        self.registry = CollectorRegistry()
-        Gauge(
-            "gateway_slots_total", "Upstream slots (vLLM --max-num-seqs)", registry=self.registry
-        ).set_function(lambda: admission.slots)
-        Gauge(
-            "gateway_slots_in_use", "Requests holding an upstream slot", registry=self.registry
-        ).set_function(lambda: admission.in_use)
-        Gauge("gateway_queue_depth", "Requests waiting for a slot", registry=self.registry).set_function(
+        self.registry = registry = CollectorRegistry()
+        labels = ("model", "key")
+        Gauge("gateway_slots_total", "Upstream slots (vLLM --max-num-seqs)", registry=registry).set_function(
+            lambda: admission.slots
+        )
+        Gauge("gateway_slots_in_use", "Requests holding an upstream slot", registry=registry).set_function(
+            lambda: admission.in_use
+        )
+        Gauge("gateway_queue_depth", "Requests waiting for a slot", registry=registry).set_function(
             lambda: admission.queue_depth
         )
+        self.requests = Counter(
+            "gateway_requests", "Inference requests by final status", (*labels, "status"), registry=registry
+        )
+        self.tokens = Counter(
+            "gateway_tokens",
+            "Tokens by kind: prompt|completion|cached|reasoning",
+            (*labels, "kind"),
+            registry=registry,
+        )
+        self.ttft = Histogram(
+            "gateway_ttft_seconds", "Arrival to first token", labels, buckets=_SECONDS, registry=registry
+        )
+        self.queue_wait = Histogram(
+            "gateway_queue_wait_seconds",
+            "Time waiting for a slot",
+            labels,
+            buckets=_SECONDS,
+            registry=registry,
+        )
+        self.decode = Histogram(
+            "gateway_decode_tokens_per_second",
+            "(completion_tokens - 1) / (t_last - t_first) per request",
+            labels,
+            buckets=_TOKENS_PER_S,
+            registry=registry,
+        )
+        self.e2e = Histogram(
+            "gateway_e2e_seconds", "Arrival to end of response", labels, buckets=_SECONDS, registry=registry
+        )
+        self.acceptance = Histogram(
+            "gateway_spec_acceptance_rate",
+            "Draft tokens accepted / drafted, per request",
+            (*labels, "source"),
+            buckets=_RATE,
+            registry=registry,
+        )
+        self.acceptance_length = Histogram(
+            "gateway_spec_mean_acceptance_length",
+            "Tokens per speculative step, per request",
+            (*labels, "source"),
+            buckets=_LENGTH,
+            registry=registry,
+        )
+        self.clamped = Counter(
+            "gateway_telemetry_clamped",
+            "Impossible upstream values clamped, by field",
+            ("field",),
+            registry=registry,
+        )
+        self.upstream_up = Gauge(
+            "gateway_upstream_up", "1 if the upstream's /metrics answered at the last poll", registry=registry
+        )
+        self.backend_running = Gauge(
+            "gateway_backend_requests_running",
+            "vLLM num_requests_running at the last poll",
+            registry=registry,
+        )
+        self.backend_waiting = Gauge(
+            "gateway_backend_requests_waiting",
+            "vLLM num_requests_waiting at the last poll",
+            registry=registry,
+        )
+        self.backend_kv_usage = Gauge(
+            "gateway_backend_kv_cache_usage_ratio",
+            "vLLM kv_cache_usage_perc (0..1) at the last poll",
+            registry=registry,
+        )
+
+    def observe(self, record: RequestTelemetry) -> None:
+        """Record one finished request."""
+        model, key = record.model, record.key_name
+        self.requests.labels(model, key, str(record.status)).inc()
+        for kind in ("prompt", "completion", "cached", "reasoning"):
+            count = getattr(record, f"{kind}_tokens")
+            if count:
+                self.tokens.labels(model, key, kind).inc(count)
+        for histogram, value in (
+            (self.ttft, record.ttft_s),
+            (self.queue_wait, record.queue_wait_s),
+            (self.decode, record.decode_tokens_per_s),
+            (self.e2e, record.e2e_s),
+        ):
+            if value is not None:
+                histogram.labels(model, key).observe(value)
+        spec = record.spec
+        if spec is not None:
+            if spec.acceptance_rate is not None:
+                self.acceptance.labels(model, key, spec.source).observe(spec.acceptance_rate)
+            if spec.mean_acceptance_length is not None:
+                self.acceptance_length.labels(model, key, spec.source).observe(spec.mean_acceptance_length)
+        for name in record.clamped:
+            self.clamped.labels(name).inc()
 
     def instrument(self, app: FastAPI) -> None:
-        """Add HTTP request metrics to ``app`` and expose everything at ``GET /metrics``."""
-        Instrumentator(registry=self.registry, excluded_handlers=["/metrics"]).instrument(app).expose(
-            app, endpoint="/metrics", include_in_schema=False
-        )
+        """Add HTTP request metrics to ``app`` (exposed by the gateway's own ``/metrics`` route)."""
+        Instrumentator(registry=self.registry, excluded_handlers=["/metrics"]).instrument(app)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -34,8 +35,20 @@ SERVER_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
     "VLLM_CPU_KVCACHE_SPACE": "1",
+    # Keep vLLM's API server responsive while the engine generates (see ENGINE_ARGS).
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",  # lets the CPU platform keep `--distributed-executor-backend uni`
+    "OMP_NUM_THREADS": "1",  # no idle OpenMP thread spin-waiting next to the engine
+    "NUMBA_NUM_THREADS": "1",  # the ngram proposer's numba pool: same
 }
+#: On a small CPU box (2 vCPUs) the default CPU topology (EngineCore + a separate Worker process that
+#: hand each step over a shared-memory queue by busy-polling with sched_yield, plus spinning OpenMP /
+#: numba threads) starves the API server process: SSE chunks and GET /metrics are only served once
+#: generation is over, so `vllm:num_requests_running` / `_waiting` read 0 for the whole run. Running
+#: the model in the EngineCore process (`uni`, no spin-wait) with single-threaded OpenMP / numba keeps
+#: the scrape under ~0.15 s and the gauges live (they update after every engine step).
+ENGINE_ARGS = ["--distributed-executor-backend", "uni"]
 BASE_ARGS = ["--max-model-len", "512", "--max-num-seqs", "2", "--dtype", "float32", "--enforce-eager"]
+BASE_ARGS += ENGINE_ARGS
 
 
 class VLLMNotInstalled(RuntimeError):
@@ -153,11 +166,25 @@ class VLLMServer:
         started = time.monotonic()
         try:
             self._wait_healthy(started)
+            self._warm_up()
         except BaseException:
             self.stop()
             raise
         self.startup_seconds = time.monotonic() - started
         return self
+
+    def _warm_up(self) -> None:
+        """One tiny completion, so the first engine step's one-off cost (~1.2 s on CPU, during which
+        no scheduler stats exist yet and the gauges still read 0) is paid here, not in a test."""
+        body = json.dumps({"model": self.served_model_name, "prompt": "Hi", "max_tokens": 2}).encode()
+        req = urllib.request.Request(
+            f"{self.base_url}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                resp.read()
+        except (OSError, urllib.error.URLError) as exc:
+            raise RuntimeError(f"vLLM warm-up completion failed: {exc}\n{self.log_tail()}") from exc
 
     def _wait_healthy(self, started: float) -> None:
         assert self.proc is not None

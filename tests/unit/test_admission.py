@@ -96,3 +96,14 @@ async def test_release_is_idempotent() -> None:
     lease.release()
     lease.release()
     assert admission.in_use == 0
+
+
+async def test_overlap_is_flagged_on_both_leases() -> None:
+    admission = Admission(slots=2, queue_max=0, queue_timeout_s=1)
+    alone = await admission.acquire()
+    alone.release()
+    first = await admission.acquire()
+    second = await admission.acquire()
+    assert not alone.overlapped and first.overlapped and second.overlapped
+    first.release()
+    second.release()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+from gateway.proxy.client_view import ClientView
 from gateway.proxy.rewrite import StreamRewriter, rewrite_body
-from gateway.reasoning.policy import ReasoningPolicy, UpstreamTraits
+from gateway.reasoning.policy import ReasoningPolicy
+from gateway.traits import UpstreamTraits
 
 FW = "｜DSML｜"
 
@@ -24,9 +26,17 @@ def chunk(index: int = 0, finish: str | None = None, logprobs=None, **delta) -> 
     }
 
 
-def run(events: list[bytes], **policy) -> list:
+#: A client that asked for everything: the view changes nothing, so only the split shows.
+SEE_ALL = ClientView(include_usage=True, continuous_usage=True, include_metrics=True)
+
+
+def ignore(*_: object) -> None:
+    return None
+
+
+def run(events: list[bytes], view: ClientView = SEE_ALL, **policy) -> list:
     rewriter = StreamRewriter(
-        ReasoningPolicy(**{"mode": "auto", "thinking": True, **policy}), UpstreamTraits()
+        ReasoningPolicy(**{"mode": "auto", "thinking": True, **policy}), UpstreamTraits(), view, ignore
     )
     out = [e for ev in events for e in rewriter.step(ev)]
     return [json.loads(e[6:]) for e in out if e.startswith(b"data: {")], out
@@ -101,7 +111,7 @@ def test_state_is_kept_per_choice_index() -> None:
 def test_upstream_split_is_kept_and_learnt() -> None:
     traits = UpstreamTraits()
     policy = ReasoningPolicy(mode="auto", thinking=True)
-    rewriter = StreamRewriter(policy, traits)
+    rewriter = StreamRewriter(policy, traits, SEE_ALL, ignore)
     out = rewriter.step(event(chunk(reasoning="because")))
     out += rewriter.step(event(chunk(content="Answer with </think> inside")))
     deltas = [json.loads(e[6:])["choices"][0]["delta"] for e in out]
@@ -111,14 +121,11 @@ def test_upstream_split_is_kept_and_learnt() -> None:
     ]
     assert traits.splits_reasoning is True
     # the next request knows from the start that the upstream splits: its text is the answer
-    body = rewrite_body(
-        {
-            "object": "chat.completion",
-            "choices": [{"index": 0, "message": {"content": "plain"}, "finish_reason": "stop"}],
-        },
-        policy,
-        traits,
-    )
+    body = {
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"content": "plain"}, "finish_reason": "stop"}],
+    }
+    assert rewrite_body(body, policy, traits) == (0, 5)
     assert body["choices"][0]["message"] == {"content": "plain", "reasoning_content": None, "reasoning": None}
 
 
@@ -133,10 +140,8 @@ def test_non_stream_length_cut_is_all_reasoning_with_null_content() -> None:
             }
         ],
     }
-    message = rewrite_body(body, ReasoningPolicy(mode="gateway", thinking=True), UpstreamTraits())["choices"][
-        0
-    ]["message"]
-    assert message == {
+    assert rewrite_body(body, ReasoningPolicy(mode="gateway", thinking=True), UpstreamTraits()) == (12, 0)
+    assert body["choices"][0]["message"] == {
         "role": "assistant",
         "content": None,
         "reasoning_content": "partial thou",

@@ -1,0 +1,1 @@
+"""Admin API (keys with the ``admin`` scope only)."""

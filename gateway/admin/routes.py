@@ -1,0 +1,49 @@
+"""``/admin``: usage and recent requests (admin scope only; client keys get 403)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from starlette.requests import Request
+
+from gateway.auth import Principal
+from gateway.auth.dependency import require_principal
+from gateway.errors import GatewayError
+from gateway.telemetry.ledger import GroupBy, UsageLedger
+
+ADMIN_SCOPE = "admin"
+
+
+async def require_admin(principal: Annotated[Principal, Depends(require_principal)]) -> Principal:
+    """The caller, if it has the ``admin`` scope; else 403."""
+    if ADMIN_SCOPE not in principal.scopes:
+        raise GatewayError(403, "This route needs an admin key.", code="admin_required")
+    return principal
+
+
+router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)], tags=["admin"])
+
+
+async def _flushed_ledger(request: Request) -> UsageLedger:
+    ledger: UsageLedger = request.app.state.ledger
+    await ledger.flush()  # an admin reading usage sees every finished request
+    return ledger
+
+
+@router.get("/usage", summary="Token usage totals, grouped by day, key or model")
+async def usage(
+    request: Request,
+    group_by: GroupBy = "key",
+    key: Annotated[str | None, Query(description="Only this key name")] = None,
+    since: Annotated[datetime | None, Query(description="ISO 8601 start, e.g. 2026-11-01T00:00:00Z")] = None,
+) -> dict[str, Any]:
+    ledger = await _flushed_ledger(request)
+    return {"group_by": group_by, "data": await ledger.usage(group_by, since=since, key_name=key)}
+
+
+@router.get("/requests", summary="Recent requests' telemetry (no prompt text, no keys)")
+async def requests(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> dict[str, Any]:
+    ledger = await _flushed_ledger(request)
+    return {"data": await ledger.recent(limit)}

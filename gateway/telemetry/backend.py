@@ -1,0 +1,71 @@
+"""BackendMonitor: polls the upstream vLLM's ``/metrics`` so one scrape of the gateway shows the backend.
+
+Every ``interval_s`` it reads ``vllm:num_requests_running``, ``vllm:num_requests_waiting`` and
+``vllm:kv_cache_usage_perc`` into ``gateway_backend_*`` gauges and sets ``gateway_upstream_up``.
+:meth:`scrape` is also used on demand for the spec-decode counters of the ``metrics_delta`` source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.telemetry.metrics import GatewayMetrics
+
+log = logging.getLogger("gateway.backend")
+
+
+def parse_samples(text: str) -> dict[str, float]:
+    """Prometheus text -> ``{sample name: value summed over label sets}``."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+    return values
+
+
+class BackendMonitor:
+    """Reads ``{base_url}/metrics`` with ``client``; :meth:`run` polls until cancelled."""
+
+    def __init__(
+        self, client: httpx.AsyncClient, base_url: str, metrics: GatewayMetrics, interval_s: float
+    ) -> None:
+        self._client = client
+        self._url = base_url + "/metrics"
+        self._metrics = metrics
+        self._interval_s = interval_s
+
+    async def scrape(self, timeout_s: float = 2.0) -> dict[str, float] | None:
+        """The backend's samples now, or None if it can't be read."""
+        try:
+            response = await self._client.get(self._url, timeout=timeout_s)
+            if response.status_code != 200:
+                return None
+            return parse_samples(response.text)
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    async def poll_once(self) -> None:
+        """One poll: update the upstream-up and backend gauges."""
+        values = await self.scrape()
+        self._metrics.upstream_up.set(1 if values is not None else 0)
+        if values is None:
+            return
+        for gauge, name in (
+            (self._metrics.backend_running, "vllm:num_requests_running"),
+            (self._metrics.backend_waiting, "vllm:num_requests_waiting"),
+            (self._metrics.backend_kv_usage, "vllm:kv_cache_usage_perc"),
+        ):
+            if name in values:
+                gauge.set(values[name])
+
+    async def run(self) -> None:
+        """Poll every ``interval_s`` seconds, forever (cancel to stop)."""
+        while True:
+            with contextlib.suppress(Exception):
+                await self.poll_once()
+            await asyncio.sleep(self._interval_s)

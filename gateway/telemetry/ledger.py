@@ -1,0 +1,160 @@
+"""Usage ledger: one row per request, written off the hot path in batches.
+
+:meth:`UsageLedger.add` only appends to an in-memory batch; a background task writes the batch every
+``flush_interval_s`` seconds (or as soon as it holds ``batch_size`` rows) in one transaction, and
+:meth:`close` writes what is left on shutdown. At most one interval of rows is at risk if the process
+is killed without a shutdown. No prompt text and no key are ever stored: the key's id and name only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, Integer, String, func, insert, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.sql import ColumnElement
+
+from gateway.db import Base, utc
+from gateway.telemetry.record import RequestTelemetry
+
+log = logging.getLogger("gateway.ledger")
+GroupBy = Literal["day", "key", "model"]
+
+
+class UsageRow(Base):
+    """One request's usage and telemetry."""
+
+    __tablename__ = "usage_ledger"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(String(128), index=True)
+    key_id: Mapped[str] = mapped_column(String(40), index=True)
+    key_name: Mapped[str] = mapped_column(String(200))
+    model: Mapped[str] = mapped_column(String(200))
+    route: Mapped[str] = mapped_column(String(64))
+    stream: Mapped[bool] = mapped_column(Boolean)
+    arrived_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    status: Mapped[int] = mapped_column(Integer)
+    finish_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    client_disconnected: Mapped[bool] = mapped_column(Boolean)
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    completion_tokens: Mapped[int] = mapped_column(Integer)
+    cached_tokens: Mapped[int] = mapped_column(Integer)
+    reasoning_tokens: Mapped[int] = mapped_column(Integer)
+    queue_wait_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ttft_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    upstream_ttft_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    decode_tokens_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    e2e_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    spec: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    spec_candidates: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+
+
+_COLUMNS = [c.name for c in UsageRow.__table__.columns if c.name != "id"]
+
+
+def _row(record: RequestTelemetry) -> dict[str, Any]:
+    values = record.as_record()
+    values["arrived_at"] = record.arrived_at
+    return {name: values.get(name) for name in _COLUMNS}
+
+
+class UsageLedger:
+    """Batched writer and reader of :class:`UsageRow`."""
+
+    def __init__(self, engine: AsyncEngine, flush_interval_s: float = 1.0, batch_size: int = 500) -> None:
+        self._engine = engine
+        self._interval = flush_interval_s
+        self._batch_size = batch_size
+        self._pending: list[dict[str, Any]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the background writer (inside a running event loop)."""
+        self._task = asyncio.create_task(self._run())
+
+    def add(self, record: RequestTelemetry) -> None:
+        """Queue one row (O(1), no I/O)."""
+        self._pending.append(_row(record))
+        if len(self._pending) >= self._batch_size:
+            self._wake.set()
+
+    async def flush(self) -> int:
+        """Write the pending rows now; return how many. On a database error they are kept for the next try."""
+        batch, self._pending = self._pending, []
+        if not batch:
+            return 0
+        try:
+            async with self._engine.begin() as conn:
+                await conn.execute(insert(UsageRow), batch)
+        except Exception:
+            log.exception("usage ledger write failed; %d rows kept for the next flush", len(batch))
+            self._pending[:0] = batch
+            return 0
+        return len(batch)
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self._interval)
+            self._wake.clear()
+            await self.flush()
+
+    async def close(self) -> None:
+        """Stop the writer and write what is left."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.flush()
+
+    async def recent(self, limit: int, key_id: str | None = None) -> list[dict[str, Any]]:
+        """The newest ``limit`` rows (newest first), as dicts."""
+        query = select(UsageRow).order_by(UsageRow.id.desc()).limit(limit)
+        if key_id is not None:
+            query = query.where(UsageRow.key_id == key_id)
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        out = []
+        for row in rows:
+            item = {name: row[name] for name in _COLUMNS}
+            arrived = utc(row["arrived_at"])
+            item["arrived_at"] = arrived.isoformat() if arrived else None
+            out.append(item)
+        return out
+
+    async def usage(
+        self, group_by: GroupBy, since: datetime | None = None, key_name: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Totals per day, key or model: requests and prompt/completion/cached/reasoning tokens."""
+        group = {
+            "day": func.substr(func.cast(UsageRow.arrived_at, String), 1, 10),
+            "key": UsageRow.key_name,
+            "model": UsageRow.model,
+        }[group_by]
+        conditions: list[ColumnElement[bool]] = []
+        if since is not None:
+            conditions.append(UsageRow.arrived_at >= since)
+        if key_name is not None:
+            conditions.append(UsageRow.key_name == key_name)
+        query = (
+            select(  # type: ignore[var-annotated]  # SQLAlchemy 2.1 variadic Select
+                group.label(group_by),
+                func.count().label("requests"),
+                func.sum(UsageRow.prompt_tokens).label("prompt_tokens"),
+                func.sum(UsageRow.completion_tokens).label("completion_tokens"),
+                func.sum(UsageRow.cached_tokens).label("cached_tokens"),
+                func.sum(UsageRow.reasoning_tokens).label("reasoning_tokens"),
+            )
+            .where(*conditions)
+            .group_by(group)
+            .order_by(group)
+        )
+        async with self._engine.connect() as conn:
+            return [dict(row) for row in (await conn.execute(query)).mappings().all()]

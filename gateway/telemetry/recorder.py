@@ -1,0 +1,201 @@
+"""RequestRecorder: watches one request go by and produces its :class:`RequestTelemetry`.
+
+The relay calls ``observe_chunk`` for every upstream chunk (after the reasoning split, so reasoning
+tokens can be told from answer tokens), the forwarder calls ``admitted``/``observe_body``/``finish``.
+It records nothing itself: sinks (Prometheus, the ledger, the client) read the finished record.
+Pure: no I/O; the clock is injectable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from gateway.telemetry.record import RequestTelemetry
+from gateway.telemetry.spec import SpecStats, from_backend, from_counters, from_stream
+
+_TEXT_FIELDS = ("content", "text", "reasoning", "reasoning_content")
+
+
+def _has_output(choices: list[Any]) -> bool:
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        part: dict[str, Any] = delta if isinstance(delta, dict) else choice
+        if any(part.get(name) for name in _TEXT_FIELDS) or part.get("tool_calls"):
+            return True
+    return False
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+class RequestRecorder:
+    """Collects one request's timing, usage and acceptance. ``k``: draft tokens per step (DSpark K)."""
+
+    def __init__(
+        self,
+        record: RequestTelemetry,
+        k: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.record = record
+        self._k = k
+        self._clock = clock
+        self._t_arrival = clock()
+        self._t_admit: float | None = None
+        self._t_first: float | None = None
+        self._t_last: float | None = None
+        self._tokens = 0
+        self._step_tokens: list[int] = []
+        self._reasoning_tokens = 0.0
+        self._usage: Mapping[str, Any] | None = None
+        self._backend: Mapping[str, Any] | None = None
+        self._split_chars = [0, 0]  # reasoning, content characters (for non-stream attribution)
+
+    @classmethod
+    def start(
+        cls, *, request_id: str, key_id: str, key_name: str, model: str, route: str, stream: bool, k: int
+    ):
+        """A recorder whose arrival is now."""
+        record = RequestTelemetry(
+            request_id=request_id,
+            key_id=key_id,
+            key_name=key_name,
+            model=model,
+            route=route,
+            stream=stream,
+            arrived_at=datetime.now(UTC),
+        )
+        return cls(record, k)
+
+    @property
+    def saw_backend_metrics(self) -> bool:
+        """True once the upstream sent a per-request ``metrics`` object."""
+        return self._backend is not None
+
+    def admitted(self, queue_wait_s: float) -> None:
+        """The request got its slot after waiting ``queue_wait_s`` seconds."""
+        self._t_admit = self._clock()
+        self.record.queue_wait_s = queue_wait_s
+
+    def observe_chunk(self, chunk: Mapping[str, Any], reasoning_chars: int, content_chars: int) -> None:
+        """One upstream stream chunk (parsed), and how many of its characters were reasoning / answer."""
+        now = self._clock()
+        choices = chunk.get("choices") or []
+        if self._t_first is None and (_has_output(choices) or reasoning_chars or content_chars):
+            self._t_first = now
+        usage = chunk.get("usage")
+        if isinstance(usage, Mapping):
+            self._usage = usage
+            tokens = _int(usage.get("completion_tokens"))
+            if choices and tokens > self._tokens:
+                increase = tokens - self._tokens
+                # the first token comes from prefill; every later chunk is one engine step
+                step = increase - 1 if self._tokens == 0 else increase
+                if step > 0:
+                    self._step_tokens.append(step)
+                total = reasoning_chars + content_chars
+                if total:
+                    self._reasoning_tokens += increase * reasoning_chars / total
+                self._tokens = tokens
+                self._t_last = now
+        if isinstance(chunk.get("metrics"), Mapping):
+            self._backend = chunk["metrics"]
+        for choice in choices:
+            if isinstance(choice, dict) and choice.get("finish_reason") and self.record.finish_reason is None:
+                self.record.finish_reason = choice["finish_reason"]
+
+    def observe_body(self, body: Mapping[str, Any], reasoning_chars: int, content_chars: int) -> None:
+        """A whole non-stream response (parsed), and its reasoning / answer character counts."""
+        if isinstance(body.get("usage"), Mapping):
+            self._usage = body["usage"]
+        if isinstance(body.get("metrics"), Mapping):
+            self._backend = body["metrics"]
+        choices = body.get("choices") or []
+        if choices and isinstance(choices[0], dict):
+            self.record.finish_reason = choices[0].get("finish_reason")
+        self._split_chars = [reasoning_chars, content_chars]
+
+    def snapshot(
+        self, counters: tuple[Mapping[str, float], Mapping[str, float], bool] | None = None
+    ) -> RequestTelemetry:
+        """The record as of now (``e2e_s`` up to now). ``counters``: (before, after, exact) of vLLM's
+        spec-decode counters for the ``metrics_delta`` source."""
+        record = self.record
+        now = self._clock()
+        record.e2e_s = now - self._t_arrival
+        self._fill_usage(record)
+        self._fill_timing(record)
+        candidates: list[SpecStats | None] = [
+            from_backend(self._backend),
+            from_stream(self._step_tokens, self._k),
+        ]
+        if counters is not None:
+            candidates.append(from_counters(*counters))
+        record.spec_candidates = [c for c in candidates if c is not None]
+        record.spec = record.spec_candidates[0] if record.spec_candidates else None
+        return record
+
+    def _fill_usage(self, record: RequestTelemetry) -> None:
+        usage = self._usage or {}
+        record.clamped = []
+        record.prompt_tokens = _int(usage.get("prompt_tokens"))
+        record.completion_tokens = _int(usage.get("completion_tokens"))
+        details = usage.get("prompt_tokens_details")
+        cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
+        if cached > record.prompt_tokens:
+            record.clamped.append("cached_tokens")
+            cached = record.prompt_tokens
+        record.cached_tokens = cached
+        completion_details = usage.get("completion_tokens_details")
+        reported = (
+            _int(completion_details.get("reasoning_tokens")) if isinstance(completion_details, Mapping) else 0
+        )
+        reasoning = (
+            reported or round(self._reasoning_tokens) or self._estimate_reasoning(record.completion_tokens)
+        )
+        if reasoning > record.completion_tokens:
+            record.clamped.append("reasoning_tokens")
+            reasoning = record.completion_tokens
+        record.reasoning_tokens = reasoning
+
+    def _estimate_reasoning(self, completion_tokens: int) -> int:
+        reasoning, content = self._split_chars
+        return round(completion_tokens * reasoning / (reasoning + content)) if reasoning + content else 0
+
+    def _fill_timing(self, record: RequestTelemetry) -> None:
+        tokens = record.completion_tokens
+        if self._t_first is not None:
+            record.ttft_s = self._t_first - self._t_arrival
+            if self._t_admit is not None:
+                record.upstream_ttft_s = self._t_first - self._t_admit
+            if self._t_last is not None and self._t_last > self._t_first and tokens > 1:
+                record.decode_tokens_per_s = (tokens - 1) / (self._t_last - self._t_first)
+            return
+        backend = self._backend or {}
+        ttft_ms, generation_ms, queue_ms = (
+            backend.get(name) for name in ("time_to_first_token_ms", "generation_time_ms", "queue_time_ms")
+        )
+        if isinstance(ttft_ms, int | float):
+            upstream = ttft_ms / 1000 + (queue_ms / 1000 if isinstance(queue_ms, int | float) else 0.0)
+            record.upstream_ttft_s = upstream
+            record.ttft_s = upstream + (record.queue_wait_s or 0.0)
+        if isinstance(generation_ms, int | float) and generation_ms > 0 and tokens > 1:
+            record.decode_tokens_per_s = (tokens - 1) / (generation_ms / 1000)
+
+    def finish(
+        self,
+        status: int,
+        client_disconnected: bool,
+        counters: tuple[Mapping[str, float], Mapping[str, float], bool] | None = None,
+    ) -> RequestTelemetry:
+        """Close the record with the HTTP ``status`` the client got."""
+        record = self.snapshot(counters)
+        record.status = status
+        record.client_disconnected = client_disconnected
+        return record

@@ -1,0 +1,47 @@
+"""Where a finished :class:`RequestTelemetry` goes: Prometheus, the usage ledger, one access-log line.
+
+Every sink reads the same record once; none of them sees prompt text or the key.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from gateway.telemetry.ledger import UsageLedger
+from gateway.telemetry.metrics import GatewayMetrics
+from gateway.telemetry.record import RequestTelemetry
+
+access_log = logging.getLogger("gateway.access")
+
+
+class TelemetrySinks:
+    """Fans one record out to metrics, ledger and log."""
+
+    def __init__(self, metrics: GatewayMetrics, ledger: UsageLedger) -> None:
+        self.metrics = metrics
+        self.ledger = ledger
+
+    def publish(self, record: RequestTelemetry) -> None:
+        """Record one finished request (no I/O on the caller's path: the ledger batches)."""
+        self.metrics.observe(record)
+        self.ledger.add(record)
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info(
+                json.dumps(
+                    {
+                        "request_id": record.request_id,
+                        "key": record.key_name,
+                        "model": record.model,
+                        "route": record.route,
+                        "status": record.status,
+                        "finish_reason": record.finish_reason,
+                        "prompt_tokens": record.prompt_tokens,
+                        "completion_tokens": record.completion_tokens,
+                        "queue_wait_s": record.queue_wait_s,
+                        "ttft_s": record.ttft_s,
+                        "e2e_s": record.e2e_s,
+                        "client_disconnected": record.client_disconnected,
+                    }
+                )
+            )

@@ -1,0 +1,114 @@
+"""DSpark / speculative-decoding acceptance of one request, from the best source available.
+
+Definitions (vLLM ``vllm/v1/spec_decode/metrics.py``; vLLM docs "Speculative decoding"):
+
+- a *step* is one target-model forward pass that verifies ``k`` draft tokens; it yields the accepted
+  drafts plus one token of its own (the bonus/correction token), so ``tokens = accepted + steps``;
+- acceptance rate ``= accepted / (steps × k)`` (drafted tokens accepted, 0..1);
+- mean acceptance length ``= tokens / steps`` (tokens per step, 1..k+1).
+
+Sources, best first:
+
+- ``backend``: the upstream's own per-request ``metrics.speculative_decoding`` (vLLM >= 0.32 with
+  ``--enable-per-request-metrics``);
+- ``stream``: with ``continuous_usage_stats`` every upstream chunk after the first token is one engine
+  step, its token count the increase of ``usage.completion_tokens``;
+- ``metrics_delta``: the rise of vLLM's ``vllm:spec_decode_num_accepted_tokens_total`` /
+  ``…_num_draft_tokens_total`` / ``…_num_drafts_total`` over the request's life — exact only if no
+  other request decoded meanwhile (``exact``).
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+Source = Literal["backend", "stream", "metrics_delta"]
+
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+COUNTERS = (ACCEPTED, DRAFT_TOKENS, DRAFTS)
+
+
+@dataclass(frozen=True, slots=True)
+class SpecStats:
+    """Acceptance of one request. ``steps``: verification steps; tokens in counts of tokens."""
+
+    source: Source
+    steps: int
+    accepted_tokens: int
+    draft_tokens: int
+    acceptance_rate: float | None
+    mean_acceptance_length: float | None
+    exact: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        """The client-facing ``spec`` object (``exact`` only for ``metrics_delta``)."""
+        out = asdict(self)
+        if self.source != "metrics_delta":
+            out.pop("exact")
+        return out
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return round(num / den, 6) if den > 0 else None
+
+
+def from_backend(metrics: Mapping[str, Any] | None) -> SpecStats | None:
+    """From vLLM's per-request ``metrics`` object (its ``speculative_decoding`` part), if present."""
+    spec = (metrics or {}).get("speculative_decoding")
+    if not isinstance(spec, Mapping):
+        return None
+    try:
+        steps = int(spec["num_spec_steps"])
+        accepted = int(spec["num_accepted_draft_tokens"])
+        drafted = int(spec["num_draft_tokens"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return SpecStats(
+        source="backend",
+        steps=steps,
+        accepted_tokens=accepted,
+        draft_tokens=drafted,
+        acceptance_rate=_ratio(accepted, drafted),
+        mean_acceptance_length=_ratio(accepted + steps, steps),
+    )
+
+
+def from_stream(step_tokens: list[int], k: int) -> SpecStats | None:
+    """From tokens per engine step (chunks after the first token). ``k``: draft tokens per step."""
+    steps = len(step_tokens)
+    if steps == 0 or k <= 0:
+        return None
+    tokens = sum(step_tokens)
+    accepted = tokens - steps
+    return SpecStats(
+        source="stream",
+        steps=steps,
+        accepted_tokens=accepted,
+        draft_tokens=steps * k,
+        acceptance_rate=_ratio(accepted, steps * k),
+        mean_acceptance_length=_ratio(tokens, steps),
+    )
+
+
+def from_counters(before: Mapping[str, float], after: Mapping[str, float], exact: bool) -> SpecStats | None:
+    """From two readings of vLLM's spec-decode counters; None if they are missing or went backwards."""
+    if not all(name in before and name in after for name in COUNTERS):
+        return None
+    accepted, drafted, steps = (int(after[n] - before[n]) for n in COUNTERS)
+    if min(accepted, drafted, steps) < 0 or steps == 0:
+        return None
+    return SpecStats(
+        source="metrics_delta",
+        steps=steps,
+        accepted_tokens=accepted,
+        draft_tokens=drafted,
+        acceptance_rate=_ratio(accepted, drafted),
+        mean_acceptance_length=_ratio(accepted + steps, steps),
+        exact=exact,
+    )

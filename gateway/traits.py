@@ -1,0 +1,18 @@
+"""What the gateway learns about its upstream while serving (shared by reasoning and telemetry)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class UpstreamTraits:
+    """What the gateway has learnt about its upstream (None: not seen yet).
+
+    ``splits_reasoning``: it sends reasoning fields (vLLM ``--reasoning-parser``);
+    ``per_request_metrics``: it sends a per-request ``metrics`` object (vLLM >= 0.32,
+    ``--enable-per-request-metrics``).
+    """
+
+    splits_reasoning: bool | None = None
+    per_request_metrics: bool | None = None
