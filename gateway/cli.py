@@ -14,10 +14,13 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.auth import KeyExistsError, KeyNotFoundError, KeyStore
 from gateway.config import Settings
+from gateway.db import open_engine
 from gateway.durations import parse_duration
+from gateway.telemetry.ledger import UsageLedger
 
 app = typer.Typer(help="dspark-gateway: authenticated OpenAI-compatible gateway for DeepSeek-V4 on vLLM.")
 keys_app = typer.Typer(help="Manage API keys in the local key store (GATEWAY_DATABASE_URL).")
@@ -44,15 +47,19 @@ def _settings(**overrides: Any) -> Settings:
     return Settings(**{k: v for k, v in overrides.items() if v is not None})
 
 
-def _with_store(database_url: str | None, action: Callable[[KeyStore], Awaitable[T]]) -> T:
+def _with_engine(database_url: str | None, action: Callable[[AsyncEngine], Awaitable[T]]) -> T:
     async def run() -> T:
-        store = await KeyStore.open(_settings(database_url=database_url).database_url)
+        engine = await open_engine(_settings(database_url=database_url).database_url)
         try:
-            return await action(store)
+            return await action(engine)
         finally:
-            await store.close()
+            await engine.dispose()
 
     return asyncio.run(run())
+
+
+def _with_store(database_url: str | None, action: Callable[[KeyStore], Awaitable[T]]) -> T:
+    return _with_engine(database_url, lambda engine: action(KeyStore(engine)))
 
 
 def _fail(message: str) -> typer.Exit:
@@ -119,6 +126,7 @@ def keys_create(
         ThinkingLevel | None,
         typer.Option(help="This key's default thinking mode (else GATEWAY_DEFAULT_THINKING)"),
     ] = None,
+    admin: Annotated[bool, typer.Option("--admin", help="Grant the admin scope (/admin routes)")] = False,
     database_url: DatabaseOpt = None,
 ) -> None:
     """Create a key. The key itself is printed once, alone on the last line of stdout."""
@@ -176,3 +184,58 @@ def keys_revoke(name: str, database_url: DatabaseOpt = None) -> None:
     except KeyNotFoundError:
         raise _fail(f"no key named {name!r}") from None
     typer.echo(f"Revoked key {name!r}.")
+
+
+class GroupBy(StrEnum):
+    """How ``usage`` groups its totals."""
+
+    day = "day"
+    key = "key"
+    model = "model"
+
+
+@app.command()
+def usage(
+    key: Annotated[str | None, typer.Option(help="Only this key name")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only the last DURATION (e.g. 7d) or since an ISO date")
+    ] = None,
+    group_by: Annotated[GroupBy, typer.Option(help="Group totals by day, key or model")] = GroupBy.key,
+    database_url: DatabaseOpt = None,
+) -> None:
+    """Token usage from the local ledger (GATEWAY_DATABASE_URL), as a table."""
+    try:
+        start = _since(since)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+
+    async def read(engine: AsyncEngine) -> list[dict[str, Any]]:
+        return await UsageLedger(engine).usage(group_by.value, since=start, key_name=key)
+
+    rows = _with_engine(database_url, read)
+    table = Table(group_by.value, "requests", "prompt", "completion", "cached", "reasoning")
+    for row in rows:
+        table.add_row(
+            str(row[group_by.value]),
+            *(
+                str(row[c] or 0)
+                for c in (
+                    "requests",
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "cached_tokens",
+                    "reasoning_tokens",
+                )
+            ),
+        )
+    Console(width=160).print(table)
+
+
+def _since(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.now(UTC) - parse_duration(text)
+    except ValueError:
+        parsed = datetime.fromisoformat(text)
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

@@ -187,9 +187,10 @@ class Forwarder:
                     await upstream.aclose()
                 finally:
                     lease.release()
-                status = outcome.error.status if outcome.error is not None else (499 if client_gone else 200)
+                gone = client_gone and not outcome.done
+                status = outcome.error.status if outcome.error is not None else (499 if gone else 200)
                 self._learn(recorder)
-                self.sinks.publish(recorder.finish(status, client_gone, await counters()))
+                self.sinks.publish(recorder.finish(status, gone, await counters()))
 
             rewriter = StreamRewriter(prepared.policy, self.traits, view, recorder.observe_chunk)
             return relay_response(upstream, rewriter.step, outcome, on_close=close)

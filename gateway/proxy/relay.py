@@ -30,8 +30,10 @@ def _broken(detail: str) -> GatewayError:
 
 @dataclass(slots=True)
 class RelayOutcome:
-    """How the relay ended: ``error`` is the error sent to the client instead of ``[DONE]``, if any."""
+    """How the relay ended: ``done`` once ``[DONE]`` went to the client (a client may hang up right after
+    it: that is a complete response); ``error`` is the error sent instead of ``[DONE]``, if any."""
 
+    done: bool = False
     error: GatewayError | None = None
 
 
@@ -41,18 +43,17 @@ async def relay_events(
     """Yield the upstream's SSE events through ``rewrite``; on a broken or truncated stream, end with an
     error event (recorded in ``outcome``)."""
     decoder = SSEDecoder()
-    done = False
     try:
         async for chunk in response.aiter_raw():
             for event in decoder.feed(chunk):
                 if event_data(event) == DONE:
-                    done = True
+                    outcome.done = True  # set before the yield: a client may hang up as soon as it has it
                 for out in rewrite(event):
                     yield out
     except httpx.HTTPError as exc:
         outcome.error = _broken(type(exc).__name__)
     else:
-        if not done:
+        if not outcome.done:
             outcome.error = _broken("ended without [DONE]")
     if outcome.error is not None:
         yield outcome.error.sse_event()

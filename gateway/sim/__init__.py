@@ -19,7 +19,7 @@ Behaviour (see ``SimConfig`` for the knobs and their units):
 - Streams: role chunk, one chunk per engine step (a step crossing ``</think>`` carries both
   ``reasoning`` and ``content``), usage chunk with ``choices: []`` when
   ``stream_options.include_usage``, cumulative usage on every chunk with ``continuous_usage_stats``,
-  then ``data: [DONE]``. With ``SimConfig.per_request_metrics`` and ``include_metrics: true``, a
+  then ``data: [DONE]``. With ``SimConfig.per_request_metrics`` (vLLM's ``--enable-per-request-metrics``), a
   top-level ``metrics`` object rides on the final usage chunk (or on the response).
 - Prompt tokens are estimated (ceil(len/4) per message + 4, + 3); completion tokens are exact.
 

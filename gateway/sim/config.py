@@ -43,7 +43,8 @@ class SimConfig:
     """True: split reasoning into the ``reasoning`` field (``--reasoning-parser deepseek_v4``).
     False: raw ``...reasoning...</think>answer`` in ``content``."""
     per_request_metrics: bool = False
-    """Honour request field ``include_metrics: true`` with a vLLM 0.32 style ``metrics`` object."""
+    """Add a vLLM 0.32 style per-request ``metrics`` object to every response (on the final usage chunk
+    of a stream), as ``--enable-per-request-metrics`` does; the request cannot turn it off."""
     reasoning_tokens: int = 48
     """Typical length of a generic reasoning part, tokens (each request varies it by +-25%)."""
     content_tokens: int = 96

@@ -171,7 +171,7 @@ def _generation(
         split_reasoning=split,
         include_usage=body.include_usage,
         continuous_usage=body.continuous_usage,
-        include_metrics=body.include_metrics and sim.config.per_request_metrics,
+        include_metrics=sim.config.per_request_metrics,  # like vLLM 0.32: the server flag decides
         k=sim.config.k,
     )
 

@@ -51,7 +51,6 @@ class _GenerationRequest(BaseModel):
     n: int = 1
     seed: int | None = None
     ignore_eos: bool = False
-    include_metrics: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> _GenerationRequest:

@@ -64,10 +64,9 @@ def test_counters_add_up(new_sim):
     assert values["vllm:request_success_total{finished_reason=length}"] == 1
 
 
-def test_include_metrics_non_stream(sim_metrics):
+def test_per_request_metrics_non_stream(sim_metrics):
     body = httpx.post(
-        sim_metrics.base_url + "/v1/chat/completions",
-        json=chat_body("count from 1 to 40", include_metrics=True),
+        sim_metrics.base_url + "/v1/chat/completions", json=chat_body("count from 1 to 40")
     ).json()
     metrics = body["metrics"]
     spec = metrics["speculative_decoding"]
@@ -88,10 +87,8 @@ def test_include_metrics_non_stream(sim_metrics):
     )
 
 
-def test_include_metrics_stream_rides_on_usage_chunk(sim_metrics):
-    events = stream_chat(
-        sim_metrics.base_url, chat_body("count from 1 to 40", include_metrics=True, **STREAM_USAGE)
-    )
+def test_per_request_metrics_stream_ride_on_usage_chunk(sim_metrics):
+    events = stream_chat(sim_metrics.base_url, chat_body("count from 1 to 40", **STREAM_USAGE))
     *chunks, usage_chunk, done = events
     assert done == "[DONE]" and usage_chunk["choices"] == []
     assert all("metrics" not in chunk for chunk in chunks)
@@ -101,7 +98,7 @@ def test_include_metrics_stream_rides_on_usage_chunk(sim_metrics):
     assert spec["per_step_accepted"] == [s - 1 for s in steps]
 
 
-def test_include_metrics_ignored_unless_enabled(sim):
+def test_per_request_metrics_only_when_enabled(sim):
     body = httpx.post(
         sim.base_url + "/v1/chat/completions", json=chat_body("count to 3", include_metrics=True)
     ).json()
