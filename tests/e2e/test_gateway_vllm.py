@@ -74,7 +74,7 @@ def test_eight_clients_never_over_admit(client: OpenAI, vllm_server: VLLMServer,
         stream = client.chat.completions.create(
             model=TINY_MODEL_NAME,
             messages=PROMPT,
-            max_tokens=120,
+            max_tokens=400,
             stream=True,
             extra_body=LONG,
             stream_options={"include_usage": True},
@@ -89,13 +89,18 @@ def test_eight_clients_never_over_admit(client: OpenAI, vllm_server: VLLMServer,
     finally:
         done.set()
         watcher.join()
-    assert tokens == [120] * 8
+    assert tokens == [400] * 8
     assert peak["running"] == 2
     assert peak["waiting"] == 0
     wait_until(lambda: backend_idle(vllm_server, gateway), what="idle")
 
 
-def test_client_gone_mid_stream_aborts_in_vllm(vllm_server: VLLMServer, gateway, make_key) -> None:
+def test_client_gone_mid_stream_aborts_in_vllm(vllm_factory, start_gateway, make_key) -> None:
+    """Without speculation (one token per step) a 450-token answer takes long enough to be cut short:
+    vLLM must stop generating well before max_tokens, and both sides must go idle."""
+    vllm_server = vllm_factory(())
+    gateway = start_gateway(vllm_server.base_url, served_model=TINY_MODEL_NAME)
+    before = scrape(vllm_server.base_url).get("vllm:generation_tokens_total", 0)
     headers = {"Authorization": f"Bearer {make_key('quitter')}"}
     body = {
         "model": TINY_MODEL_NAME,
@@ -110,3 +115,5 @@ def test_client_gone_mid_stream_aborts_in_vllm(vllm_server: VLLMServer, gateway,
         assert next(line for line in lines if line.startswith("data: "))
         assert scrape(vllm_server.base_url)["vllm:num_requests_running"] == 1
     wait_until(lambda: backend_idle(vllm_server, gateway), timeout_s=10, what="vLLM abort and slot release")
+    generated = scrape(vllm_server.base_url)["vllm:generation_tokens_total"] - before
+    assert generated < 450  # aborted, not run to the end
