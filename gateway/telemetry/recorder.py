@@ -131,13 +131,15 @@ class RequestRecorder:
         record.e2e_s = now - self._t_arrival
         self._fill_usage(record)
         self._fill_timing(record)
-        candidates: list[SpecStats | None] = [
+        delta = from_counters(*counters) if counters is not None else None
+        exact_delta = delta if delta is not None and delta.exact else None
+        ranked: list[SpecStats | None] = [
             from_backend(self._backend),
+            exact_delta,
             from_stream(self._step_tokens, self._k),
+            delta if exact_delta is None else None,
         ]
-        if counters is not None:
-            candidates.append(from_counters(*counters))
-        record.spec_candidates = [c for c in candidates if c is not None]
+        record.spec_candidates = [c for c in ranked if c is not None]
         record.spec = record.spec_candidates[0] if record.spec_candidates else None
         return record
 

@@ -11,11 +11,13 @@ Sources, best first:
 
 - ``backend``: the upstream's own per-request ``metrics.speculative_decoding`` (vLLM >= 0.32 with
   ``--enable-per-request-metrics``);
-- ``stream``: with ``continuous_usage_stats`` every upstream chunk after the first token is one engine
-  step, its token count the increase of ``usage.completion_tokens``;
-- ``metrics_delta``: the rise of vLLM's ``vllm:spec_decode_num_accepted_tokens_total`` /
-  ``…_num_draft_tokens_total`` / ``…_num_drafts_total`` over the request's life — exact only if no
-  other request decoded meanwhile (``exact``).
+- ``metrics_delta`` when ``exact``: the rise of vLLM's ``vllm:spec_decode_num_accepted_tokens_total`` /
+  ``…_num_draft_tokens_total`` / ``…_num_drafts_total`` over the life of a request that ran alone;
+- ``stream``: with ``continuous_usage_stats`` each upstream chunk after the first token is taken as one
+  engine step, its tokens the increase of ``usage.completion_tokens``. vLLM merges the outputs of
+  several steps into one chunk when its stream consumer lags (seen on vLLM 0.32: 3 steps arrived as 2
+  chunks), so this undercounts steps and overstates acceptance — hence it ranks below an exact delta;
+- ``metrics_delta`` with other requests overlapping (``exact: false``): not this request's alone.
 
 Pure: no I/O.
 """
