@@ -60,7 +60,7 @@ class RequestRecorder:
     @classmethod
     def start(
         cls, *, request_id: str, key_id: str, key_name: str, model: str, route: str, stream: bool, k: int
-    ):
+    ) -> RequestRecorder:
         """A recorder whose arrival is now."""
         record = RequestTelemetry(
             request_id=request_id,

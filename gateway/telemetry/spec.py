@@ -60,6 +60,19 @@ def _ratio(num: float, den: float) -> float | None:
     return round(num / den, 6) if den > 0 else None
 
 
+def _stats(source: Source, steps: int, accepted: int, drafted: int, exact: bool = True) -> SpecStats:
+    """Rate = accepted / drafted; length = (accepted + steps) / steps (one bonus token per step)."""
+    return SpecStats(
+        source=source,
+        steps=steps,
+        accepted_tokens=accepted,
+        draft_tokens=drafted,
+        acceptance_rate=_ratio(accepted, drafted),
+        mean_acceptance_length=_ratio(accepted + steps, steps),
+        exact=exact,
+    )
+
+
 def from_backend(metrics: Mapping[str, Any] | None) -> SpecStats | None:
     """From vLLM's per-request ``metrics`` object (its ``speculative_decoding`` part), if present."""
     spec = (metrics or {}).get("speculative_decoding")
@@ -71,14 +84,7 @@ def from_backend(metrics: Mapping[str, Any] | None) -> SpecStats | None:
         drafted = int(spec["num_draft_tokens"])
     except (KeyError, TypeError, ValueError):
         return None
-    return SpecStats(
-        source="backend",
-        steps=steps,
-        accepted_tokens=accepted,
-        draft_tokens=drafted,
-        acceptance_rate=_ratio(accepted, drafted),
-        mean_acceptance_length=_ratio(accepted + steps, steps),
-    )
+    return _stats("backend", steps, accepted, drafted)
 
 
 def from_stream(step_tokens: list[int], k: int) -> SpecStats | None:
@@ -86,16 +92,7 @@ def from_stream(step_tokens: list[int], k: int) -> SpecStats | None:
     steps = len(step_tokens)
     if steps == 0 or k <= 0:
         return None
-    tokens = sum(step_tokens)
-    accepted = tokens - steps
-    return SpecStats(
-        source="stream",
-        steps=steps,
-        accepted_tokens=accepted,
-        draft_tokens=steps * k,
-        acceptance_rate=_ratio(accepted, steps * k),
-        mean_acceptance_length=_ratio(tokens, steps),
-    )
+    return _stats("stream", steps, sum(step_tokens) - steps, steps * k)
 
 
 def from_counters(before: Mapping[str, float], after: Mapping[str, float], exact: bool) -> SpecStats | None:
@@ -105,12 +102,4 @@ def from_counters(before: Mapping[str, float], after: Mapping[str, float], exact
     accepted, drafted, steps = (int(after[n] - before[n]) for n in COUNTERS)
     if min(accepted, drafted, steps) < 0 or steps == 0:
         return None
-    return SpecStats(
-        source="metrics_delta",
-        steps=steps,
-        accepted_tokens=accepted,
-        draft_tokens=drafted,
-        acceptance_rate=_ratio(accepted, drafted),
-        mean_acceptance_length=_ratio(accepted + steps, steps),
-        exact=exact,
-    )
+    return _stats("metrics_delta", steps, accepted, drafted, exact)
