@@ -1,14 +1,19 @@
-"""Admission: at most ``slots`` requests upstream, the rest in a bounded FIFO queue.
+"""Admission: at most ``slots`` requests upstream; the rest wait in per-key queues served fairly.
 
 The backend runs ``--max-num-seqs`` sequences (2 on the DGX Spark pair) over one shared KV pool; a
-request sent beyond that only waits inside vLLM, out of the gateway's sight and fairness. So the gateway
-holds the queue itself.
+request sent beyond that only waits inside vLLM, out of the gateway's sight and fairness. So the
+gateway holds the queue itself.
+
+Fairness: each key has its own FIFO queue; keys with waiters take turns (round robin), a key with
+``priority`` p getting up to p grants per turn (weighted round robin). A key flooding 100 requests
+therefore delays another key's single request by at most one slot turn, and no key starves. A key at
+its ``max_concurrency`` is skipped until one of its requests ends.
 
 Invariants (tested):
-- ``in_use <= slots`` at every instant; a freed slot is handed straight to the oldest waiter (no barging).
+- ``in_use <= slots`` at every instant; a freed slot is handed straight to the next waiter (no barging).
 - Every :class:`Lease` is released exactly once, whatever path the request leaves by: a waiter that is
-  cancelled (client gone) or times out leaves the queue, and one cancelled in the same tick it was granted
-  a slot gives the slot back.
+  cancelled (client gone) or times out leaves its queue, and one cancelled in the same tick it was
+  granted a slot gives the slot back.
 
 Pure asyncio: no FastAPI or httpx here.
 """
@@ -16,10 +21,10 @@ Pure asyncio: no FastAPI or httpx here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
-from collections import deque
+from collections import Counter, deque
+from dataclasses import dataclass, field
 
 from gateway.errors import GatewayError
 
@@ -28,12 +33,13 @@ _EWMA_ALPHA = 0.2
 
 
 class QueueFullError(GatewayError):
-    """The wait queue is at capacity: 429 with ``Retry-After``."""
+    """The wait queue (total or this key's) is at capacity: 429 with ``Retry-After``."""
 
-    def __init__(self, retry_after_s: int) -> None:
+    def __init__(self, retry_after_s: int, per_key: bool = False) -> None:
+        what = "this key's queue" if per_key else "its queue"
         super().__init__(
             429,
-            "The server is at capacity and its queue is full; retry later.",
+            f"The server is at capacity and {what} is full; retry later.",
             code="queue_full",
             headers={"Retry-After": str(retry_after_s)},
         )
@@ -51,6 +57,17 @@ class QueueTimeoutError(GatewayError):
         )
 
 
+@dataclass(eq=False, slots=True)
+class Waiter:
+    """One queued request of ``key``; ``future`` resolves when it is granted a slot."""
+
+    key: str
+    priority: int
+    max_concurrency: int | None
+    future: asyncio.Future[None]
+    enqueued_at: float = field(default_factory=time.monotonic)
+
+
 class Lease:
     """One held slot. :meth:`release` is idempotent; ``queue_wait_s`` is the time spent queued (s).
 
@@ -58,11 +75,12 @@ class Lease:
     backend keeps for all requests (vLLM's spec-decode totals) are then not this request's alone.
     """
 
-    __slots__ = ("_admission", "_released", "granted_at", "overlapped", "queue_wait_s")
+    __slots__ = ("_admission", "_released", "granted_at", "key", "overlapped", "queue_wait_s")
 
-    def __init__(self, admission: Admission, queue_wait_s: float) -> None:
+    def __init__(self, admission: Admission, key: str, queue_wait_s: float) -> None:
         self._admission = admission
         self._released = False
+        self.key = key
         self.queue_wait_s = queue_wait_s
         self.granted_at = time.monotonic()
         self.overlapped = False
@@ -73,32 +91,159 @@ class Lease:
         return self._released
 
     def release(self) -> None:
-        """Give the slot back (to the oldest waiter, if any). Safe to call more than once."""
+        """Give the slot back (to the next waiter, if any). Safe to call more than once."""
         if not self._released:
             self._released = True
-            self._admission._active.discard(self)
-            self._admission._release(time.monotonic() - self.granted_at)
+            self._admission._unhold(self, time.monotonic() - self.granted_at)
 
 
 class Admission:
-    """Slot pool with a bounded FIFO wait queue.
+    """Slot pool with bounded, fair per-key wait queues.
 
     Args:
         slots: requests allowed upstream at once (vLLM ``--max-num-seqs``).
-        queue_max: requests allowed to wait; one more gets :class:`QueueFullError`.
+        queue_max: requests allowed to wait in total; one more gets :class:`QueueFullError`.
         queue_timeout_s: longest wait in seconds before :class:`QueueTimeoutError`.
+        queue_max_per_key: requests one key may have waiting (None: only the total bound).
     """
 
-    def __init__(self, slots: int, queue_max: int, queue_timeout_s: float) -> None:
+    def __init__(
+        self, slots: int, queue_max: int, queue_timeout_s: float, queue_max_per_key: int | None = None
+    ) -> None:
         if slots < 1:
             raise ValueError("slots must be >= 1")
         self.slots = slots
         self.queue_max = queue_max
         self.queue_timeout_s = queue_timeout_s
+        self.queue_max_per_key = queue_max_per_key
         self.in_use = 0
-        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._queues: dict[str, deque[Waiter]] = {}
+        self._turns: deque[str] = deque()  # keys with waiters, in serving order
+        self._credit: dict[str, int] = {}  # grants left in the current turn of the key at the front
         self._active: set[Lease] = set()
+        self._active_per_key: Counter[str] = Counter()
+        self._waiting = 0
         self._mean_hold_s = 10.0
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting for a slot now."""
+        return self._waiting
+
+    def retry_after_s(self) -> int:
+        """Seconds a client should wait before retrying: the queue ahead drained at the mean hold time."""
+        return max(1, math.ceil(self._mean_hold_s * (self._waiting + 1) / self.slots))
+
+    def status(self) -> dict[str, object]:
+        """Live view for ``/admin/status``: slots, and per key its requests in flight and waiting."""
+        keys = set(self._queues) | set(self._active_per_key)
+        return {
+            "slots_total": self.slots,
+            "slots_in_use": self.in_use,
+            "queue_depth": self._waiting,
+            "keys": {
+                key: {"in_flight": self._active_per_key[key], "waiting": len(self._queues.get(key, ()))}
+                for key in sorted(keys)
+            },
+        }
+
+    def position(self, waiter: Waiter) -> int:
+        """Estimated grants before ``waiter`` (1 = next), from its place in its key's queue and its key's
+        place in the rotation (priorities ignored)."""
+        queue = self._queues.get(waiter.key)
+        if not queue or waiter not in queue:
+            return 0
+        index = next(i for i, w in enumerate(queue) if w is waiter)
+        return index * max(1, len(self._turns)) + self._turns.index(waiter.key) + 1
+
+    def _eligible(self, key: str, max_concurrency: int | None) -> bool:
+        return max_concurrency is None or self._active_per_key[key] < max_concurrency
+
+    def enqueue(self, key: str = "", priority: int = 1, max_concurrency: int | None = None) -> Lease | Waiter:
+        """Take a slot now if fairness allows, else join ``key``'s queue. Raises :class:`QueueFullError`."""
+        if self.in_use < self.slots and not self._turns and self._eligible(key, max_concurrency):
+            self._grant_slot(key)
+            return Lease(self, key, 0.0)
+        if self._waiting >= self.queue_max:
+            raise QueueFullError(self.retry_after_s())
+        queue = self._queues.setdefault(key, deque())
+        if self.queue_max_per_key is not None and len(queue) >= self.queue_max_per_key:
+            if not queue:
+                del self._queues[key]
+            raise QueueFullError(self.retry_after_s(), per_key=True)
+        waiter = Waiter(key, max(1, priority), max_concurrency, asyncio.get_running_loop().create_future())
+        queue.append(waiter)
+        self._waiting += 1
+        if key not in self._credit:
+            self._turns.append(key)
+            self._credit[key] = waiter.priority
+        self._dispatch()
+        return waiter
+
+    async def wait(self, waiter: Waiter) -> Lease:
+        """Wait for ``waiter``'s slot. Raises :class:`QueueTimeoutError`; cancellation leaks nothing."""
+        try:
+            async with asyncio.timeout(self.queue_timeout_s - (time.monotonic() - waiter.enqueued_at)):
+                await asyncio.shield(waiter.future)
+        except BaseException as exc:
+            if waiter.future.done() and not waiter.future.cancelled():
+                self._unhold_slot(waiter.key)  # granted in the same tick we left: hand it on
+            else:
+                waiter.future.cancel()
+                self._discard(waiter)
+            if isinstance(exc, TimeoutError):
+                waited = time.monotonic() - waiter.enqueued_at
+                raise QueueTimeoutError(waited, self.retry_after_s()) from None
+            raise
+        return Lease(self, waiter.key, time.monotonic() - waiter.enqueued_at)
+
+    async def acquire(self, key: str = "", priority: int = 1, max_concurrency: int | None = None) -> Lease:
+        """Wait for a slot and return its lease (:meth:`enqueue` then :meth:`wait`)."""
+        entry = self.enqueue(key, priority, max_concurrency)
+        return entry if isinstance(entry, Lease) else await self.wait(entry)
+
+    def _discard(self, waiter: Waiter) -> None:
+        queue = self._queues.get(waiter.key)
+        if queue is None or waiter not in queue:
+            return
+        queue.remove(waiter)
+        self._waiting -= 1
+        if not queue:
+            self._drop_key(waiter.key)
+
+    def _drop_key(self, key: str) -> None:
+        del self._queues[key]
+        self._credit.pop(key, None)
+        if key in self._turns:
+            self._turns.remove(key)
+
+    def _dispatch(self) -> None:
+        """Grant free slots to waiters, in weighted round-robin order over eligible keys."""
+        skipped = 0
+        while self.in_use < self.slots and self._turns and skipped < len(self._turns):
+            key = self._turns[0]
+            queue = self._queues[key]
+            head = queue[0]
+            if not self._eligible(key, head.max_concurrency):
+                self._turns.rotate(-1)
+                skipped += 1
+                continue
+            skipped = 0
+            queue.popleft()
+            self._waiting -= 1
+            self._grant_slot(key)
+            head.future.set_result(None)
+            self._credit[key] -= 1
+            if not queue:
+                self._drop_key(key)
+            elif self._credit[key] <= 0:
+                self._credit[key] = queue[0].priority
+                self._turns.rotate(-1)
+
+    def _grant_slot(self, key: str) -> None:
+        # counted at grant, so max_concurrency holds before the waiter's Lease exists
+        self.in_use += 1
+        self._active_per_key[key] += 1
 
     def _hold(self, lease: Lease) -> None:
         self._active.add(lease)
@@ -106,55 +251,14 @@ class Admission:
             for held in self._active:
                 held.overlapped = True
 
-    @property
-    def queue_depth(self) -> int:
-        """Requests waiting for a slot now."""
-        return len(self._waiters)
+    def _unhold(self, lease: Lease, held_s: float) -> None:
+        self._active.discard(lease)
+        self._mean_hold_s += _EWMA_ALPHA * (held_s - self._mean_hold_s)
+        self._unhold_slot(lease.key)
 
-    def retry_after_s(self) -> int:
-        """Seconds a client should wait before retrying: the queue ahead drained at the mean hold time."""
-        ahead = len(self._waiters) + 1
-        return max(1, math.ceil(self._mean_hold_s * ahead / self.slots))
-
-    async def acquire(self) -> Lease:
-        """Wait for a slot and return its lease.
-
-        Raises :class:`QueueFullError` at once if the queue is full, :class:`QueueTimeoutError` after
-        ``queue_timeout_s``; cancellation (client gone) removes the waiter and leaks nothing.
-        """
-        start = time.monotonic()
-        if self.in_use < self.slots and not self._waiters:
-            self.in_use += 1
-            return Lease(self, 0.0)
-        if len(self._waiters) >= self.queue_max:
-            raise QueueFullError(self.retry_after_s())
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            async with asyncio.timeout(self.queue_timeout_s):
-                await waiter
-        except BaseException as exc:
-            if waiter.done() and not waiter.cancelled():
-                self._release(None)  # granted in the same tick we were cancelled: hand it on
-            else:
-                waiter.cancel()
-                self._discard(waiter)
-            if isinstance(exc, TimeoutError):
-                raise QueueTimeoutError(time.monotonic() - start, self.retry_after_s()) from None
-            raise
-        return Lease(self, time.monotonic() - start)
-
-    def _discard(self, waiter: asyncio.Future[None]) -> None:
-        with contextlib.suppress(ValueError):
-            self._waiters.remove(waiter)
-
-    def _release(self, held_s: float | None) -> None:
-        if held_s is not None:
-            self._mean_hold_s += _EWMA_ALPHA * (held_s - self._mean_hold_s)
+    def _unhold_slot(self, key: str) -> None:
         self.in_use -= 1
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                self.in_use += 1
-                waiter.set_result(None)
-                return
+        self._active_per_key[key] -= 1
+        if self._active_per_key[key] <= 0:
+            del self._active_per_key[key]
+        self._dispatch()

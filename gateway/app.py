@@ -29,9 +29,12 @@ from gateway.admission import Admission
 from gateway.api import health
 from gateway.api import metrics as metrics_route
 from gateway.auth import Authenticator, KeyStore
+from gateway.auth.audit import AuditLog
+from gateway.auth.tokens import TokenConfig
 from gateway.config import Settings
 from gateway.db import open_engine
 from gateway.errors import install_error_handlers
+from gateway.limits import RateLimiter, storage_for
 from gateway.proxy import routes as proxy_routes
 from gateway.proxy.forward import Forwarder
 from gateway.proxy.upstream import Upstream, build_client
@@ -40,6 +43,21 @@ from gateway.telemetry import GatewayMetrics
 from gateway.telemetry.backend import BackendMonitor
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.sinks import TelemetrySinks
+
+
+def token_config(settings: Settings) -> TokenConfig | None:
+    """JWT trust settings, or None when neither a secret nor a JWKS file is configured."""
+    if not settings.jwt_secret and not settings.jwt_jwks_file:
+        return None
+    return TokenConfig.load(
+        settings.jwt_secret,
+        settings.jwt_issuer,
+        settings.jwt_audience,
+        settings.jwt_jwks_file,
+        settings.jwt_idp_issuer,
+        settings.jwt_idp_audience,
+        settings.jwt_idp_algorithms,
+    )
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -52,7 +70,9 @@ def create_app(settings: Settings) -> FastAPI:
     if not settings.upstream:
         raise ValueError("settings.upstream is required (e.g. http://127.0.0.1:8000)")
     upstream_url = settings.upstream
-    admission = Admission(settings.slots, settings.queue_max, settings.queue_timeout_s)
+    admission = Admission(
+        settings.slots, settings.queue_max, settings.queue_timeout_s, settings.queue_max_per_key
+    )
     metrics = GatewayMetrics(admission)
 
     @asynccontextmanager
@@ -68,9 +88,19 @@ def create_app(settings: Settings) -> FastAPI:
         monitor = BackendMonitor(client, upstream_url, metrics, settings.backend_poll_s)
         poller = asyncio.create_task(monitor.run())
         app.state.ledger = ledger
-        app.state.authenticator = Authenticator(KeyStore(engine), settings.key_cache_ttl_s)
+        app.state.store = store = KeyStore(engine)
+        app.state.audit = AuditLog(engine)
+        app.state.authenticator = Authenticator(
+            store, settings.key_cache_ttl_s, token_config(settings), settings.admin_key_sha256
+        )
+        limits_storage = storage_for(settings.limits_storage)
         app.state.forwarder = Forwarder(
-            Upstream(upstream_url, client), admission, settings, TelemetrySinks(metrics, ledger), monitor
+            Upstream(upstream_url, client),
+            admission,
+            settings,
+            TelemetrySinks(metrics, ledger),
+            monitor,
+            RateLimiter(limits_storage),
         )
         try:
             yield

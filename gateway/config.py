@@ -81,6 +81,33 @@ class Settings(BaseSettings):
         default=None, description="If set, GET /metrics needs this bearer token"
     )
 
+    admin_key_sha256: str | None = Field(
+        default=None,
+        description="SHA-256 (hex) of a bootstrap admin key, for containers: no plaintext in env",
+    )
+    jwt_secret: str | None = Field(default=None, description="HS256 secret of gateway-minted tokens")
+    jwt_issuer: str = "dspark-gateway"
+    jwt_audience: str = "dspark-gateway"
+    jwt_jwks_file: str | None = Field(default=None, description="JWKS file of an external identity provider")
+    jwt_idp_issuer: str | None = None
+    jwt_idp_audience: str | None = None
+    jwt_idp_algorithms: Annotated[tuple[str, ...], NoDecode] = ("RS256",)
+    limits_storage: str = Field(
+        default="memory://",
+        description="Rate-limit state: memory:// (this process) or redis://host:port/db (shared by replicas)",
+    )
+    queue_max_per_key: int = Field(default=32, ge=0, description="Requests one key may have waiting")
+    rotate_grace_s: float = Field(
+        default=86_400, ge=0, description="How long a rotated-out secret still works"
+    )
+
+    @field_validator("jwt_idp_algorithms", mode="before")
+    @classmethod
+    def _split_algorithms(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
     @field_validator("reasoning_fields", mode="before")
     @classmethod
     def _split_fields(cls, value: object) -> object:

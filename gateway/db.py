@@ -35,7 +35,7 @@ def _ensure_sqlite_folder(url: str) -> None:
 async def open_engine(url: str) -> AsyncEngine:
     """Connect to ``url`` (creating a SQLite file's folder) and create missing tables."""
     # importing the table modules registers them on Base.metadata
-    from gateway.auth import store  # noqa: F401
+    from gateway.auth import audit, store  # noqa: F401
     from gateway.telemetry import ledger  # noqa: F401
 
     await asyncio.to_thread(_ensure_sqlite_folder, url)

@@ -1,22 +1,28 @@
 """Bearer-token authentication with a short-lived lookup cache.
 
-``Authorization: Bearer dsk-…`` -> :class:`Principal`. Lookups by SHA-256 are cached for
-``ttl_s`` seconds (hits and misses alike), so a revoke or expiry written by another process (the CLI,
-another replica) lands within ``ttl_s``; expiry is re-checked on every request against the clock.
-The secret is compared only as its hash, through an indexed equality lookup, so no timing signal
-depends on how many leading characters of a guess are right.
+``Authorization: Bearer dsk-…`` (an API key), a JWT (:mod:`gateway.auth.tokens`), or the bootstrap
+admin key whose SHA-256 is in ``GATEWAY_ADMIN_KEY_SHA256`` -> :class:`Principal`. For API keys,
+lookups by SHA-256 are cached for ``ttl_s`` seconds (hits and misses alike), so a revoke or expiry
+written by another process (the CLI, another replica) lands within ``ttl_s``; expiry is re-checked
+on every request against the clock. The secret is compared only as its hash, through an indexed
+equality lookup, so no timing signal depends on how many leading characters of a guess are right.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from datetime import UTC, datetime, timedelta
 
 from gateway.auth.principal import Principal
 from gateway.auth.secrets import hash_key, is_well_formed
 from gateway.auth.store import KeyRecord, KeyStore
+from gateway.auth.tokens import TokenConfig, looks_like_jwt, verify
 from gateway.errors import GatewayError
+
+#: Who the ``GATEWAY_ADMIN_KEY_SHA256`` key authenticates as.
+BOOTSTRAP_ADMIN = Principal(key_id="bootstrap-admin", name="bootstrap-admin", scopes=("admin",))
 
 #: ``last_used_at`` is written at most this often per key (it is for humans, not billing).
 TOUCH_INTERVAL = timedelta(seconds=60)
@@ -44,9 +50,17 @@ def bearer_token(header: str | None) -> str:
 class Authenticator:
     """Resolves bearer tokens to principals through a :class:`KeyStore`, with a TTL cache."""
 
-    def __init__(self, store: KeyStore, ttl_s: float) -> None:
+    def __init__(
+        self,
+        store: KeyStore,
+        ttl_s: float,
+        tokens: TokenConfig | None = None,
+        admin_key_sha256: str | None = None,
+    ) -> None:
         self._store = store
         self._ttl_s = ttl_s
+        self._tokens = tokens
+        self._admin_hash = admin_key_sha256.lower() if admin_key_sha256 else None
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
         self._touched: dict[str, datetime] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -58,9 +72,14 @@ class Authenticator:
         revoked or expired key.
         """
         token = bearer_token(header)
+        if self._tokens is not None and looks_like_jwt(token):
+            return verify(self._tokens, token)
         if not is_well_formed(token):
             raise _unauthorized("Invalid API key.")
-        record = await self._lookup(hash_key(token))
+        key_hash = hash_key(token)
+        if self._admin_hash is not None and hmac.compare_digest(key_hash, self._admin_hash):
+            return BOOTSTRAP_ADMIN
+        record = await self._lookup(key_hash)
         now = datetime.now(UTC)
         if record is None:
             raise _unauthorized("Invalid API key.")

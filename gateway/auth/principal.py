@@ -11,7 +11,9 @@ class Principal:
 
     ``models`` is the model allow-list; ``None`` means every served model. ``name`` is what metrics and
     logs carry — never the key itself. ``default_thinking`` (off|low|high|max) overrides the gateway's
-    default for this key's requests that don't choose.
+    default for this key's requests that don't choose. Limits (``rpm`` requests/min, ``tpm``
+    tokens/min, ``max_concurrency`` requests in flight) are None when unlimited; ``priority`` >= 1 is
+    the key's weight in the fair queue.
     """
 
     key_id: str
@@ -19,6 +21,10 @@ class Principal:
     models: tuple[str, ...] | None = None
     scopes: tuple[str, ...] = ()
     default_thinking: str | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+    priority: int = 1
 
     def may_use(self, model: str) -> bool:
         """True if the allow-list admits ``model``."""

@@ -1,13 +1,19 @@
-"""Key store: API key records in the gateway database (see :mod:`gateway.db`)."""
+"""Key store: API key records in the gateway database (see :mod:`gateway.db`).
+
+A key has a public id (``key_…``), a unique name (what metrics, logs and the ledger show), and a
+secret of which only the SHA-256 is stored. Rotation stores a new hash and keeps the previous one
+valid until ``previous_expires_at`` (the grace period), so clients can switch without an outage.
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import JSON, DateTime, String, select, update
+from sqlalchemy import JSON, DateTime, Integer, String, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from sqlalchemy.orm import Mapped, mapped_column
@@ -15,6 +21,18 @@ from sqlalchemy.orm import Mapped, mapped_column
 from gateway.auth.principal import Principal
 from gateway.auth.secrets import display_prefix, generate_key, hash_key
 from gateway.db import Base, open_engine, utc
+
+#: Fields an admin may change after creation (PATCH).
+MUTABLE_FIELDS = (
+    "expires_at",
+    "models",
+    "rpm",
+    "tpm",
+    "max_concurrency",
+    "priority",
+    "default_thinking",
+    "metadata",
+)
 
 
 class ApiKeyRow(Base):
@@ -33,11 +51,18 @@ class ApiKeyRow(Base):
     models: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     scopes: Mapped[list[str]] = mapped_column(JSON, default=list)
     default_thinking: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    rpm: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    tpm: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_concurrency: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    priority: Mapped[int] = mapped_column(Integer, default=1)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    previous_hash: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    previous_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 @dataclass(frozen=True, slots=True)
 class KeyRecord:
-    """A key's stored state (never its secret)."""
+    """A key's stored state (never its secret). Limits: ``None`` means unlimited."""
 
     id: str
     name: str
@@ -48,7 +73,13 @@ class KeyRecord:
     last_used_at: datetime | None
     models: tuple[str, ...] | None
     scopes: tuple[str, ...]
-    default_thinking: str | None
+    default_thinking: str | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+    priority: int = 1
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    previous_expires_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: ApiKeyRow) -> KeyRecord:
@@ -65,6 +96,12 @@ class KeyRecord:
             models=tuple(row.models) if row.models is not None else None,
             scopes=tuple(row.scopes or ()),
             default_thinking=row.default_thinking,
+            rpm=row.rpm,
+            tpm=row.tpm,
+            max_concurrency=row.max_concurrency,
+            priority=row.priority or 1,
+            metadata=dict(row.meta or {}),
+            previous_expires_at=utc(row.previous_expires_at),
         )
 
     def status(self, now: datetime) -> str:
@@ -83,7 +120,36 @@ class KeyRecord:
             models=self.models,
             scopes=self.scopes,
             default_thinking=self.default_thinking,
+            rpm=self.rpm,
+            tpm=self.tpm,
+            max_concurrency=self.max_concurrency,
+            priority=self.priority,
         )
+
+    def public(self, now: datetime) -> dict[str, Any]:
+        """JSON view for the admin API and CLI (no secret, no hash)."""
+        iso = lambda v: v.isoformat() if v else None  # noqa: E731
+        return {
+            "id": self.id,
+            "name": self.name,
+            "prefix": self.prefix,
+            "status": self.status(now),
+            "created_at": iso(self.created_at),
+            "expires_at": iso(self.expires_at),
+            "revoked_at": iso(self.revoked_at),
+            "last_used_at": iso(self.last_used_at),
+            "models": list(self.models) if self.models is not None else None,
+            "scopes": list(self.scopes),
+            "default_thinking": self.default_thinking,
+            "rpm": self.rpm,
+            "tpm": self.tpm,
+            "max_concurrency": self.max_concurrency,
+            "priority": self.priority,
+            "metadata": dict(self.metadata),
+            "previous_key_valid_until": iso(self.previous_expires_at)
+            if self.previous_expires_at and self.previous_expires_at > now
+            else None,
+        }
 
 
 class KeyExistsError(Exception):
@@ -118,22 +184,34 @@ class KeyStore:
         models: Sequence[str] | None = None,
         scopes: Sequence[str] = (),
         default_thinking: str | None = None,
-    ) -> tuple[KeyRecord, str]:
+        rpm: int | None = None,
+        tpm: int | None = None,
+        max_concurrency: int | None = None,
+        priority: int = 1,
+        metadata: Mapping[str, Any] | None = None,
+        key_hash: str | None = None,
+    ) -> tuple[KeyRecord, str | None]:
         """Create a key; return its record and the plaintext secret (the only time it exists).
 
-        Raises :class:`KeyExistsError` if ``name`` is taken.
+        ``key_hash`` registers a key whose secret was made elsewhere (bootstrap from
+        ``GATEWAY_ADMIN_KEY_SHA256``); the returned secret is then None. Raises :class:`KeyExistsError`.
         """
-        secret = generate_key()
+        secret = None if key_hash else generate_key()
         row = ApiKeyRow(
             id="key_" + uuid.uuid4().hex[:24],
             name=name,
-            key_hash=hash_key(secret),
-            prefix=display_prefix(secret),
+            key_hash=key_hash or hash_key(secret or ""),
+            prefix=display_prefix(secret) if secret else "(sha256)",
             created_at=datetime.now(UTC),
             expires_at=expires_at,
             models=list(models) if models is not None else None,
             scopes=list(scopes),
             default_thinking=default_thinking,
+            rpm=rpm,
+            tpm=tpm,
+            max_concurrency=max_concurrency,
+            priority=priority,
+            meta=dict(metadata or {}),
         )
         try:
             async with self._session.begin() as session:
@@ -148,21 +226,81 @@ class KeyStore:
             rows = await session.scalars(select(ApiKeyRow).order_by(ApiKeyRow.created_at))
             return [KeyRecord.from_row(r) for r in rows]
 
-    async def find_by_hash(self, key_hash: str) -> KeyRecord | None:
-        """The key whose secret hashes to ``key_hash``, or None. Indexed lookup."""
+    async def get(self, ref: str) -> KeyRecord:
+        """The key with id or name ``ref``. Raises :class:`KeyNotFoundError`."""
+        async with self._session() as session:
+            row = await session.scalar(
+                select(ApiKeyRow).where(or_(ApiKeyRow.id == ref, ApiKeyRow.name == ref))
+            )
+            if row is None:
+                raise KeyNotFoundError(ref)
+            return KeyRecord.from_row(row)
+
+    async def find_by_hash(self, key_hash: str, now: datetime | None = None) -> KeyRecord | None:
+        """The key whose current secret — or previous one, within its rotation grace — hashes to
+        ``key_hash``, or None. Indexed lookups."""
+        now = now or datetime.now(UTC)
         async with self._session() as session:
             row = await session.scalar(select(ApiKeyRow).where(ApiKeyRow.key_hash == key_hash))
-            return KeyRecord.from_row(row) if row is not None else None
+            if row is not None:
+                return KeyRecord.from_row(row)
+            row = await session.scalar(select(ApiKeyRow).where(ApiKeyRow.previous_hash == key_hash))
+            grace = utc(row.previous_expires_at) if row is not None else None
+            if row is None or grace is None or grace <= now:
+                return None
+            return KeyRecord.from_row(row)
 
-    async def revoke(self, name: str) -> KeyRecord:
-        """Mark the key named ``name`` revoked (idempotent). Raises :class:`KeyNotFoundError`."""
+    async def _mutate(self, ref: str, change: Any) -> KeyRecord:
         async with self._session.begin() as session:
-            row = await session.scalar(select(ApiKeyRow).where(ApiKeyRow.name == name))
+            row = await session.scalar(
+                select(ApiKeyRow).where(or_(ApiKeyRow.id == ref, ApiKeyRow.name == ref))
+            )
             if row is None:
-                raise KeyNotFoundError(name)
+                raise KeyNotFoundError(ref)
+            change(row)
+            return KeyRecord.from_row(row)
+
+    async def update(self, ref: str, changes: Mapping[str, Any]) -> KeyRecord:
+        """Set fields of :data:`MUTABLE_FIELDS` (others: ``ValueError``). Raises :class:`KeyNotFoundError`."""
+        unknown = set(changes) - set(MUTABLE_FIELDS)
+        if unknown:
+            raise ValueError(f"not changeable: {', '.join(sorted(unknown))}")
+
+        def apply(row: ApiKeyRow) -> None:
+            for name, value in changes.items():
+                setattr(row, "meta" if name == "metadata" else name, value)
+
+        return await self._mutate(ref, apply)
+
+    async def rotate(self, ref: str, grace: timedelta) -> tuple[KeyRecord, str]:
+        """Give the key a new secret; the old one keeps working for ``grace``. Returns the new secret."""
+        secret = generate_key()
+
+        def apply(row: ApiKeyRow) -> None:
+            row.previous_hash = row.key_hash
+            row.previous_expires_at = datetime.now(UTC) + grace
+            row.key_hash = hash_key(secret)
+            row.prefix = display_prefix(secret)
+
+        return await self._mutate(ref, apply), secret
+
+    async def revoke(self, ref: str) -> KeyRecord:
+        """Mark the key (id or name) revoked (idempotent). Raises :class:`KeyNotFoundError`."""
+
+        def apply(row: ApiKeyRow) -> None:
             if row.revoked_at is None:
                 row.revoked_at = datetime.now(UTC)
-            return KeyRecord.from_row(row)
+
+        return await self._mutate(ref, apply)
+
+    async def delete(self, ref: str) -> None:
+        """Remove the key (id or name) for good. Raises :class:`KeyNotFoundError`."""
+        async with self._session.begin() as session:
+            result = await session.execute(
+                delete(ApiKeyRow).where(or_(ApiKeyRow.id == ref, ApiKeyRow.name == ref))
+            )
+            if not result.rowcount:  # type: ignore[attr-defined]
+                raise KeyNotFoundError(ref)
 
     async def touch(self, key_id: str, when: datetime) -> None:
         """Record that the key was used at ``when``."""

@@ -107,3 +107,61 @@ async def test_overlap_is_flagged_on_both_leases() -> None:
     assert not alone.overlapped and first.overlapped and second.overlapped
     first.release()
     second.release()
+
+
+async def test_a_flood_delays_another_key_by_at_most_one_slot_turn() -> None:
+    admission = Admission(slots=2, queue_max=200, queue_timeout_s=10)
+    order: list[str] = []
+
+    async def run(name: str, key: str) -> None:
+        lease = await admission.acquire(key)
+        order.append(name)
+        await asyncio.sleep(0.001)
+        lease.release()
+
+    flood = [asyncio.create_task(run(f"a{i}", "A")) for i in range(100)]
+    await asyncio.sleep(0)  # the flood is queued first ...
+    single = asyncio.create_task(run("b0", "B"))  # ... then one request of another key
+    await asyncio.gather(*flood, single)
+    # two floods hold the slots; the next free slot after B arrived goes to B
+    assert order.index("b0") <= 3
+    assert admission.queue_depth == 0 and admission.in_use == 0
+
+
+async def test_priority_weights_the_turns() -> None:
+    admission = Admission(slots=1, queue_max=100, queue_timeout_s=10)
+    holder = await admission.acquire("X")
+    order: list[str] = []
+
+    async def run(name: str, key: str, priority: int) -> None:
+        lease = await admission.acquire(key, priority=priority)
+        order.append(key)
+        lease.release()
+
+    tasks = [asyncio.create_task(run(f"h{i}", "H", 3)) for i in range(6)]
+    tasks += [asyncio.create_task(run(f"l{i}", "L", 1)) for i in range(6)]
+    await asyncio.sleep(0)
+    holder.release()
+    await asyncio.gather(*tasks)
+    assert "".join(order[:8]) == "HHHLHHHL"  # 3 grants for priority 3, then 1 for priority 1
+    assert sorted(order) == ["H"] * 6 + ["L"] * 6  # no starvation
+
+
+async def test_max_concurrency_per_key_and_per_key_queue_bound() -> None:
+    admission = Admission(slots=2, queue_max=10, queue_timeout_s=10, queue_max_per_key=1)
+    first = await admission.acquire("A", max_concurrency=1)
+    second = asyncio.create_task(admission.acquire("A", max_concurrency=1))
+    await asyncio.sleep(0)
+    assert admission.in_use == 1 and admission.queue_depth == 1  # a free slot, but A is at its max
+    with pytest.raises(QueueFullError) as info:
+        await admission.acquire("A", max_concurrency=1)  # A's own queue holds 1 at most
+    assert "this key" in info.value.message
+    other = await admission.acquire("B")  # another key takes the free slot at once
+    assert admission.status()["keys"] == {
+        "A": {"in_flight": 1, "waiting": 1},
+        "B": {"in_flight": 1, "waiting": 0},
+    }
+    first.release()
+    (await second).release()
+    other.release()
+    assert admission.in_use == 0 and admission.status()["keys"] == {}

@@ -1,0 +1,144 @@
+"""JWT bearer tokens (python-jose): short-lived gateway-minted tokens and an external identity provider.
+
+Two trust roots, each with its algorithms fixed by configuration — a token never chooses how it is
+verified:
+
+- **gateway-minted** (``dspark-gateway token``): HS256 with ``GATEWAY_JWT_SECRET``, issuer
+  ``GATEWAY_JWT_ISSUER``, audience ``GATEWAY_JWT_AUDIENCE``;
+- **identity provider**: public keys from a JWKS file (``GATEWAY_JWT_JWKS_FILE``), algorithms
+  ``GATEWAY_JWT_IDP_ALGORITHMS`` (default RS256), issuer and audience required.
+
+A token's header ``alg`` only picks which of the two roots to try; ``none`` and any algorithm outside the
+chosen root's list are rejected, so an RS256 public key is never used as an HMAC secret (the HS/RS
+confusion attack, CVE-2016-10555 class). Claims map to a :class:`Principal`: ``sub`` -> name,
+``scope`` (space-separated) or ``scopes`` (list), ``models``, ``rpm``, ``tpm``, ``max_concurrency``,
+``priority``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jose import JWTError, jwt
+
+from gateway.auth.principal import Principal
+from gateway.errors import GatewayError
+
+HMAC_ALGORITHMS = ("HS256",)
+
+
+def _invalid(reason: str) -> GatewayError:
+    return GatewayError(
+        401, f"Invalid bearer token: {reason}.", code="invalid_api_key",
+        headers={"WWW-Authenticate": 'Bearer realm="dspark-gateway", error="invalid_token"'},
+    )  # fmt: skip
+
+
+def looks_like_jwt(token: str) -> bool:
+    """Three base64url segments separated by dots."""
+    return token.count(".") == 2 and not token.startswith("dsk-")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenConfig:
+    """Trust settings. ``secret`` None disables gateway tokens; ``jwks`` None disables the IdP."""
+
+    secret: str | None
+    issuer: str
+    audience: str
+    jwks: dict[str, Any] | None = None
+    idp_issuer: str | None = None
+    idp_audience: str | None = None
+    idp_algorithms: tuple[str, ...] = ("RS256",)
+
+    @classmethod
+    def load(
+        cls,
+        secret: str | None,
+        issuer: str,
+        audience: str,
+        jwks_file: str | None,
+        idp_issuer: str | None,
+        idp_audience: str | None,
+        idp_algorithms: tuple[str, ...],
+    ) -> TokenConfig:
+        """Read the JWKS file (if any). Raises ``ValueError`` on an unusable configuration."""
+        jwks = json.loads(Path(jwks_file).read_text()) if jwks_file else None
+        if jwks is not None and not (idp_issuer and idp_audience):
+            raise ValueError(
+                "GATEWAY_JWT_JWKS_FILE needs GATEWAY_JWT_IDP_ISSUER and GATEWAY_JWT_IDP_AUDIENCE"
+            )
+        if any(a.upper().startswith("HS") or a.lower() == "none" for a in idp_algorithms):
+            raise ValueError("identity-provider algorithms must be asymmetric (RS*/ES*/PS*)")
+        return cls(secret, issuer, audience, jwks, idp_issuer, idp_audience, idp_algorithms)
+
+
+def mint(config: TokenConfig, subject: str, scopes: list[str], ttl_s: float, **claims: Any) -> str:
+    """A gateway token (HS256) for ``subject`` with ``scopes``, valid ``ttl_s`` seconds.
+
+    Raises ``ValueError`` if no secret is configured.
+    """
+    if not config.secret:
+        raise ValueError("GATEWAY_JWT_SECRET is not set")
+    now = int(time.time())
+    payload = {
+        "iss": config.issuer, "aud": config.audience, "sub": subject, "iat": now, "nbf": now,
+        "exp": now + int(ttl_s), "scope": " ".join(scopes), **claims,
+    }  # fmt: skip
+    return str(jwt.encode(payload, config.secret, algorithm="HS256"))
+
+
+def verify(config: TokenConfig, token: str) -> Principal:
+    """Verify ``token`` against the root its header names; raise 401 ``GatewayError`` otherwise."""
+    try:
+        header = jwt.get_unverified_header(token)
+    except JWTError:
+        raise _invalid("malformed") from None
+    alg = str(header.get("alg", ""))
+    try:
+        if alg in HMAC_ALGORITHMS and config.secret:
+            claims = jwt.decode(
+                token,
+                config.secret,
+                algorithms=list(HMAC_ALGORITHMS),
+                audience=config.audience,
+                issuer=config.issuer,
+            )
+        elif config.jwks is not None and alg in config.idp_algorithms:
+            claims = jwt.decode(
+                token, config.jwks, algorithms=list(config.idp_algorithms),
+                audience=config.idp_audience, issuer=config.idp_issuer,
+            )  # fmt: skip
+        else:
+            raise _invalid(f"algorithm {alg or 'none'!r} is not accepted")
+    except JWTError as exc:
+        raise _invalid(str(exc).rstrip(".").lower() or "verification failed") from None
+    return _principal(claims)
+
+
+def _principal(claims: dict[str, Any]) -> Principal:
+    subject = claims.get("sub")
+    if not isinstance(subject, str) or not subject:
+        raise _invalid("no subject")
+    scope = claims.get("scopes", claims.get("scope", ""))
+    scopes = tuple(scope.split() if isinstance(scope, str) else [str(s) for s in scope or ()])
+    models = claims.get("models")
+
+    def limit(name: str) -> int | None:
+        value = claims.get(name)
+        return value if isinstance(value, int) and value > 0 else None
+
+    return Principal(
+        key_id=f"jwt:{subject}",
+        name=f"jwt:{subject}",
+        models=tuple(models) if isinstance(models, list) else None,
+        scopes=scopes,
+        rpm=limit("rpm"),
+        tpm=limit("tpm"),
+        max_concurrency=limit("max_concurrency"),
+        priority=limit("priority") or 1,
+    )

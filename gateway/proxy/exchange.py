@@ -1,0 +1,171 @@
+"""One request's life after it was parsed: admit, open upstream, relay or buffer, record — once.
+
+:class:`Exchange` owns the request's slot lease, rate-limit ticket, upstream response and telemetry
+recorder, and :meth:`Exchange.close` gives them all back exactly once, whatever path the request leaves
+by. Three paths:
+
+- non-stream: admit and open (cancelled if the client leaves), read the body, answer;
+- stream admitted at once: admit and open before any byte, so a down upstream is still a 503;
+- stream that has to queue: answer 200 at once and send ``: queued N`` SSE comments while it waits
+  (so idle-timeout proxies don't cut it and the client sees its place), then relay; a failure after
+  that point is an SSE error event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from starlette.responses import Response, StreamingResponse
+
+from gateway.admission import Lease, Waiter
+from gateway.asgi import ClosingStreamingResponse
+from gateway.errors import GatewayError
+from gateway.limits import Ticket
+from gateway.proxy.client_view import ClientView
+from gateway.proxy.relay import STREAM_HEADERS, RelayOutcome, relay_events
+from gateway.proxy.rewrite import StreamRewriter, rewrite_body
+from gateway.telemetry.recorder import RequestRecorder
+from gateway.telemetry.spec import COUNTERS
+
+if TYPE_CHECKING:
+    from gateway.proxy.forward import Forwarder, Prepared
+
+#: Seconds between ``: queued N`` comments to a waiting stream.
+QUEUE_COMMENT_INTERVAL_S = 5.0
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One request in flight. Build it, then call :meth:`respond`."""
+
+    forwarder: Forwarder
+    path: str
+    prepared: Prepared
+    recorder: RequestRecorder
+    ticket: Ticket
+    view: ClientView
+    stream: bool
+    lease: Lease | None = None
+    upstream: httpx.Response | None = None
+    _before: dict[str, float] | None = None
+    _closed: bool = False
+
+    async def admit_and_open(self, entry: Lease | Waiter) -> None:
+        """Wait for the slot (if queued), then send the request upstream (:meth:`close` releases both)."""
+        self.lease = entry if isinstance(entry, Lease) else await self.forwarder.admission.wait(entry)
+        self.recorder.admitted(self.lease.queue_wait_s)
+        if self.forwarder.wants_counters():
+            self._before = await self.forwarder.monitor.scrape()
+        raw = json.dumps(self.prepared.payload).encode()
+        self.upstream = await self.forwarder.upstream.open(
+            "POST", self.path, raw, {"x-request-id": self.recorder.record.request_id}
+        )
+
+    def stream_response(self, events: AsyncIterator[bytes], outcome: RelayOutcome) -> StreamingResponse:
+        """The client's event stream; its end (any end) closes the exchange."""
+
+        async def on_close(client_gone: bool) -> None:
+            gone = client_gone and not outcome.done
+            status = outcome.error.status if outcome.error is not None else (499 if gone else 200)
+            await self.close(status, gone)
+
+        return ClosingStreamingResponse(
+            events,
+            on_close=on_close,
+            media_type="text/event-stream",
+            headers={**STREAM_HEADERS, **self.ticket.headers},
+        )
+
+    def relay(self, outcome: RelayOutcome) -> AsyncIterator[bytes]:
+        """Upstream events through the rewriter (reasoning split, client view, telemetry)."""
+        assert self.upstream is not None
+        rewriter = StreamRewriter(
+            self.prepared.policy, self.forwarder.traits, self.view, self.recorder.observe_chunk
+        )
+        return relay_events(self.upstream, rewriter.step, outcome)
+
+    async def queued_events(self, waiter: Waiter, outcome: RelayOutcome) -> AsyncIterator[bytes]:
+        """For a stream that must wait: ``: queued N`` comments, then the relay; failures as SSE errors."""
+        admission = self.forwarder.admission
+        opening = asyncio.ensure_future(self.admit_and_open(waiter))
+        try:
+            while not opening.done():
+                yield f": queued {admission.position(waiter)}\n\n".encode()
+                await asyncio.wait({opening}, timeout=QUEUE_COMMENT_INTERVAL_S)
+            opening.result()
+        except GatewayError as error:
+            outcome.error = error
+            yield error.sse_event()
+            return
+        finally:
+            if not opening.done():
+                opening.cancel()
+                with contextlib.suppress(BaseException):
+                    await opening
+        async for event in self.relay(outcome):
+            yield event
+
+    async def read_body(self) -> Response:
+        """Non-stream: the whole upstream body, rewritten, with telemetry recorded."""
+        assert self.upstream is not None
+        try:
+            content = await self.upstream.aread()
+        except httpx.HTTPError as exc:
+            raise GatewayError(
+                502, f"The model server response broke: {type(exc).__name__}", code="upstream_error"
+            ) from exc
+        status = self.upstream.status_code
+        try:
+            body = json.loads(content)
+        except ValueError as exc:
+            raise GatewayError(
+                502, "The model server sent a response that is not JSON.", code="upstream_error"
+            ) from exc
+        reasoning_chars, content_chars = rewrite_body(body, self.prepared.policy, self.forwarder.traits)
+        self.recorder.observe_body(body, reasoning_chars, content_chars)
+        await self.close(status, client_gone=False)
+        self.view.apply_body(body)  # after close: the telemetry object is complete
+        return Response(
+            json.dumps(body, ensure_ascii=False).encode(),
+            status_code=status,
+            media_type="application/json",
+            headers=self.ticket.headers,
+        )
+
+    async def _counters(self) -> tuple[dict[str, float], dict[str, float], bool] | None:
+        if self._before is None or self.lease is None:
+            return None
+        after = await self.forwarder.monitor.scrape()
+        if after is None:
+            return None
+        before = {n: self._before[n] for n in COUNTERS if n in self._before}
+        return before, {n: after[n] for n in COUNTERS if n in after}, not self.lease.overlapped
+
+    async def close(self, status: int, client_gone: bool) -> None:
+        """Release everything and publish the record. Idempotent: only the first call counts."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.upstream is not None:
+                await self.upstream.aclose()
+        finally:
+            if self.lease is not None:
+                self.lease.release()
+        forwarder = self.forwarder
+        record = self.recorder.finish(status, client_gone, await self._counters())
+        if self.recorder.saw_backend_metrics:
+            forwarder.traits.per_request_metrics = True
+        forwarder.sinks.publish(record)
+        await forwarder.limits.settle(self.ticket, record.prompt_tokens + record.completion_tokens)
+
+
+def telemetry_fn(recorder: RequestRecorder) -> Callable[[], dict[str, Any]]:
+    """The client ``telemetry`` object, built when it is due."""
+    return lambda: recorder.snapshot().client_view()
