@@ -7,6 +7,9 @@ vLLM's ``/tokenize``, ``/invocations``, ``/pause``, its ``/metrics`` ... are unr
 ``POST /v1/chat/completions``     key     proxied (stream and non-stream)
 ``POST /v1/completions``          key     proxied
 ``GET  /v1/models``               key     upstream list, filtered by the key
+``/admin/keys`` (CRUD, rotate)     admin   API keys (see gateway/admin/keys.py)
+``GET  /admin/status``            admin   slots, queue, per-key in flight / waiting
+``GET  /admin/audit``             admin   admin actions
 ``GET  /admin/usage``             admin   token totals by day / key / model
 ``GET  /admin/requests``          admin   recent requests' telemetry
 ``GET  /health``                  public  process up
@@ -24,6 +27,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from gateway.admin import keys as admin_keys
 from gateway.admin import routes as admin_routes
 from gateway.admission import Admission
 from gateway.api import health
@@ -126,6 +130,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(metrics_route.router)
     app.include_router(proxy_routes.router)
     app.include_router(admin_routes.router)
+    app.include_router(admin_keys.router)
     metrics.instrument(app)
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -43,6 +43,23 @@ async def usage(
     return {"group_by": group_by, "data": await ledger.usage(group_by, since=since, key_name=key)}
 
 
+@router.get("/status", summary="Live admission state: slots, queue, per-key in flight and waiting")
+async def status(request: Request) -> dict[str, Any]:
+    traits = request.app.state.forwarder.traits
+    return {
+        **request.app.state.admission.status(),
+        "upstream": {
+            "splits_reasoning": traits.splits_reasoning,
+            "per_request_metrics": traits.per_request_metrics,
+        },
+    }
+
+
+@router.get("/audit", summary="Admin actions, newest first")
+async def audit(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
+    return {"data": await request.app.state.audit.recent(limit)}
+
+
 @router.get("/requests", summary="Recent requests' telemetry (no prompt text, no keys)")
 async def requests(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> dict[str, Any]:
     ledger = await _flushed_ledger(request)

@@ -109,6 +109,10 @@ class Authenticator:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    def invalidate(self) -> None:
+        """Forget cached lookups (after a key changed in this process)."""
+        self._cache.clear()
+
     async def aclose(self) -> None:
         """Wait for pending ``last_used_at`` writes."""
         if self._background:

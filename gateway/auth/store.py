@@ -266,9 +266,15 @@ class KeyStore:
         if unknown:
             raise ValueError(f"not changeable: {', '.join(sorted(unknown))}")
 
+        defaults = {"priority": 1, "metadata": {}}  # non-null columns: null means "back to default"
+
         def apply(row: ApiKeyRow) -> None:
             for name, value in changes.items():
-                setattr(row, "meta" if name == "metadata" else name, value)
+                setattr(
+                    row,
+                    "meta" if name == "metadata" else name,
+                    defaults.get(name) if value is None else value,
+                )
 
         return await self._mutate(ref, apply)
 

@@ -1,0 +1,153 @@
+"""``/admin/keys``: create, list, read, change, rotate, revoke and delete API keys (admin scope).
+
+Every action is written to the audit log (actor, action, key, client address). A new or rotated
+secret appears once, in the response that made it; never in the audit log, the ledger or a log line.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from gateway.admin.routes import require_admin
+from gateway.auth import KeyExistsError, KeyNotFoundError, KeyStore, Principal
+from gateway.errors import GatewayError
+
+router = APIRouter(prefix="/admin/keys", dependencies=[Depends(require_admin)], tags=["admin: keys"])
+AdminDep = Annotated[Principal, Depends(require_admin)]
+Thinking = Literal["off", "low", "high", "max"]
+
+
+class KeyLimits(BaseModel):
+    """Limits and options of a key; every field optional (None: unlimited / default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    expires_at: datetime | None = Field(default=None, description="UTC expiry (ISO 8601); null: never")
+    models: list[str] | None = Field(default=None, description="Model allow-list; null: every model")
+    rpm: int | None = Field(default=None, ge=1, description="Requests per minute")
+    tpm: int | None = Field(default=None, ge=1, description="Tokens per minute (prompt + completion)")
+    max_concurrency: int | None = Field(default=None, ge=1, description="Requests in flight at once")
+    priority: int | None = Field(default=None, ge=1, le=100, description="Weight in the fair queue")
+    default_thinking: Thinking | None = Field(default=None, description="Default thinking mode")
+    metadata: dict[str, Any] | None = Field(default=None, description="Free-form labels (team, owner …)")
+
+
+class KeyCreate(KeyLimits):
+    """``POST /admin/keys`` body."""
+
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@\-]+$")
+    scopes: list[Literal["admin"]] = Field(default_factory=list, description='["admin"] for an admin key')
+
+
+class KeyRotate(BaseModel):
+    """``POST /admin/keys/{id}/rotate`` body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    grace_s: float | None = Field(default=None, ge=0, description="How long the old secret still works")
+
+
+def _store(request: Request) -> KeyStore:
+    store: KeyStore = request.app.state.store
+    return store
+
+
+async def _audit(request: Request, actor: Principal, action: str, target: str | None, **detail: Any) -> None:
+    client = request.client.host if request.client else None
+    await request.app.state.audit.record(actor.name, action, target, client, detail)
+
+
+def _not_found(ref: str) -> GatewayError:
+    return GatewayError(404, f"No key {ref!r}.", code="key_not_found", param="id")
+
+
+def _changed(request: Request) -> None:
+    request.app.state.authenticator.invalidate()  # this process sees the change at once
+
+
+@router.post("", status_code=201, summary="Create a key (the secret is returned once)")
+async def create_key(body: KeyCreate, request: Request, actor: AdminDep) -> JSONResponse:
+    fields = body.model_dump(exclude_none=True, exclude={"name", "scopes"})
+    try:
+        record, secret = await _store(request).create(body.name, scopes=body.scopes, **fields)
+    except KeyExistsError:
+        raise GatewayError(
+            409, f"A key named {body.name!r} exists.", code="key_exists", param="name"
+        ) from None
+    await _audit(
+        request, actor, "key.create", record.id, name=record.name, prefix=record.prefix, **_loggable(fields)
+    )
+    return JSONResponse({**record.public(datetime.now(UTC)), "key": secret}, status_code=201)
+
+
+def _loggable(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in fields.items()}
+
+
+@router.get("", summary="List keys (no secrets)")
+async def list_keys(request: Request) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    return {"data": [r.public(now) for r in await _store(request).list()]}
+
+
+@router.get("/{key_id}", summary="Read one key")
+async def get_key(key_id: str, request: Request) -> dict[str, Any]:
+    try:
+        return (await _store(request).get(key_id)).public(datetime.now(UTC))
+    except KeyNotFoundError:
+        raise _not_found(key_id) from None
+
+
+@router.patch("/{key_id}", summary="Change limits, models, expiry, thinking default or metadata")
+async def update_key(key_id: str, body: KeyLimits, request: Request, actor: AdminDep) -> dict[str, Any]:
+    changes = body.model_dump(exclude_unset=True)
+    try:
+        record = await _store(request).update(key_id, changes)
+    except KeyNotFoundError:
+        raise _not_found(key_id) from None
+    _changed(request)
+    await _audit(request, actor, "key.update", record.id, **_loggable(changes))
+    return record.public(datetime.now(UTC))
+
+
+@router.post("/{key_id}/rotate", summary="New secret; the old one keeps working for a grace period")
+async def rotate_key(
+    key_id: str, request: Request, actor: AdminDep, body: KeyRotate | None = None
+) -> dict[str, Any]:
+    grace_s = body.grace_s if body and body.grace_s is not None else request.app.state.settings.rotate_grace_s
+    try:
+        record, secret = await _store(request).rotate(key_id, timedelta(seconds=grace_s))
+    except KeyNotFoundError:
+        raise _not_found(key_id) from None
+    _changed(request)
+    await _audit(request, actor, "key.rotate", record.id, grace_s=grace_s, prefix=record.prefix)
+    return {**record.public(datetime.now(UTC)), "key": secret}
+
+
+@router.post("/{key_id}/revoke", summary="Revoke a key (idempotent)")
+async def revoke_key(key_id: str, request: Request, actor: AdminDep) -> dict[str, Any]:
+    try:
+        record = await _store(request).revoke(key_id)
+    except KeyNotFoundError:
+        raise _not_found(key_id) from None
+    _changed(request)
+    await _audit(request, actor, "key.revoke", record.id)
+    return record.public(datetime.now(UTC))
+
+
+@router.delete("/{key_id}", summary="Delete a key for good")
+async def delete_key(key_id: str, request: Request, actor: AdminDep) -> dict[str, Any]:
+    try:
+        record = await _store(request).get(key_id)
+        await _store(request).delete(record.id)
+    except KeyNotFoundError:
+        raise _not_found(key_id) from None
+    _changed(request)
+    await _audit(request, actor, "key.delete", record.id, name=record.name)
+    return {"id": record.id, "deleted": True}
