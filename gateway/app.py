@@ -113,6 +113,7 @@ def create_app(settings: Settings) -> FastAPI:
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
             await app.state.authenticator.aclose()
+            await app.state.forwarder.drain()
             await ledger.close()
             await client.aclose()
             await engine.dispose()

@@ -8,7 +8,7 @@ upstream's error bodies — goes through :func:`error_response`, so clients see 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -80,12 +80,13 @@ def error_response(error: GatewayError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
-def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
-    first = exc.errors()[0] if exc.errors() else {}
+def invalid_request(errors: Sequence[Any]) -> GatewayError:
+    """400 ``invalid_request`` from pydantic/FastAPI validation errors (the first one is reported)."""
+    first = errors[0] if errors else {}
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     param = ".".join(loc) or None
     msg = first.get("msg", "Invalid request")
-    return (f"{param}: {msg}" if param else msg), param
+    return GatewayError(400, f"{param}: {msg}" if param else msg, code="invalid_request", param=param)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -97,8 +98,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_validation_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        message, param = _validation_message(exc)
-        return error_response(GatewayError(400, message, code="invalid_request", param=param))
+        return error_response(invalid_request(exc.errors()))
 
     async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)

@@ -125,17 +125,28 @@ def _principal(claims: dict[str, Any]) -> Principal:
     if not isinstance(subject, str) or not subject:
         raise _invalid("no subject")
     scope = claims.get("scopes", claims.get("scope", ""))
-    scopes = tuple(scope.split() if isinstance(scope, str) else [str(s) for s in scope or ()])
+    if isinstance(scope, str):
+        scopes = tuple(scope.split())
+    elif isinstance(scope, list) and all(isinstance(s, str) for s in scope):
+        scopes = tuple(scope)
+    else:
+        raise _invalid("scope claim is neither a string nor a list of strings")
     models = claims.get("models")
+    if models is not None and not (isinstance(models, list) and all(isinstance(m, str) for m in models)):
+        raise _invalid("models claim is not a list of strings")  # never widen access on a bad claim
 
     def limit(name: str) -> int | None:
         value = claims.get(name)
-        return value if isinstance(value, int) and value > 0 else None
+        if value is None:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise _invalid(f"{name} claim is not a positive integer")
+        return value
 
     return Principal(
         key_id=f"jwt:{subject}",
         name=f"jwt:{subject}",
-        models=tuple(models) if isinstance(models, list) else None,
+        models=tuple(models) if models is not None else None,
         scopes=scopes,
         rpm=limit("rpm"),
         tpm=limit("tpm"),

@@ -82,14 +82,14 @@ class RemoteKeys:
 
     def __init__(self, url: str, admin_key: str) -> None:
         self._client = httpx.Client(
-            base_url=url.rstrip("/") + "/admin/keys",
+            base_url=url.rstrip("/") + "/admin",
             headers={"Authorization": f"Bearer {admin_key}"},
             timeout=30,
         )
 
     def _call(self, method: str, path: str = "", body: dict[str, Any] | None = None) -> Any:
         try:
-            response = self._client.request(method, path, json=body)
+            response = self._client.request(method, "/keys" + path, json=body)
         except httpx.HTTPError as exc:
             raise KeysError(f"cannot reach the gateway: {exc}") from None
         if response.status_code >= 400:
@@ -98,7 +98,10 @@ class RemoteKeys:
             except (ValueError, KeyError, TypeError):
                 message = response.text[:200]
             raise KeysError(f"HTTP {response.status_code}: {message}")
-        return response.json()
+        try:
+            return response.json()
+        except ValueError:
+            raise KeysError(f"HTTP {response.status_code}: not a gateway admin API answer") from None
 
     def _id(self, ref: str) -> str:
         if ref.startswith("key_"):

@@ -25,13 +25,12 @@ class ClientView:
     include_metrics: bool = False
     telemetry: TelemetryFn | None = None
 
-    def apply_chunk(self, chunk: dict[str, Any]) -> bool:
+    def apply_chunk(self, chunk: dict[str, Any], final: bool) -> bool:
         """Strip or add fields of one stream chunk in place; return True if it changed.
 
-        The final chunk (``choices: []``) gets the telemetry object.
+        ``final``: the upstream's usage chunk (it came with ``choices: []``); it gets the telemetry object.
         """
         changed = False
-        final = chunk.get("choices") == []
         if "usage" in chunk and not (self.include_usage and (final or self.continuous_usage)):
             del chunk["usage"]
             changed = True

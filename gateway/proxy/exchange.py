@@ -29,7 +29,7 @@ from gateway.errors import GatewayError
 from gateway.limits import Ticket
 from gateway.proxy.client_view import ClientView
 from gateway.proxy.relay import STREAM_HEADERS, RelayOutcome, relay_events
-from gateway.proxy.rewrite import StreamRewriter, rewrite_body
+from gateway.proxy.rewrite import MalformedChunkError, StreamRewriter, rewrite_body
 from gateway.telemetry.recorder import RequestRecorder
 from gateway.telemetry.spec import COUNTERS
 
@@ -60,8 +60,8 @@ class Exchange:
         """Wait for the slot (if queued), then send the request upstream (:meth:`close` releases both)."""
         self.lease = entry if isinstance(entry, Lease) else await self.forwarder.admission.wait(entry)
         self.recorder.admitted(self.lease.queue_wait_s)
-        if self.forwarder.wants_counters():
-            self._before = await self.forwarder.monitor.scrape()
+        if self.forwarder.wants_counters():  # one loopback scrape (ms) before the request decodes
+            self._before = await self.forwarder.monitor.scrape(timeout_s=1.0)
         raw = json.dumps(self.prepared.payload).encode()
         self.upstream = await self.forwarder.upstream.open(
             "POST", self.path, raw, {"x-request-id": self.recorder.record.request_id}
@@ -123,11 +123,13 @@ class Exchange:
         status = self.upstream.status_code
         try:
             body = json.loads(content)
-        except ValueError as exc:
+            if not isinstance(body, dict):
+                raise MalformedChunkError("the response is not a JSON object")
+            reasoning_chars, content_chars = rewrite_body(body, self.prepared.policy, self.forwarder.traits)
+        except ValueError as exc:  # not JSON, or not OpenAI-shaped (MalformedChunkError)
             raise GatewayError(
-                502, "The model server sent a response that is not JSON.", code="upstream_error"
+                502, f"The model server sent a malformed response: {exc}", code="upstream_error"
             ) from exc
-        reasoning_chars, content_chars = rewrite_body(body, self.prepared.policy, self.forwarder.traits)
         self.recorder.observe_body(body, reasoning_chars, content_chars)
         await self.close(status, client_gone=False)
         self.view.apply_body(body)  # after close: the telemetry object is complete
@@ -141,14 +143,15 @@ class Exchange:
     async def _counters(self) -> tuple[dict[str, float], dict[str, float], bool] | None:
         if self._before is None or self.lease is None:
             return None
-        after = await self.forwarder.monitor.scrape()
+        after = await self.forwarder.monitor.scrape(timeout_s=1.0)
         if after is None:
             return None
         before = {n: self._before[n] for n in COUNTERS if n in self._before}
         return before, {n: after[n] for n in COUNTERS if n in after}, not self.lease.overlapped
 
     async def close(self, status: int, client_gone: bool) -> None:
-        """Release everything and publish the record. Idempotent: only the first call counts."""
+        """Release the upstream and the slot now; record in the background (a counter scrape and a
+        rate-limit settlement must not delay the answer). Idempotent: only the first call counts."""
         if self._closed:
             return
         self._closed = True
@@ -158,6 +161,9 @@ class Exchange:
         finally:
             if self.lease is not None:
                 self.lease.release()
+        self.forwarder.in_background(self._record(status, client_gone))
+
+    async def _record(self, status: int, client_gone: bool) -> None:
         forwarder = self.forwarder
         record = self.recorder.finish(status, client_gone, await self._counters())
         if self.recorder.saw_backend_metrics:

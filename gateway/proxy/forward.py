@@ -9,7 +9,10 @@ here — success or failure — publishes exactly one :class:`RequestTelemetry`.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +39,8 @@ from gateway.telemetry.recorder import RequestRecorder
 from gateway.telemetry.sinks import TelemetrySinks
 from gateway.traits import UpstreamTraits
 
+log = logging.getLogger("gateway.forward")
+
 
 @dataclass(slots=True)
 class Prepared:
@@ -59,6 +64,7 @@ class Forwarder:
     monitor: BackendMonitor
     limits: RateLimiter
     traits: UpstreamTraits = field(default_factory=UpstreamTraits)
+    _background: set[asyncio.Task[None]] = field(default_factory=set)
 
     def check_model(self, principal: Principal, model: str) -> None:
         """Raise 404 ``model_not_found`` for a model not served, 403 for one the key may not use."""
@@ -75,17 +81,21 @@ class Forwarder:
         """Normalise ``body`` for the backend (raises 400 on invalid thinking fields)."""
         payload = body.upstream_payload()
         normalized: Normalized
+        mode = self.settings.reasoning_split
         if isinstance(body, ChatCompletionRequest):
             default = as_level(principal.default_thinking or self.settings.default_thinking)
             normalized = normalize_chat(payload, default, self.settings.backend_reasoning_field)
         else:
             normalized = normalize_completion(payload)
+            mode = "off" if mode == "off" else "gateway"  # vLLM never splits /v1/completions
+        if mode == "off" and not normalized.include_reasoning:
+            payload["include_reasoning"] = False  # untouched passthrough: let vLLM drop it
         include_metrics = payload.pop("include_metrics", False) is True
         asked = payload.get("stream_options") or {}
         if body.stream:  # telemetry needs usage on every chunk, whatever the client asked
             payload["stream_options"] = {**asked, "include_usage": True, "continuous_usage_stats": True}
         policy = ReasoningPolicy(
-            mode=self.settings.reasoning_split,
+            mode=mode,
             thinking=normalized.thinking.on,
             fields=self.settings.reasoning_fields,
             include_reasoning=normalized.include_reasoning,
@@ -115,7 +125,7 @@ class Forwarder:
             request_id=request.state.request_id,
             key_id=principal.key_id,
             key_name=principal.name,
-            model=body.model,
+            model=body.model if body.model == self.settings.served_model else "unknown",  # bounded label
             route=path,
             stream=body.stream,
             k=self.settings.spec_k,
@@ -148,10 +158,27 @@ class Forwarder:
         except ClientDisconnectedError:
             await self._fail(exchange, recorder, 499, client_gone=True)
             raise
-        except BaseException:  # cancelled by a server shutdown: still give everything back
+        except asyncio.CancelledError:  # a server shutdown: still give everything back
             with anyio.CancelScope(shield=True):
                 await self._fail(exchange, recorder, 499, client_gone=True)
             raise
+        except Exception as exc:
+            log.exception("request %s failed", recorder.record.request_id)
+            await self._fail(exchange, recorder, 500, client_gone=False)
+            raise GatewayError(
+                500, "The gateway failed to handle this request.", code="internal_error"
+            ) from exc
+
+    def in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` off the request path; :meth:`drain` waits for it at shutdown."""
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def drain(self) -> None:
+        """Wait for background recording (called before the ledger's last flush)."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
 
     async def _fail(
         self, exchange: Exchange | None, recorder: RequestRecorder, status: int, client_gone: bool
@@ -160,6 +187,7 @@ class Forwarder:
             await exchange.close(status, client_gone)
         else:
             self.sinks.publish(recorder.finish(status, client_gone))
+        await self.drain()  # an error answer is rare: record it before answering
 
 
 def estimate_prompt_tokens(payload: dict[str, Any]) -> int:

@@ -15,6 +15,7 @@ from starlette.responses import StreamingResponse
 
 from gateway.asgi import ClosingStreamingResponse
 from gateway.errors import GatewayError
+from gateway.proxy.rewrite import MalformedChunkError
 from gateway.proxy.sse import DONE, SSEDecoder, event_data
 
 #: Headers of every relayed stream. ``X-Accel-Buffering: no`` keeps nginx-style proxies from buffering.
@@ -52,6 +53,8 @@ async def relay_events(
                     yield out
     except httpx.HTTPError as exc:
         outcome.error = _broken(type(exc).__name__)
+    except MalformedChunkError as exc:
+        outcome.error = _broken(f"malformed chunk ({exc})")
     else:
         if not outcome.done:
             outcome.error = _broken("ended without [DONE]")

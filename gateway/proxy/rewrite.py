@@ -115,8 +115,28 @@ def _slot(obj: dict[str, Any]) -> str | None:
     return None
 
 
-#: Called with each parsed upstream chunk (after the split) and its reasoning / answer character counts.
-Observer = Callable[[dict[str, Any], int, int], None]
+#: Called with each parsed upstream chunk (after the split), whether it is the final usage chunk, and its
+#: reasoning / answer character counts.
+Observer = Callable[[dict[str, Any], bool, int, int], None]
+
+
+class MalformedChunkError(ValueError):
+    """An upstream chunk or body whose choices don't have OpenAI's shape."""
+
+
+def _check_shape(choices: list[Any], slot: str | None) -> None:
+    text_key = "content" if slot else "text"
+    for choice in choices:
+        if not isinstance(choice, dict) or not isinstance(choice.get("index", 0), int):
+            raise MalformedChunkError("a choice is not an object with an integer index")
+        target = choice.get(slot) if slot else choice
+        if target is None:
+            continue
+        if not isinstance(target, dict):
+            raise MalformedChunkError(f"choice {slot} is not an object")
+        for name in (text_key, *UPSTREAM_REASONING_FIELDS):
+            if target.get(name) is not None and not isinstance(target[name], str):
+                raise MalformedChunkError(f"choice {name} is not a string")
 
 
 class StreamRewriter:
@@ -136,7 +156,10 @@ class StreamRewriter:
         self._choices: dict[int, _ChoiceWriter] = {}
 
     def step(self, event: bytes) -> list[bytes]:
-        """Rewrite one whole SSE event (bytes including its blank-line terminator)."""
+        """Rewrite one whole SSE event (bytes including its blank-line terminator).
+
+        Raises :class:`MalformedChunkError` for a chunk whose choices are not OpenAI-shaped.
+        """
         data = event_data(event)
         if data is None or data == DONE:
             return [event]
@@ -144,22 +167,29 @@ class StreamRewriter:
             obj = json.loads(data)
         except ValueError:
             return [event]
-        if not isinstance(obj, dict):
+        if not isinstance(obj, dict) or "error" in obj:
             return [event]
+        choices = obj.get("choices")
+        if choices is not None and not isinstance(choices, list):
+            raise MalformedChunkError("choices is not a list")
+        final = not choices  # vLLM's usage chunk: choices == []
         changed, reasoning_chars, content_chars = self._split(obj)
-        self._observe(obj, reasoning_chars, content_chars)
-        changed = self._view.apply_chunk(obj) or changed
+        self._observe(obj, final, reasoning_chars, content_chars)
+        changed = self._view.apply_chunk(obj, final) or changed
         if not changed:
             return [event]
+        if not final and not obj.get("choices"):
+            return []  # its text is held back; its usage is cumulative and rides on the next chunk
         return [] if self._view.says_nothing(obj) else [_encode(obj)]
 
     def _split(self, obj: dict[str, Any]) -> tuple[bool, int, int]:
         choices = obj.get("choices")
-        if self._policy.passthrough or not isinstance(choices, list) or not choices:
-            return False, 0, 0
-        if not _touches_text(obj, choices):
+        if not choices:
             return False, 0, 0
         slot = _slot(obj)
+        _check_shape(choices, slot)
+        if self._policy.passthrough or not _touches_text(obj, choices):
+            return False, 0, 0
         kept, reasoning_chars, content_chars = [], 0, 0
         for choice in choices:
             keep, out = self._writer(choice.get("index", 0)).rewrite(choice, slot)
@@ -190,11 +220,19 @@ def _touches_text(obj: dict[str, Any], choices: list[Any]) -> bool:
 
 
 def rewrite_body(body: dict[str, Any], policy: ReasoningPolicy, traits: UpstreamTraits) -> tuple[int, int]:
-    """Apply the policy to a non-stream response in place; return its (reasoning, answer) characters."""
+    """Apply the policy to a non-stream response in place; return its (reasoning, answer) characters.
+
+    Raises :class:`MalformedChunkError` if the choices are not OpenAI-shaped.
+    """
     reasoning_chars = content_chars = 0
-    if not policy.passthrough and isinstance(body.get("choices"), list):
+    choices = body.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        raise MalformedChunkError("choices is not a list")
+    if choices:
+        _check_shape(choices, _slot(body))
+    if not policy.passthrough and choices:
         slot = _slot(body)
-        for choice in body["choices"]:
+        for choice in choices:
             _, out = _ChoiceWriter(policy, traits).rewrite(choice, slot)
             reasoning_chars += len(out.reasoning)
             content_chars += len(out.content)

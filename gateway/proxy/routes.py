@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.auth import Principal
 from gateway.auth.dependency import require_principal
-from gateway.openai_api import ChatCompletionRequest, CompletionRequest
+from gateway.errors import invalid_request
+from gateway.openai_api import ChatCompletionRequest, CompletionRequest, InferenceRequest
 from gateway.proxy.forward import Forwarder
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_principal)], tags=["openai"])
@@ -23,15 +25,44 @@ def _forwarder(request: Request) -> Forwarder:
     return forwarder
 
 
-@router.post("/chat/completions", summary="Create a chat completion (OpenAI-compatible)")
-async def chat_completions(
-    body: ChatCompletionRequest, request: Request, principal: PrincipalDep
-) -> Response:
+Body = TypeVar("Body", bound=InferenceRequest)
+
+
+async def parse_body(request: Request, model: type[Body]) -> Body:
+    """Read and validate the JSON body — only after authentication (a FastAPI body parameter would be
+    parsed before the router's auth dependency, letting anyone make the gateway parse bodies)."""
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise invalid_request(exc.errors()) from None
+
+
+def _documented(model: type[InferenceRequest]) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"title": model.__name__}}},
+        }
+    }
+
+
+@router.post(
+    "/chat/completions",
+    summary="Create a chat completion (OpenAI-compatible)",
+    openapi_extra=_documented(ChatCompletionRequest),
+)
+async def chat_completions(request: Request, principal: PrincipalDep) -> Response:
+    body = await parse_body(request, ChatCompletionRequest)
     return await _forwarder(request).forward(request, principal, "/v1/chat/completions", body)
 
 
-@router.post("/completions", summary="Create a text completion (OpenAI-compatible)")
-async def completions(body: CompletionRequest, request: Request, principal: PrincipalDep) -> Response:
+@router.post(
+    "/completions",
+    summary="Create a text completion (OpenAI-compatible)",
+    openapi_extra=_documented(CompletionRequest),
+)
+async def completions(request: Request, principal: PrincipalDep) -> Response:
+    body = await parse_body(request, CompletionRequest)
     return await _forwarder(request).forward(request, principal, "/v1/completions", body)
 
 

@@ -49,6 +49,10 @@ _PARAM = re.compile(
 )
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(constant)
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """A parsed call: function ``name`` and ``arguments`` as a JSON object string (OpenAI's shape)."""
@@ -70,8 +74,8 @@ def parse_invoke(body: str) -> ToolCall | None:
         if is_string == "true":
             params[name] = value
             continue
-        try:
-            params[name] = json.loads(value)
+        try:  # NaN / Infinity are not JSON: keep such values as their text
+            params[name] = json.loads(value, parse_constant=_not_json)
         except ValueError:
             params[name] = value
     return ToolCall(name=match.group(1).strip(), arguments=json.dumps(params, ensure_ascii=False))

@@ -86,18 +86,40 @@ class UsageLedger:
             self._wake.set()
 
     async def flush(self) -> int:
-        """Write the pending rows now; return how many. On a database error they are kept for the next try."""
+        """Write the pending rows now; return how many were written.
+
+        If the batch fails, rows are tried one by one: a row the database refuses is dropped (and
+        logged) so it can't block the others; if the database is down, all are kept for the next try.
+        """
         batch, self._pending = self._pending, []
         if not batch:
             return 0
         try:
             async with self._engine.begin() as conn:
                 await conn.execute(insert(UsageRow), batch)
+            return len(batch)
         except Exception:
-            log.exception("usage ledger write failed; %d rows kept for the next flush", len(batch))
-            self._pending[:0] = batch
-            return 0
-        return len(batch)
+            log.warning("usage ledger batch of %d failed; retrying row by row", len(batch))
+        written = 0
+        for index, row in enumerate(batch):
+            try:
+                async with self._engine.begin() as conn:
+                    await conn.execute(insert(UsageRow), [row])
+                written += 1
+            except Exception:
+                if written == 0 and index == 0 and not await self._reachable():
+                    self._pending[:0] = batch  # database down: keep everything
+                    return 0
+                log.exception("usage ledger dropped row of request %s", row.get("request_id"))
+        return written
+
+    async def _reachable(self) -> bool:
+        try:
+            async with self._engine.connect() as conn:
+                await conn.execute(select(1))
+            return True
+        except Exception:
+            return False
 
     async def _run(self) -> None:
         while True:

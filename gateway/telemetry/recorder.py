@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.telemetry.record import RequestTelemetry
-from gateway.telemetry.spec import SpecStats, from_backend, from_counters, from_stream
+from gateway.telemetry.spec import SpecStats, clamp, from_backend, from_counters, from_stream
 
 _TEXT_FIELDS = ("content", "text", "reasoning", "reasoning_content")
 
@@ -31,7 +31,8 @@ def _has_output(choices: list[Any]) -> bool:
 
 
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    """A token count from upstream JSON: non-negative int, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 class RequestRecorder:
@@ -56,6 +57,7 @@ class RequestRecorder:
         self._usage: Mapping[str, Any] | None = None
         self._backend: Mapping[str, Any] | None = None
         self._split_chars = [0, 0]  # reasoning, content characters (for non-stream attribution)
+        self._indices: set[int] = set()  # choice indices seen: step accounting holds for n == 1 only
 
     @classmethod
     def start(
@@ -83,17 +85,22 @@ class RequestRecorder:
         self._t_admit = self._clock()
         self.record.queue_wait_s = queue_wait_s
 
-    def observe_chunk(self, chunk: Mapping[str, Any], reasoning_chars: int, content_chars: int) -> None:
-        """One upstream stream chunk (parsed), and how many of its characters were reasoning / answer."""
+    def observe_chunk(
+        self, chunk: Mapping[str, Any], final: bool, reasoning_chars: int, content_chars: int
+    ) -> None:
+        """One upstream stream chunk (parsed, after the split), whether it is the final usage chunk, and
+        how many of its characters were reasoning / answer."""
         now = self._clock()
         choices = chunk.get("choices") or []
+        for choice in choices:
+            self._indices.add(choice.get("index", 0))
         if self._t_first is None and (_has_output(choices) or reasoning_chars or content_chars):
             self._t_first = now
         usage = chunk.get("usage")
         if isinstance(usage, Mapping):
             self._usage = usage
             tokens = _int(usage.get("completion_tokens"))
-            if choices and tokens > self._tokens:
+            if not final and tokens > self._tokens:
                 increase = tokens - self._tokens
                 # the first token comes from prefill; every later chunk is one engine step
                 step = increase - 1 if self._tokens == 0 else increase
@@ -107,8 +114,9 @@ class RequestRecorder:
         if isinstance(chunk.get("metrics"), Mapping):
             self._backend = chunk["metrics"]
         for choice in choices:
-            if isinstance(choice, dict) and choice.get("finish_reason") and self.record.finish_reason is None:
-                self.record.finish_reason = choice["finish_reason"]
+            reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+            if isinstance(reason, str) and self.record.finish_reason is None:
+                self.record.finish_reason = reason[:32]
 
     def observe_body(self, body: Mapping[str, Any], reasoning_chars: int, content_chars: int) -> None:
         """A whole non-stream response (parsed), and its reasoning / answer character counts."""
@@ -117,8 +125,8 @@ class RequestRecorder:
         if isinstance(body.get("metrics"), Mapping):
             self._backend = body["metrics"]
         choices = body.get("choices") or []
-        if choices and isinstance(choices[0], dict):
-            self.record.finish_reason = choices[0].get("finish_reason")
+        reason = choices[0].get("finish_reason") if choices and isinstance(choices[0], dict) else None
+        self.record.finish_reason = reason[:32] if isinstance(reason, str) else None
         self._split_chars = [reasoning_chars, content_chars]
 
     def snapshot(
@@ -136,18 +144,24 @@ class RequestRecorder:
         ranked: list[SpecStats | None] = [
             from_backend(self._backend),
             exact_delta,
-            from_stream(self._step_tokens, self._k),
+            from_stream(self._step_tokens, self._k) if len(self._indices) <= 1 else None,
             delta if exact_delta is None else None,
         ]
         record.spec_candidates = [c for c in ranked if c is not None]
         record.spec = record.spec_candidates[0] if record.spec_candidates else None
+        if record.spec is not None:
+            record.spec, clamped = clamp(record.spec, self._k)
+            record.clamped.extend(clamped)
         return record
 
     def _fill_usage(self, record: RequestTelemetry) -> None:
         usage = self._usage or {}
         record.clamped = []
-        record.prompt_tokens = _int(usage.get("prompt_tokens"))
-        record.completion_tokens = _int(usage.get("completion_tokens"))
+        for name in ("prompt_tokens", "completion_tokens"):
+            raw = usage.get(name)
+            if isinstance(raw, int) and raw < 0:
+                record.clamped.append(name)
+            setattr(record, name, _int(raw))
         details = usage.get("prompt_tokens_details")
         cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
         if cached > record.prompt_tokens:

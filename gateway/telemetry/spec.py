@@ -25,7 +25,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 Source = Literal["backend", "stream", "metrics_delta"]
@@ -60,6 +60,21 @@ def _ratio(num: float, den: float) -> float | None:
     return round(num / den, 6) if den > 0 else None
 
 
+def clamp(stats: SpecStats, k: int) -> tuple[SpecStats, list[str]]:
+    """Bound acceptance rate to [0, 1] and mean acceptance length to [1, k + 1]; name what was clamped."""
+    rate, length = stats.acceptance_rate, stats.mean_acceptance_length
+    clamped: list[str] = []
+    if rate is not None and not 0 <= rate <= 1:
+        rate = min(1.0, max(0.0, rate))
+        clamped.append("acceptance_rate")
+    if length is not None and k > 0 and not 1 <= length <= k + 1:
+        length = min(float(k + 1), max(1.0, length))
+        clamped.append("mean_acceptance_length")
+    if not clamped:
+        return stats, []
+    return replace(stats, acceptance_rate=rate, mean_acceptance_length=length), clamped
+
+
 def _stats(source: Source, steps: int, accepted: int, drafted: int, exact: bool = True) -> SpecStats:
     """Rate = accepted / drafted; length = (accepted + steps) / steps (one bonus token per step)."""
     return SpecStats(
@@ -82,7 +97,9 @@ def from_backend(metrics: Mapping[str, Any] | None) -> SpecStats | None:
         steps = int(spec["num_spec_steps"])
         accepted = int(spec["num_accepted_draft_tokens"])
         drafted = int(spec["num_draft_tokens"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+    if min(steps, accepted, drafted) < 0:
         return None
     return _stats("backend", steps, accepted, drafted)
 

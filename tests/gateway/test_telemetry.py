@@ -140,7 +140,7 @@ def test_prometheus_families_and_backend_gauges(stack) -> None:
     ok = f"gateway_requests_total{{key=team-a,model={MODEL},status=200}}"
     wait_until(lambda: scrape(gateway.url).get(ok) == 2, what="the stream's record (published as it closes)")
     values = scrape(gateway.url)
-    assert values["gateway_requests_total{key=team-a,model=nope,status=404}"] == 1
+    assert values["gateway_requests_total{key=team-a,model=unknown,status=404}"] == 1  # bounded label
     for kind in ("prompt", "completion", "reasoning"):
         assert values[f"gateway_tokens_total{{key=team-a,kind={kind},model={MODEL}}}"] > 0
     for family in ("ttft_seconds", "queue_wait_seconds", "decode_tokens_per_second", "e2e_seconds"):

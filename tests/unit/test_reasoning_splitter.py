@@ -135,3 +135,10 @@ def test_any_text_any_chunking_matches_the_one_chunk_split(
     points = sorted({c for c in cuts if c <= len(text)})
     pieces = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
     assert split(pieces, thinking) == split([text], thinking)
+
+
+def test_dsml_non_json_constants_stay_text_so_arguments_are_strict_json() -> None:
+    d = f"{FW}DSML{FW}"
+    text = f'<{d}invoke name="f"><{d}parameter name="x" string="false">NaN</{d}parameter></{d}invoke>'
+    _, _, calls = split([text], thinking=False)
+    assert calls == [("f", {"x": "NaN"})]

@@ -41,12 +41,12 @@ def test_timing_and_stream_acceptance() -> None:
     clock.now = 101.0
     rec.admitted(1.0)
     clock.now = 101.5
-    rec.observe_chunk(chunk(0), 0, 0)  # role chunk: not the first token
+    rec.observe_chunk(chunk(0), False, 0, 0)  # role chunk: not the first token
     clock.now = 102.0
-    rec.observe_chunk(chunk(1, "a"), 0, 1)  # first token (prefill)
+    rec.observe_chunk(chunk(1, "a"), False, 0, 1)  # first token (prefill)
     for step_tokens, t in ((6, 102.1), (4, 102.2), (1, 102.3)):
         clock.now = t
-        rec.observe_chunk(chunk(rec._tokens + step_tokens, "x"), 0, 1)
+        rec.observe_chunk(chunk(rec._tokens + step_tokens, "x"), False, 0, 1)
     clock.now = 103.0
     record = rec.finish(200, client_disconnected=False)
     assert record.queue_wait_s == 1.0
@@ -82,8 +82,8 @@ def test_impossible_values_are_clamped_and_named() -> None:
 
 def test_reasoning_tokens_attributed_per_step_when_the_backend_reports_none() -> None:
     rec = recorder(Clock())
-    rec.observe_chunk(chunk(4, "think"), 5, 0)  # 4 reasoning tokens
-    rec.observe_chunk(chunk(10, "answer"), 2, 4)  # 6 tokens crossing the boundary: 2 of them reasoning
+    rec.observe_chunk(chunk(4, "think"), False, 5, 0)  # 4 reasoning tokens
+    rec.observe_chunk(chunk(10, "answer"), False, 2, 4)  # 6 tokens crossing the boundary: 2 of them reasoning
     record = rec.finish(200, client_disconnected=False)
     assert record.reasoning_tokens == 6 and record.completion_tokens == 10
 

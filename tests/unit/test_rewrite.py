@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gateway.proxy.client_view import ClientView
-from gateway.proxy.rewrite import StreamRewriter, rewrite_body
+from gateway.proxy.rewrite import MalformedChunkError, StreamRewriter, rewrite_body
 from gateway.reasoning.policy import ReasoningPolicy
 from gateway.traits import UpstreamTraits
 
@@ -147,3 +149,61 @@ def test_non_stream_length_cut_is_all_reasoning_with_null_content() -> None:
         "reasoning_content": "partial thou",
         "reasoning": "partial thou",
     }
+
+
+def test_held_back_chunks_never_look_like_the_final_usage_chunk() -> None:
+    """Regression: a chunk whose text is all held back must not become a `choices: []` chunk."""
+    usage = lambda n: {"prompt_tokens": 3, "completion_tokens": n}  # noqa: E731
+    events = [
+        event({**chunk(content="Think"), "usage": usage(1)}),
+        event({**chunk(content=" </"), "usage": usage(2)}),  # "</" is held back
+        event({**chunk(content="think>Hi", finish="stop"), "usage": usage(4)}),
+        event({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [], "usage": usage(4)}),
+    ]
+    only_final = ClientView(include_usage=True, telemetry=lambda: {"t": 1})
+    parsed, _ = run(events, view=only_final)
+    empties = [c for c in parsed if c["choices"] == []]
+    assert len(empties) == 1 and empties[0] is parsed[-1]
+    assert parsed[-1]["usage"]["completion_tokens"] == 4 and parsed[-1]["telemetry"] == {"t": 1}
+    assert all("usage" not in c for c in parsed[:-1])
+
+
+def test_malformed_upstream_chunks_are_refused() -> None:
+    for bad in (chunk(content=5), {"object": "chat.completion.chunk", "choices": ["x"]},
+                {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": "x"}]},
+                {"object": "chat.completion.chunk", "choices": "nope"}):  # fmt: skip
+        with pytest.raises(MalformedChunkError):
+            run([event(bad)])
+    with pytest.raises(MalformedChunkError):
+        rewrite_body(
+            {"object": "chat.completion", "choices": [None]},
+            ReasoningPolicy("gateway", True),
+            UpstreamTraits(),
+        )
+
+
+def test_steps_are_counted_when_reasoning_is_hidden() -> None:
+    """Regression: with include_reasoning=false, reasoning-only chunks are dropped for the client but
+    their tokens still count as engine steps."""
+    from datetime import UTC, datetime
+
+    from gateway.telemetry.record import RequestTelemetry
+    from gateway.telemetry.recorder import RequestRecorder
+
+    record = RequestTelemetry("r", "k", "n", "m", "/v1/chat/completions", True, datetime.now(UTC))
+    recorder = RequestRecorder(record, k=5)
+    rewriter = StreamRewriter(
+        ReasoningPolicy("gateway", True, include_reasoning=False),
+        UpstreamTraits(),
+        SEE_ALL,
+        recorder.observe_chunk,
+    )
+    totals = [1, 4, 7, 9]
+    texts = ["a", "bc", "d</think>", "Hi"]
+    for tokens, text in zip(totals, texts, strict=True):
+        rewriter.step(
+            event({**chunk(content=text), "usage": {"prompt_tokens": 1, "completion_tokens": tokens}})
+        )
+    spec = recorder.finish(200, False).spec
+    assert spec is not None and spec.steps == 3 and spec.accepted_tokens == 5
+    assert 0 < record.reasoning_tokens < record.completion_tokens

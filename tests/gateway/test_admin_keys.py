@@ -1,0 +1,154 @@
+"""The admin key API and the CLI against it, through a real gateway (audited, scoped, with rotation grace)."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.support.probes import wait_until
+
+MODEL = "deepseek-v4-flash-0731"
+CLI = str(Path(sys.executable).parent / "dspark-gateway")
+
+
+@pytest.fixture
+def admin_stack(start_sim, start_gateway, make_key):
+    sim = start_sim()
+    gateway = start_gateway(sim.url)
+    admin = make_key("root", scopes=["admin"])
+    return gateway, httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {admin}"})
+
+
+def chat_ok(gateway, key: str) -> bool:
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    try:
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3
+        )
+    except openai.AuthenticationError:
+        return False
+    return True
+
+
+def test_key_lifecycle_and_audit(admin_stack) -> None:
+    gateway, admin = admin_stack
+    created = admin.post(
+        "/admin/keys",
+        json={
+            "name": "team-x",
+            "models": [MODEL],
+            "rpm": 100,
+            "tpm": 50000,
+            "max_concurrency": 2,
+            "priority": 3,
+            "metadata": {"team": "x"},
+            "expires_at": "2099-01-01T00:00:00Z",
+        },
+    )
+    assert created.status_code == 201, created.text
+    key_id, secret = created.json()["id"], created.json()["key"]
+    assert secret.startswith("dsk-") and chat_ok(gateway, secret)
+    listed = admin.get("/admin/keys").json()["data"]
+    assert {k["name"] for k in listed} == {"root", "team-x"} and all("key" not in k for k in listed)
+    one = admin.get(f"/admin/keys/{key_id}").json()
+    assert (one["rpm"], one["priority"], one["metadata"], one["status"]) == (100, 3, {"team": "x"}, "active")
+    patched = admin.patch(f"/admin/keys/{key_id}", json={"rpm": None, "tpm": 90000, "priority": 5}).json()
+    assert (patched["rpm"], patched["tpm"], patched["priority"]) == (None, 90000, 5)
+    assert admin.post("/admin/keys", json={"name": "team-x"}).status_code == 409
+    assert admin.patch(f"/admin/keys/{key_id}", json={"name": "renamed"}).status_code == 400
+    assert admin.get("/admin/keys/key_nope").json()["error"]["code"] == "key_not_found"
+
+    rotated = admin.post(f"/admin/keys/{key_id}/rotate", json={"grace_s": 1.5}).json()
+    new = rotated["key"]
+    assert new != secret and rotated["previous_key_valid_until"]
+    assert chat_ok(gateway, new) and chat_ok(gateway, secret)  # both work during the grace period
+    wait_until(lambda: not chat_ok(gateway, secret), timeout_s=5, what="the old secret to expire")
+    assert chat_ok(gateway, new)
+
+    assert admin.post(f"/admin/keys/{key_id}/revoke").json()["status"] == "revoked"
+    assert not chat_ok(gateway, new)  # at once in this process (cache invalidated)
+    assert admin.delete(f"/admin/keys/{key_id}").json() == {"id": key_id, "deleted": True}
+    assert admin.get(f"/admin/keys/{key_id}").status_code == 404
+
+    audit = admin.get("/admin/audit").json()["data"]
+    assert [a["action"] for a in audit][:5] == [
+        "key.delete",
+        "key.revoke",
+        "key.rotate",
+        "key.update",
+        "key.create",
+    ]
+    assert all(a["actor"] == "root" and a["client"] == "127.0.0.1" for a in audit)
+    assert secret not in str(audit) and new not in str(audit)
+
+
+def test_client_keys_get_403_and_nobody_gets_in_without_a_key(admin_stack, make_key) -> None:
+    gateway, _ = admin_stack
+    client_key = make_key("client")
+    for method, path in [("GET", "/admin/keys"), ("POST", "/admin/keys"), ("GET", "/admin/status"),
+                         ("GET", "/admin/audit"), ("DELETE", "/admin/keys/x")]:  # fmt: skip
+        forbidden = httpx.request(
+            method, gateway.url + path, headers={"Authorization": f"Bearer {client_key}"}
+        )
+        assert forbidden.status_code == 403 and forbidden.json()["error"]["code"] == "admin_required"
+        assert httpx.request(method, gateway.url + path).status_code == 401
+    # the body is read only after authentication
+    anonymous = httpx.post(gateway.url + "/v1/chat/completions", content=b"{not json")
+    assert anonymous.status_code == 401
+
+
+def test_openapi_documents_the_admin_api(admin_stack) -> None:
+    gateway, _ = admin_stack
+    paths = httpx.get(gateway.url + "/openapi.json").json()["paths"]
+    wanted = [
+        "/admin/keys",
+        "/admin/keys/{key_id}",
+        "/admin/keys/{key_id}/rotate",
+        "/admin/keys/{key_id}/revoke",
+    ]
+    wanted += ["/admin/status", "/admin/audit", "/admin/usage", "/v1/chat/completions"]
+    assert set(wanted) <= set(paths)
+
+
+def test_bootstrap_admin_from_its_sha256(start_sim, start_gateway) -> None:
+    secret = "dsk-" + "B" * 43
+    sim = start_sim()
+    gateway = start_gateway(sim.url, admin_key_sha256=hashlib.sha256(secret.encode()).hexdigest())
+    made = httpx.post(
+        gateway.url + "/admin/keys", json={"name": "first"}, headers={"Authorization": f"Bearer {secret}"}
+    )
+    assert made.status_code == 201 and made.json()["key"].startswith("dsk-")
+
+
+def test_cli_against_a_running_gateway(admin_stack, make_key) -> None:
+    gateway, _ = admin_stack
+    admin = make_key("cli-admin", scopes=["admin"])
+    remote = ["--url", gateway.url, "--admin-key", admin]
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([CLI, "keys", *args, *remote], capture_output=True, text=True, timeout=60)
+
+    made = cli("create", "remote-team", "--rpm", "5", "--priority", "2")
+    assert made.returncode == 0, made.stderr
+    secret = made.stdout.strip().splitlines()[-1]
+    assert chat_ok(gateway, secret)
+    assert "remote-team" in cli("list").stdout
+    assert '"tpm": 99' in cli("update", "remote-team", "--tpm", "99").stdout
+    rotated = cli("rotate", "remote-team", "--grace", "1h")
+    assert rotated.returncode == 0 and chat_ok(gateway, rotated.stdout.strip().splitlines()[-1])
+    assert cli("revoke", "remote-team").returncode == 0 and not chat_ok(gateway, secret)
+    assert cli("delete", "remote-team").returncode == 0
+    missing = cli("show", "remote-team")
+    assert missing.returncode == 1 and "no key" in missing.stderr
+    wrong = subprocess.run(
+        [CLI, "keys", "list", "--url", gateway.url, "--admin-key", make_key("plain")],
+        capture_output=True,
+        text=True,
+    )
+    assert wrong.returncode == 1 and "403" in wrong.stderr
