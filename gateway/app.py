@@ -104,7 +104,7 @@ def create_app(settings: Settings) -> FastAPI:
             settings,
             TelemetrySinks(metrics, ledger),
             monitor,
-            RateLimiter(limits_storage),
+            RateLimiter(limits_storage, settings.limits_window_s),
         )
         try:
             yield

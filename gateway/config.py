@@ -96,6 +96,9 @@ class Settings(BaseSettings):
         default="memory://",
         description="Rate-limit state: memory:// (this process) or redis://host:port/db (shared by replicas)",
     )
+    limits_window_s: int = Field(
+        default=60, ge=1, description="Window of the rpm/tpm limits, seconds (60: per minute, as named)"
+    )
     queue_max_per_key: int = Field(default=32, ge=0, description="Requests one key may have waiting")
     rotate_grace_s: float = Field(
         default=86_400, ge=0, description="How long a rotated-out secret still works"

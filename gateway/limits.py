@@ -16,7 +16,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from limits import RateLimitItemPerMinute
+from limits import RateLimitItem, RateLimitItemPerSecond
 from limits.aio.storage import Storage
 from limits.aio.strategies import FixedWindowRateLimiter
 from limits.storage import storage_from_string
@@ -52,21 +52,25 @@ class Ticket:
 class RateLimiter:
     """Checks and charges one key's requests/min and tokens/min."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, window_s: int = 60) -> None:
         self._storage = storage
         self._limiter = FixedWindowRateLimiter(storage)
+        self._window_s = window_s
 
-    async def _refuse(self, what: str, item: RateLimitItemPerMinute, key: str) -> GatewayError:
+    def _item(self, amount: int) -> RateLimitItem:
+        return RateLimitItemPerSecond(amount, self._window_s)
+
+    async def _refuse(self, what: str, item: RateLimitItem, key: str) -> GatewayError:
         stats = await self._limiter.get_window_stats(item, what, key)
         retry = max(1, math.ceil(stats.reset_time - time.time()))
         return GatewayError(
             429,
-            f"Rate limit reached for {what} per minute ({item.amount}); retry in {retry} s.",
+            f"Rate limit reached for {what} ({item.amount} per {self._window_s} s); retry in {retry} s.",
             code=f"rate_limit_{what}",
             headers={"Retry-After": str(retry)},
         )
 
-    async def _headers(self, what: str, item: RateLimitItemPerMinute, key: str, out: dict[str, str]) -> None:
+    async def _headers(self, what: str, item: RateLimitItem, key: str, out: dict[str, str]) -> None:
         stats = await self._limiter.get_window_stats(item, what, key)
         out[f"x-ratelimit-limit-{what}"] = str(item.amount)
         out[f"x-ratelimit-remaining-{what}"] = str(max(0, stats.remaining))
@@ -80,12 +84,12 @@ class RateLimiter:
         ticket = Ticket(principal, 0)
         key = principal.key_id
         if principal.rpm:
-            item = RateLimitItemPerMinute(principal.rpm)
+            item = self._item(principal.rpm)
             if not await self._limiter.hit(item, "requests", key):
                 raise await self._refuse("requests", item, key)
             await self._headers("requests", item, key, ticket.headers)
         if principal.tpm:
-            item = RateLimitItemPerMinute(principal.tpm)
+            item = self._item(principal.tpm)
             ticket.estimate = min(max(1, estimate), principal.tpm)
             if not await self._limiter.test(item, "tokens", key, cost=ticket.estimate):
                 raise await self._refuse("tokens", item, key)
@@ -98,7 +102,7 @@ class RateLimiter:
         tpm = ticket.principal.tpm
         if tpm and used_tokens > ticket.estimate:
             await self._limiter.hit(
-                RateLimitItemPerMinute(tpm),
+                self._item(tpm),
                 "tokens",
                 ticket.principal.key_id,
                 cost=used_tokens - ticket.estimate,

@@ -143,7 +143,7 @@ class Forwarder:
                 telemetry=telemetry_fn(recorder) if wants_telemetry else None,
             )
             exchange = Exchange(self, path, prepared, recorder, ticket, view, body.stream)
-            entry = self.admission.enqueue(principal.key_id, principal.priority, principal.max_concurrency)
+            entry = self.admission.enqueue(principal.name, principal.priority, principal.max_concurrency)
             outcome = RelayOutcome()
             if body.stream and isinstance(entry, Waiter) and not entry.future.done():
                 return exchange.stream_response(exchange.queued_events(entry, outcome), outcome)

@@ -1,0 +1,134 @@
+"""JWT bearer tokens: gateway-minted (HS256) and an external identity provider (RS256 JWKS file)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jose import jwk, jwt
+
+MODEL = "deepseek-v4-flash-0731"
+SECRET = "test-secret-0123456789abcdef0123456789"
+CLI = str(Path(sys.executable).parent / "dspark-gateway")
+
+
+@pytest.fixture(scope="module")
+def rsa_keys():
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public_pem = private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    public_jwk = jwk.construct(public_pem, "RS256").to_dict()
+    public_jwk.update({"kid": "k1", "use": "sig", "alg": "RS256"})
+    return pem, public_pem, {"keys": [public_jwk]}
+
+
+@pytest.fixture
+def gateway(start_sim, start_gateway, rsa_keys, tmp_path: Path):
+    jwks_file = tmp_path / "jwks.json"
+    jwks_file.write_text(json.dumps(rsa_keys[2]))
+    sim = start_sim()
+    return start_gateway(
+        sim.url,
+        jwt_secret=SECRET,
+        jwt_jwks_file=str(jwks_file),
+        jwt_idp_issuer="https://idp.example",
+        jwt_idp_audience="dspark",
+    )
+
+
+def call(gateway, token: str, path: str = "/admin/status") -> httpx.Response:
+    return httpx.get(gateway.url + path, headers={"Authorization": f"Bearer {token}"})
+
+
+def claims(**extra) -> dict:
+    now = int(time.time())
+    return {
+        "iss": "https://idp.example",
+        "aud": "dspark",
+        "sub": "alice",
+        "iat": now,
+        "exp": now + 300,
+        **extra,
+    }
+
+
+def test_minted_token_from_the_cli(gateway) -> None:
+    env = {"GATEWAY_JWT_SECRET": SECRET, "PATH": "/usr/bin:/bin"}
+    minted = subprocess.run(
+        [CLI, "token", "--sub", "ops", "--scope", "admin", "--ttl", "15m"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert minted.returncode == 0, minted.stderr
+    token = minted.stdout.strip()
+    assert call(gateway, token).status_code == 200
+    client_token = subprocess.run(
+        [CLI, "token", "--sub", "app"], capture_output=True, text=True, env=env
+    ).stdout
+    assert call(gateway, client_token.strip()).status_code == 403  # no admin scope
+    models = call(gateway, client_token.strip(), "/v1/models")
+    assert models.status_code == 200 and models.json()["data"][0]["id"] == MODEL
+
+
+def test_identity_provider_tokens(gateway, rsa_keys) -> None:
+    pem, public_pem, _ = rsa_keys
+    good = jwt.encode(claims(scope="admin"), pem, algorithm="RS256", headers={"kid": "k1"})
+    assert call(gateway, good).status_code == 200
+    limited = jwt.encode(claims(models=["other"]), pem, algorithm="RS256", headers={"kid": "k1"})
+    chat = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
+        headers={"Authorization": f"Bearer {limited}"},
+    )
+    assert chat.status_code == 403
+    bad = {
+        "expired": jwt.encode(claims(exp=int(time.time()) - 10), pem, algorithm="RS256"),
+        "wrong audience": jwt.encode(claims(aud="someone-else"), pem, algorithm="RS256"),
+        "wrong issuer": jwt.encode(claims(iss="https://evil.example"), pem, algorithm="RS256"),
+        "models not a list": jwt.encode(claims(models="other"), pem, algorithm="RS256"),
+        # HS/RS confusion: the IdP's public key used as an HMAC secret
+        "hs256 with the public key": _hmac_signed(claims(scope="admin"), public_pem),
+        # a gateway-style token signed with a wrong secret
+        "hs256 wrong secret": jwt.encode(
+            {**claims(), "iss": "dspark-gateway", "aud": "dspark-gateway"}, "nope", algorithm="HS256"
+        ),
+        "alg none": _unsigned(claims(scope="admin")),
+        "garbage": "a.b.c",
+    }
+    for name, token in bad.items():
+        response = call(gateway, token)
+        assert response.status_code == 401, name
+        assert response.json()["error"]["code"] == "invalid_api_key", name
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unsigned(payload: dict) -> str:
+    header = {"alg": "none", "typ": "JWT"}
+    return f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(payload).encode())}."
+
+
+def _hmac_signed(payload: dict, secret: bytes) -> str:
+    """What an attacker sends: HS256 'signed' with the IdP's public key (libraries refuse to make it)."""
+    signing_input = (
+        f"{_b64(json.dumps({'alg': 'HS256', 'typ': 'JWT'}).encode())}.{_b64(json.dumps(payload).encode())}"
+    )
+    signature = hmac.new(secret, signing_input.encode(), hashlib.sha256).digest()
+    return f"{signing_input}.{_b64(signature)}"

@@ -1,0 +1,197 @@
+"""Per-key limits (requests/min, tokens/min, concurrency), fair queueing, and Redis-shared limits across two
+gateway processes — through real servers, with the official OpenAI SDK where clients matter."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.support.probes import wait_until
+from tests.support.servers import free_port
+
+MODEL = "deepseek-v4-flash-0731"
+CLI = str(Path(sys.executable).parent / "dspark-gateway")
+
+
+def chat(key: str, gateway_url: str, **kwargs) -> httpx.Response:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **kwargs}
+    return httpx.post(
+        gateway_url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+    )
+
+
+def test_requests_per_window_with_headers_and_the_sdk_retrying(start_sim, start_gateway, make_key) -> None:
+    sim = start_sim()
+    gateway = start_gateway(sim.url, limits_window_s=2)
+    key = make_key("rpm", rpm=2)
+    first = chat(key, gateway.url)
+    assert first.headers["x-ratelimit-limit-requests"] == "2"
+    assert first.headers["x-ratelimit-remaining-requests"] == "1"
+    assert first.headers["x-ratelimit-reset-requests"].endswith("s")
+    chat(key, gateway.url)
+    refused = chat(key, gateway.url)
+    assert refused.status_code == 429
+    assert refused.json()["error"] == {
+        "message": refused.json()["error"]["message"],
+        "type": "rate_limit_error",
+        "param": None,
+        "code": "rate_limit_requests",
+    }
+    assert 1 <= int(refused.headers["retry-after"]) <= 2
+    # the OpenAI SDK waits for Retry-After and succeeds on its retry, in the next window
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=2)
+    reply = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4
+    )
+    assert reply.http_response.status_code == 200 and reply.retries_taken >= 1
+
+
+def test_tokens_per_window_are_settled_with_real_usage(start_sim, start_gateway, make_key) -> None:
+    sim = start_sim()
+    gateway = start_gateway(sim.url, limits_window_s=60)
+    key = make_key("tpm", tpm=100)
+    ok = chat(key, gateway.url, max_tokens=80)  # estimate ~10 tokens up front, ~90 settled after
+    assert ok.status_code == 200 and ok.headers["x-ratelimit-limit-tokens"] == "100"
+    wait_until(
+        lambda: chat(key, gateway.url).status_code == 429, timeout_s=5, what="the tokens to be settled"
+    )
+    refused = chat(key, gateway.url)
+    assert refused.json()["error"]["code"] == "rate_limit_tokens" and int(refused.headers["retry-after"]) >= 1
+
+
+def test_max_concurrency_and_fair_queue_visible_to_streams_and_admins(
+    start_sim, start_gateway, make_key
+) -> None:
+    sim = start_sim(decode_tps=40)
+    gateway = start_gateway(sim.url, slots=2)
+    greedy, polite, admin = (
+        make_key("greedy", max_concurrency=1),
+        make_key("polite"),
+        make_key("ops", scopes=["admin"]),
+    )
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "long"}],
+        "max_tokens": 60,
+        "stream": True,
+    }
+
+    def status() -> dict:
+        return httpx.get(gateway.url + "/admin/status", headers={"Authorization": f"Bearer {admin}"}).json()
+
+    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body,
+                      headers={"Authorization": f"Bearer {greedy}"}) as first:  # fmt: skip
+        first_lines = first.iter_lines()
+        next(first_lines)
+        with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body,
+                          headers={"Authorization": f"Bearer {greedy}"}) as second:  # fmt: skip
+            assert second.status_code == 200  # answered at once, told it is queued
+            second_lines = second.iter_lines()
+            assert next(second_lines) == ": queued 1"
+            state = status()
+            assert state["slots_in_use"] == 1  # a free slot, but greedy is at its max concurrency
+            assert state["keys"]["greedy"] == {"in_flight": 1, "waiting": 1}
+            assert chat(polite, gateway.url).status_code == 200  # another key takes the free slot
+            rest = [line for line in second_lines if line.startswith("data: ")]
+            assert rest[-1] == "data: [DONE]"
+    wait_until(lambda: status()["slots_in_use"] == 0 and status()["queue_depth"] == 0, what="idle")
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A real redis-server of the test's own, on a free loopback port."""
+    binary = shutil.which("redis-server")
+    assert binary, "redis-server is not installed (Debian package redis-server)"
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)], stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+
+    def up() -> bool:
+        try:
+            import redis
+
+            return bool(redis.Redis(port=port).ping())
+        except Exception:
+            return False
+
+    wait_until(up, timeout_s=10, what="redis-server")
+    yield f"redis://127.0.0.1:{port}/0"
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def test_two_gateway_processes_share_one_limit_through_redis(
+    start_sim, make_key, database_url, redis_url, tmp_path
+):
+    sim = start_sim()
+    key = make_key("shared", rpm=3)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update(
+        GATEWAY_DATABASE_URL=database_url, GATEWAY_UPSTREAM=sim.url, GATEWAY_LIMITS_STORAGE=redis_url,
+        GATEWAY_LIMITS_WINDOW_S="60",
+    )  # fmt: skip
+    urls, processes = [], []
+    for i in range(2):
+        port = free_port()
+        log = (tmp_path / f"gw{i}.log").open("wb")
+        processes.append(
+            subprocess.Popen([CLI, "serve", "--port", str(port)], env=env, stdout=log, stderr=log)
+        )
+        urls.append(f"http://127.0.0.1:{port}")
+    try:
+        for url in urls:
+            wait_until(lambda url=url: _ready(url), timeout_s=30, what=f"gateway {url}")
+        codes = [chat(key, url).status_code for url in (urls[0], urls[1], urls[0], urls[1])]
+        assert codes == [200, 200, 200, 429]  # one budget of 3, not 3 per process
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=15)
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(url + "/ready", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_a_flood_does_not_starve_another_key(start_sim, start_gateway, make_key) -> None:
+    sim = start_sim(decode_tps=200)
+    gateway = start_gateway(sim.url, slots=1, queue_max=64, queue_max_per_key=32)
+    flood, single = make_key("flood"), make_key("single")
+    finished: list[str] = []
+    lock = threading.Lock()
+
+    def run(key: str, name: str) -> None:
+        response = chat(key, gateway.url, max_tokens=20)
+        assert response.status_code == 200
+        with lock:
+            finished.append(name)
+
+    threads = [threading.Thread(target=run, args=(flood, f"f{i}")) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: _queue(gateway, make_key) >= 8, what="the flood to queue")
+    lone = threading.Thread(target=run, args=(single, "single"))
+    lone.start()
+    for thread in [*threads, lone]:
+        thread.join()
+    assert finished.index("single") <= finished.index("f0") + 3  # served within about one slot turn
+
+
+def _queue(gateway, make_key) -> int:
+    from tests.support.probes import scrape
+
+    return int(scrape(gateway.url)["gateway_queue_depth"])
