@@ -204,3 +204,18 @@ def test_upstream_unreachable_is_503_before_any_byte(start_gateway, make_key) ->
         assert info.value.status_code == 503
         assert info.value.body["code"] == "upstream_unavailable"
     assert scrape(gateway.url)["gateway_slots_in_use"] == 0
+
+
+def test_a_queued_stream_that_times_out_gets_an_error_event(start_sim, start_gateway, auth) -> None:
+    sim = start_sim(decode_tps=20)
+    gateway = start_gateway(sim.url, slots=1, queue_timeout_s=0.5)
+    url = gateway.url + "/v1/chat/completions"
+    with httpx.stream("POST", url, json=chat("hold", stream=True, max_tokens=200), headers=auth) as held:
+        events = data_events(held)
+        next(events)
+        with httpx.stream("POST", url, json=chat("wait", stream=True), headers=auth) as queued:
+            lines = list(queued.iter_lines())
+    assert lines[0] == ": queued 1"
+    error = json.loads(lines[-2].removeprefix("data: "))["error"]
+    assert error["code"] == "queue_timeout" and error["type"] == "rate_limit_error"
+    wait_until(lambda: idle(gateway, sim), what="idle")
