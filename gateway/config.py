@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -103,6 +103,19 @@ class Settings(BaseSettings):
     rotate_grace_s: float = Field(
         default=86_400, ge=0, description="How long a rotated-out secret still works"
     )
+
+    runtime_profile: str | None = Field(
+        default=None,
+        description="Backend profile (runtime/profiles name or a path): slots default to its max-num-seqs",
+    )
+
+    @model_validator(mode="after")
+    def _slots_from_profile(self) -> Settings:
+        if self.runtime_profile and "slots" not in self.model_fields_set:
+            from gateway.runtime import gateway_defaults, load_profile
+
+            self.slots = gateway_defaults(load_profile(self.runtime_profile))["slots"]
+        return self
 
     @field_validator("jwt_idp_algorithms", mode="before")
     @classmethod
