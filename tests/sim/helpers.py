@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import httpx
-import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.sim import SimConfig
+from tests.support.probes import wait_until as wait_for
+from tests.support.servers import ThreadedServer
+
+__all__ = [
+    "FAST",
+    "MODEL",
+    "STREAM_USAGE",
+    "chat_body",
+    "scrape",
+    "serve_app",
+    "sse_events",
+    "stream_chat",
+    "wait_for",
+]
 
 FAST: dict[str, Any] = {"decode_tps": 2000.0, "prefill_tps": 200_000.0, "ttft_base_s": 0.002}
 """Config overrides that keep tests quick (steps of ~1 ms)."""
@@ -61,27 +71,11 @@ def scrape(base_url: str) -> dict[str, float]:
     return values
 
 
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 5.0, what: str = "condition") -> None:
-    """Poll ``predicate`` every 10 ms until true; fail after ``timeout_s`` seconds."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
 @contextmanager
 def serve_app(app: Any) -> Iterator[str]:
     """Any ASGI app under a real uvicorn on a free loopback port, in a thread; yields its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
+    server = ThreadedServer(app).start()
     try:
-        wait_for(lambda: server.started, what="server start")
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        yield server.url
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+        server.stop()
