@@ -1,9 +1,9 @@
-"""Parse human durations such as ``30d``, ``12h``, ``15m``, ``90s`` (CLI flags)."""
+"""Parse human durations such as ``30d``, ``12h``, ``15m``, ``90s`` and ``since`` filters (CLI, admin API)."""
 
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
@@ -18,3 +18,21 @@ def parse_duration(text: str) -> timedelta:
     if value <= 0:
         raise ValueError(f"duration must be positive: {text!r}")
     return timedelta(**{_UNITS[unit]: value})
+
+
+def parse_since(text: str | None) -> datetime | None:
+    """``"7d"`` -> now minus 7 days; an ISO 8601 time -> that instant (UTC if no offset); None -> None.
+
+    Raises ``ValueError`` for anything else.
+    """
+    if not text:
+        return None
+    try:
+        return datetime.now(UTC) - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"since must be a duration like 7d or an ISO 8601 time; got {text!r}") from None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)

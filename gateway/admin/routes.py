@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
@@ -10,6 +9,7 @@ from starlette.requests import Request
 
 from gateway.auth import Principal
 from gateway.auth.dependency import require_principal
+from gateway.durations import parse_since
 from gateway.errors import GatewayError
 from gateway.telemetry.ledger import GroupBy, UsageLedger
 
@@ -37,10 +37,16 @@ async def usage(
     request: Request,
     group_by: GroupBy = "key",
     key: Annotated[str | None, Query(description="Only this key name")] = None,
-    since: Annotated[datetime | None, Query(description="ISO 8601 start, e.g. 2026-11-01T00:00:00Z")] = None,
+    since: Annotated[
+        str | None, Query(description="A duration back from now (7d, 12h) or an ISO 8601 start")
+    ] = None,
 ) -> dict[str, Any]:
+    try:
+        start = parse_since(since)
+    except ValueError as exc:
+        raise GatewayError(400, str(exc), code="invalid_value", param="since") from None
     ledger = await _flushed_ledger(request)
-    return {"group_by": group_by, "data": await ledger.usage(group_by, since=since, key_name=key)}
+    return {"group_by": group_by, "data": await ledger.usage(group_by, since=start, key_name=key)}
 
 
 @router.get("/status", summary="Live admission state: slots, queue, per-key in flight and waiting")

@@ -6,7 +6,6 @@ Flags override ``GATEWAY_*`` environment variables (they are passed to :class:`S
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -16,7 +15,7 @@ from rich.table import Table
 
 from gateway.cli.settings import fail, settings
 from gateway.db import open_engine
-from gateway.durations import parse_duration
+from gateway.durations import parse_duration, parse_since
 from gateway.telemetry.ledger import UsageLedger
 
 app = typer.Typer(help="dspark-gateway: authenticated OpenAI-compatible gateway for DeepSeek-V4 on vLLM.")
@@ -107,16 +106,6 @@ class GroupBy(StrEnum):
     model = "model"
 
 
-def _since(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.now(UTC) - parse_duration(text)
-    except ValueError:
-        parsed = datetime.fromisoformat(text)
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 @app.command()
 def usage(
     key: Annotated[str | None, typer.Option(help="Only this key name")] = None,
@@ -128,7 +117,7 @@ def usage(
 ) -> None:
     """Token usage from the local ledger (GATEWAY_DATABASE_URL), as a table."""
     try:
-        start = _since(since)
+        start = parse_since(since)
     except ValueError as exc:
         raise fail(str(exc)) from None
 

@@ -23,7 +23,9 @@ M = TypeVar("M", bound=BaseModel)
 
 #: ``runtime/`` of the repository (present in a source checkout / editable install).
 RUNTIME_DIR = Path(__file__).resolve().parents[2] / "runtime"
-PROFILES_DIR = RUNTIME_DIR / "profiles"
+PROFILES_DIR = (
+    Path(__file__).resolve().parent / "profiles"
+)  # shipped with the package; runtime/profiles links here
 
 
 class ProfileError(ValueError):

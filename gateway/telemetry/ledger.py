@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from sqlalchemy import JSON, Boolean, DateTime, Float, Integer, String, func, insert, select
@@ -162,7 +162,7 @@ class UsageLedger:
         }[group_by]
         conditions: list[ColumnElement[bool]] = []
         if since is not None:
-            conditions.append(UsageRow.arrived_at >= since)
+            conditions.append(UsageRow.arrived_at >= since.astimezone(UTC))
         if key_name is not None:
             conditions.append(UsageRow.key_name == key_name)
         query = (

@@ -174,6 +174,16 @@ def test_ledger_admin_routes_and_cli(stack, database_url: str, tmp_path: Path) -
     assert by_model[0]["model"] == MODEL
     days = httpx.get(gateway.url + "/admin/usage?group_by=day&since=2020-01-01T00:00:00Z", headers=admin_auth)
     assert days.json()["data"][0]["requests"] == 4
+    recent_day = httpx.get(gateway.url + "/admin/usage?group_by=key&since=1h", headers=admin_auth).json()[
+        "data"
+    ]
+    assert recent_day[0]["requests"] == 4
+    offset = httpx.get(
+        gateway.url + "/admin/usage", params={"since": "2999-01-01T02:00:00+02:00"}, headers=admin_auth
+    )
+    assert offset.json()["data"] == []
+    bad = httpx.get(gateway.url + "/admin/usage?since=yesterday", headers=admin_auth)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "since"
     recent = admin_requests(gateway, admin)
     assert len(recent) == 4 and {r["status"] for r in recent} == {200}
     dump = json.dumps(recent)
