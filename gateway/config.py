@@ -109,12 +109,23 @@ class Settings(BaseSettings):
         description="Backend profile (runtime/profiles name or a path): slots default to its max-num-seqs",
     )
 
+    kv_budget_tokens: int = Field(
+        default=1_372_579,
+        ge=1,
+        description="The backend's shared KV pool, tokens (balanced: 1,372,579); a request asking for more "
+        "output than the whole pool is refused at once",
+    )
+
     @model_validator(mode="after")
-    def _slots_from_profile(self) -> Settings:
-        if self.runtime_profile and "slots" not in self.model_fields_set:
+    def _defaults_from_profile(self) -> Settings:
+        if self.runtime_profile:
             from gateway.runtime import gateway_defaults, load_profile
 
-            self.slots = gateway_defaults(load_profile(self.runtime_profile))["slots"]
+            defaults = gateway_defaults(load_profile(self.runtime_profile))
+            if "slots" not in self.model_fields_set:
+                self.slots = defaults["slots"]
+            if "kv_budget_tokens" not in self.model_fields_set and defaults["kv_budget_tokens"]:
+                self.kv_budget_tokens = defaults["kv_budget_tokens"]
         return self
 
     @field_validator("jwt_idp_algorithms", mode="before")

@@ -138,3 +138,22 @@ def test_health_and_ready(start_sim, start_gateway) -> None:
     sim.stop()
     assert_openai_error(httpx.get(gateway.url + "/ready"), 503, "upstream_unavailable")
     assert httpx.get(gateway.url + "/health").status_code == 200
+
+
+def test_output_that_can_never_fit_the_kv_pool_is_refused_at_once(stack, make_key) -> None:
+    sim, gateway = stack
+    headers = {"Authorization": f"Bearer {make_key('big')}"}
+    huge = httpx.post(
+        gateway.url + "/v1/chat/completions", json={**CHAT, "max_tokens": 2_000_000}, headers=headers
+    )
+    assert assert_openai_error(huge, 400, "context_length_exceeded")["param"] == "max_tokens"
+    assert scrape(sim.url).get("vllm:prompt_tokens_total", 0) == 0  # never sent to the backend
+
+
+def test_slots_and_kv_budget_default_from_the_runtime_profile() -> None:
+    from gateway.config import Settings
+
+    balanced, throughput = Settings(runtime_profile="balanced"), Settings(runtime_profile="throughput")
+    assert (balanced.slots, balanced.kv_budget_tokens) == (2, 1_372_579)
+    assert throughput.slots == 6  # its KV capacity was never measured: the budget stays as configured
+    assert Settings(runtime_profile="throughput", slots=3).slots == 3  # an explicit setting wins
