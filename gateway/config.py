@@ -52,6 +52,11 @@ class Settings(BaseSettings):
         description="Longest silence from upstream between bytes. None: wait forever (a 1M-token prefill "
         "can take ~18 minutes before the first token).",
     )
+    keep_alive_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="Send ': keep-alive' to a stream after this long without upstream bytes",
+    )
     ready_timeout_s: float = Field(default=2.0, gt=0, description="Timeout of the /ready upstream probe")
     reasoning_split: Literal["auto", "gateway", "upstream", "off"] = Field(
         default="auto",

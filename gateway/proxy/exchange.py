@@ -88,7 +88,7 @@ class Exchange:
         rewriter = StreamRewriter(
             self.prepared.policy, self.forwarder.traits, self.view, self.recorder.observe_chunk
         )
-        return relay_events(self.upstream, rewriter.step, outcome)
+        return relay_events(self.upstream, rewriter.step, outcome, self.forwarder.settings.keep_alive_s)
 
     async def queued_events(self, waiter: Waiter, outcome: RelayOutcome) -> AsyncIterator[bytes]:
         """For a stream that must wait: ``: queued N`` comments, then the relay; failures as SSE errors."""

@@ -7,9 +7,12 @@ must end with ``data: [DONE]``; if upstream breaks or ends without it, the clien
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+import anyio
 import httpx
 from starlette.responses import StreamingResponse
 
@@ -38,19 +41,53 @@ class RelayOutcome:
     error: GatewayError | None = None
 
 
+KEEP_ALIVE = b": keep-alive\n\n"
+
+
+async def with_keep_alive(chunks: AsyncIterator[bytes], every_s: float) -> AsyncGenerator[bytes | None, None]:
+    """``chunks``, plus a ``None`` each time ``every_s`` seconds pass without one (a long prefill: a
+    1M-token prompt takes ~18 minutes before its first token). The pending read is never cancelled."""
+    pending: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(chunks))
+            done, _ = await asyncio.wait({pending}, timeout=every_s)
+            if not done:
+                yield None
+                continue
+            try:
+                chunk = pending.result()
+            except StopAsyncIteration:
+                return
+            pending = None
+            yield chunk
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with anyio.CancelScope(shield=True):  # let the read finish cancelling before the response closes
+                await asyncio.wait({pending})
+
+
 async def relay_events(
-    response: httpx.Response, rewrite: Rewrite, outcome: RelayOutcome
+    response: httpx.Response, rewrite: Rewrite, outcome: RelayOutcome, keep_alive_s: float = 15.0
 ) -> AsyncIterator[bytes]:
-    """Yield the upstream's SSE events through ``rewrite``; on a broken or truncated stream, end with an
-    error event (recorded in ``outcome``)."""
+    """Yield the upstream's SSE events through ``rewrite``; an SSE comment ``: keep-alive`` after every
+    ``keep_alive_s`` seconds of upstream silence (so idle-timeout proxies don't cut a long prefill); on a
+    broken or truncated stream, end with an error event (recorded in ``outcome``)."""
     decoder = SSEDecoder()
     try:
-        async for chunk in response.aiter_raw():
-            for event in decoder.feed(chunk):
-                if event_data(event) == DONE:
-                    outcome.done = True  # set before the yield: a client may hang up as soon as it has it
-                for out in rewrite(event):
-                    yield out
+        # aclosing: when the client goes, the pending upstream read is cancelled before the response closes
+        async with contextlib.aclosing(with_keep_alive(response.aiter_raw(), keep_alive_s)) as chunks:
+            async for chunk in chunks:
+                if chunk is None:
+                    yield KEEP_ALIVE
+                    continue
+                for event in decoder.feed(chunk):
+                    if event_data(event) == DONE:
+                        outcome.done = True  # set before the yield: a client may hang up as soon as it has it
+                    for out in rewrite(event):
+                        yield out
     except httpx.HTTPError as exc:
         outcome.error = _broken(type(exc).__name__)
     except MalformedChunkError as exc:

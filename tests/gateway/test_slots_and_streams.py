@@ -219,3 +219,14 @@ def test_a_queued_stream_that_times_out_gets_an_error_event(start_sim, start_gat
     error = json.loads(lines[-2].removeprefix("data: "))["error"]
     assert error["code"] == "queue_timeout" and error["type"] == "rate_limit_error"
     wait_until(lambda: idle(gateway, sim), what="idle")
+
+
+def test_a_long_prefill_gets_keep_alive_comments(start_sim, start_gateway, auth) -> None:
+    sim = start_sim(prefill_tps=100)  # ~1.5 s before the first token of a 150-token prompt
+    gateway = start_gateway(sim.url, keep_alive_s=0.2)
+    body = chat("word " * 120, stream=True, max_tokens=5)
+    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, headers=auth) as response:
+        lines = [line for line in response.iter_lines() if line]
+    first_data = next(i for i, line in enumerate(lines) if line.startswith("data: "))
+    assert lines[:first_data].count(": keep-alive") >= 3
+    assert lines[-1] == "data: [DONE]" and ": keep-alive" not in lines[first_data:-1]
