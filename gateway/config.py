@@ -52,6 +52,11 @@ class Settings(BaseSettings):
         description="Longest silence from upstream between bytes. None: wait forever (a 1M-token prefill "
         "can take ~18 minutes before the first token).",
     )
+    max_body_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body, bytes (32 MiB holds a 1M-token prompt as JSON text); more -> 413",
+    )
     keep_alive_s: float = Field(
         default=15.0,
         gt=0,

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from gateway.auth import Principal
 from gateway.auth.dependency import require_principal
-from gateway.errors import invalid_request
+from gateway.errors import GatewayError, invalid_request
 from gateway.openai_api import ChatCompletionRequest, CompletionRequest, InferenceRequest
 from gateway.proxy.forward import Forwarder
 
@@ -28,11 +28,31 @@ def _forwarder(request: Request) -> Forwarder:
 Body = TypeVar("Body", bound=InferenceRequest)
 
 
+async def read_bounded(request: Request, limit: int) -> bytes:
+    """The request body, or 413 ``request_too_large`` as soon as it passes ``limit`` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limit:
+            raise _too_large(limit)
+        parts.append(part)
+    return b"".join(parts)
+
+
+def _too_large(limit: int) -> GatewayError:
+    return GatewayError(413, f"The request body is larger than {limit} bytes.", code="request_too_large")
+
+
 async def parse_body(request: Request, model: type[Body]) -> Body:
-    """Read and validate the JSON body — only after authentication (a FastAPI body parameter would be
-    parsed before the router's auth dependency, letting anyone make the gateway parse bodies)."""
+    """Read (bounded by ``GATEWAY_MAX_BODY_BYTES``) and validate the JSON body — only after
+    authentication (a FastAPI body parameter would be parsed before the router's auth dependency,
+    letting anyone make the gateway parse bodies)."""
+    raw = await read_bounded(request, request.app.state.settings.max_body_bytes)
     try:
-        return model.model_validate_json(await request.body())
+        return model.model_validate_json(raw)
     except ValidationError as exc:
         raise invalid_request(exc.errors()) from None
 

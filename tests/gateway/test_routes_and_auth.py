@@ -157,3 +157,23 @@ def test_slots_and_kv_budget_default_from_the_runtime_profile() -> None:
     assert (balanced.slots, balanced.kv_budget_tokens) == (2, 1_372_579)
     assert throughput.slots == 6  # its KV capacity was never measured: the budget stays as configured
     assert Settings(runtime_profile="throughput", slots=3).slots == 3  # an explicit setting wins
+
+
+def test_oversized_bodies_are_413_before_they_are_parsed(start_sim, start_gateway, make_key) -> None:
+    sim = start_sim()
+    gateway = start_gateway(sim.url, max_body_bytes=4096)
+    headers = {"Authorization": f"Bearer {make_key('big-body')}"}
+    big = {**CHAT, "messages": [{"role": "user", "content": "x" * 5000}]}
+    declared = httpx.post(gateway.url + "/v1/chat/completions", json=big, headers=headers)
+    assert_openai_error(declared, 413, "request_too_large")
+
+    def chunked():  # no Content-Length: the limit holds on the bytes as they arrive
+        yield b'{"model": "deepseek-v4-flash-0731", "messages": [{"role": "user", "content": "'
+        for _ in range(10):
+            yield b"y" * 1000
+        yield b'"}]}'
+
+    streamed = httpx.post(gateway.url + "/v1/chat/completions", content=chunked(), headers=headers)
+    assert_openai_error(streamed, 413, "request_too_large")
+    assert httpx.post(gateway.url + "/v1/chat/completions", json=CHAT, headers=headers).status_code == 200
+    assert 0 < scrape(sim.url)["vllm:prompt_tokens_total"] < 100  # only the small one reached it
