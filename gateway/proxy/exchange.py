@@ -55,6 +55,7 @@ class Exchange:
     upstream: httpx.Response | None = None
     _before: dict[str, float] | None = None
     _closed: bool = False
+    _recording: asyncio.Task[None] | None = None
 
     async def admit_and_open(self, entry: Lease | Waiter) -> None:
         """Wait for the slot (if queued), then send the request upstream (:meth:`close` releases both)."""
@@ -161,7 +162,12 @@ class Exchange:
         finally:
             if self.lease is not None:
                 self.lease.release()
-        self.forwarder.in_background(self._record(status, client_gone))
+        self._recording = self.forwarder.in_background(self._record(status, client_gone))
+
+    async def recorded(self) -> None:
+        """Wait until this exchange's record is published (only this one, not other requests')."""
+        if self._recording is not None:
+            await asyncio.wait({self._recording})
 
     async def _record(self, status: int, client_gone: bool) -> None:
         forwarder = self.forwarder

@@ -179,11 +179,12 @@ class Forwarder:
                 500, "The gateway failed to handle this request.", code="internal_error"
             ) from exc
 
-    def in_background(self, work: Coroutine[Any, Any, None]) -> None:
+    def in_background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` off the request path; :meth:`drain` waits for it at shutdown."""
         task = asyncio.create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     async def drain(self) -> None:
         """Wait for background recording (called before the ledger's last flush)."""
@@ -195,9 +196,9 @@ class Forwarder:
     ) -> None:
         if exchange is not None:
             await exchange.close(status, client_gone)
+            await exchange.recorded()  # an error answer is rare: record it before answering
         else:
             self.sinks.publish(recorder.finish(status, client_gone))
-        await self.drain()  # an error answer is rare: record it before answering
 
 
 def estimate_prompt_tokens(payload: dict[str, Any]) -> int:
