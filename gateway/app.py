@@ -12,8 +12,8 @@ vLLM's ``/tokenize``, ``/invocations``, ``/pause``, its ``/metrics`` ... are unr
 ``GET  /admin/audit``             admin   admin actions
 ``GET  /admin/usage``             admin   token totals by day / key / model
 ``GET  /admin/requests``          admin   recent requests' telemetry
-``GET  /health``                  public  process up
-``GET  /ready``                   public  upstream ``/health`` answers
+``GET  /health``                  public  process up (also while draining)
+``GET  /ready``                   public  upstream ``/health`` answers (503 while draining)
 ``GET  /metrics``                 public  Prometheus (bearer token if ``GATEWAY_METRICS_TOKEN``)
 ================================  ======  =================================
 """
@@ -37,7 +37,9 @@ from gateway.auth.audit import AuditLog
 from gateway.auth.tokens import TokenConfig
 from gateway.config import Settings
 from gateway.db import open_engine
+from gateway.drain import Drain, DrainMiddleware
 from gateway.errors import install_error_handlers
+from gateway.headers import HeaderGuardMiddleware
 from gateway.limits import RateLimiter, storage_for
 from gateway.proxy import routes as proxy_routes
 from gateway.proxy.forward import Forwarder
@@ -47,6 +49,9 @@ from gateway.telemetry import GatewayMetrics
 from gateway.telemetry.backend import BackendMonitor
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.sinks import TelemetrySinks
+
+#: At shutdown, longest wait for cancelled requests' clean-up before the ledger's last flush, seconds.
+_CLEAN_UP_S = 10.0
 
 
 def token_config(settings: Settings) -> TokenConfig | None:
@@ -78,6 +83,7 @@ def create_app(settings: Settings) -> FastAPI:
         settings.slots, settings.queue_max, settings.queue_timeout_s, settings.queue_max_per_key
     )
     metrics = GatewayMetrics(admission)
+    drain = Drain()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -109,6 +115,9 @@ def create_app(settings: Settings) -> FastAPI:
         try:
             yield
         finally:
+            # uvicorn cancels requests still running past its shutdown timeout and starts this shutdown
+            # at once: let their (shielded) clean-up release slots and queue their usage rows first.
+            await drain.wait_idle(_CLEAN_UP_S)
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
@@ -122,6 +131,9 @@ def create_app(settings: Settings) -> FastAPI:
         title="dspark-gateway",
         summary="Authenticated, slot-aware OpenAI-compatible gateway for DeepSeek-V4-Flash on vLLM",
         lifespan=lifespan,
+        # '/v1/chat/completions/' is a 404 like every unlisted path, not a 307 to a URL built from the
+        # client's Host header
+        redirect_slashes=False,
     )
     app.state.settings = settings
     app.state.admission = admission
@@ -133,5 +145,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(admin_routes.router)
     app.include_router(admin_keys.router)
     metrics.instrument(app)
+    app.state.drain = drain
+    app.add_middleware(DrainMiddleware, drain=drain)
+    app.add_middleware(HeaderGuardMiddleware)  # oversized or ambiguous headers, before routing
     app.add_middleware(RequestIdMiddleware)
     return app

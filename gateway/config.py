@@ -62,6 +62,13 @@ class Settings(BaseSettings):
         gt=0,
         description="Send ': keep-alive' to a stream after this long without upstream bytes",
     )
+    shutdown_grace_s: float = Field(
+        default=1500.0,
+        ge=0,
+        description="After SIGTERM, how long requests in flight may run to their end while new ones "
+        "get 503 (then they are cut). 25 min: a 1M-token prefill alone takes ~18 min; keep it below "
+        "the orchestrator's kill timeout (the deploy files allow 30 min)",
+    )
     ready_timeout_s: float = Field(default=2.0, gt=0, description="Timeout of the /ready upstream probe")
     reasoning_split: Literal["auto", "gateway", "upstream", "off"] = Field(
         default="auto",

@@ -8,11 +8,18 @@ import logging
 import signal
 import socket
 from collections.abc import Iterator
+from types import FrameType
 
 import uvicorn
 
+from gateway.access_log import redact_access_log_queries
 from gateway.app import create_app
 from gateway.config import Settings
+from gateway.drain import Drain
+
+log = logging.getLogger("uvicorn.error")
+#: After the drain, how long uvicorn still waits for connections before cancelling their tasks, s.
+_CUT_AFTER_DRAIN_S = 2
 
 
 def free_loopback_port() -> int:
@@ -30,6 +37,47 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
+class _GatewayServer(uvicorn.Server):
+    """A uvicorn server whose first SIGTERM/SIGINT drains before shutting down (see :mod:`gateway.drain`).
+
+    First signal: new requests get 503 while those in flight run to their end, at most
+    ``shutdown_grace_s`` seconds; then uvicorn's own shutdown runs. A second signal ends the drain at
+    once; a third SIGINT forces the exit (uvicorn's behaviour).
+    """
+
+    def __init__(self, config: uvicorn.Config, drain: Drain, grace_s: float) -> None:
+        super().__init__(config)
+        self._drain = drain
+        self._grace_s = grace_s
+        self._drainer: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._drain.draining or self._loop is None:
+            super().handle_exit(sig, frame)
+            return
+        self._captured_signals.append(sig)
+        self._drain.begin()
+        log.warning(
+            "Draining: new requests get 503; %d in flight may finish within %.0f s.",
+            self._drain.in_flight,
+            self._grace_s,
+        )
+        self._loop.call_soon_threadsafe(self._start_drainer)
+
+    def _start_drainer(self) -> None:
+        self._drainer = asyncio.create_task(self._finish_drain())
+
+    async def _finish_drain(self) -> None:
+        if not await self._drain.wait_idle(self._grace_s):
+            log.warning("Drain grace period over: cutting %d request(s) in flight.", self._drain.in_flight)
+        self.should_exit = True
+
+
 def _simulator(settings: Settings) -> tuple[_EmbeddedServer, str]:
     from gateway.sim import SimConfig, create_sim_app
 
@@ -40,7 +88,7 @@ def _simulator(settings: Settings) -> tuple[_EmbeddedServer, str]:
 
 
 async def run_gateway(settings: Settings) -> None:
-    """Serve until SIGINT/SIGTERM, then drain and return (exit status 0).
+    """Serve until SIGINT/SIGTERM, then drain (:class:`_GatewayServer`) and return (exit status 0).
 
     With ``settings.upstream`` unset, the simulator is served on a free loopback port in the same
     process and event loop, and the gateway forwards to it (logged as a warning).
@@ -60,11 +108,16 @@ async def run_gateway(settings: Settings) -> None:
                 raise RuntimeError("the simulator failed to start")
             await asyncio.sleep(0.05)
         settings = settings.model_copy(update={"upstream": sim_url})
-        logging.getLogger("uvicorn.error").warning(
+        log.warning(
             "No upstream configured: forwarding to the built-in SIMULATOR at %s (not a real model).",
             sim_url,
         )
-    gateway = uvicorn.Server(uvicorn.Config(create_app(settings), host=settings.host, port=settings.port))
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app, host=settings.host, port=settings.port, timeout_graceful_shutdown=_CUT_AFTER_DRAIN_S
+    )
+    redact_access_log_queries()  # no ?api_key=… in the access log
+    gateway = _GatewayServer(config, app.state.drain, settings.shutdown_grace_s)
     try:
         await gateway.serve()
     finally:

@@ -4,8 +4,11 @@
 admin key whose SHA-256 is in ``GATEWAY_ADMIN_KEY_SHA256`` -> :class:`Principal`. For API keys,
 lookups by SHA-256 are cached for ``ttl_s`` seconds (hits and misses alike), so a revoke or expiry
 written by another process (the CLI, another replica) lands within ``ttl_s``; expiry is re-checked
-on every request against the clock. The secret is compared only as its hash, through an indexed
-equality lookup, so no timing signal depends on how many leading characters of a guess are right.
+on every request against the clock. A change made in this process (the admin API) calls
+:meth:`Authenticator.invalidate`, after which no request sees the old state: a lookup that read the
+database before the change and finishes after it is used for its own request only, never cached. The
+secret is compared only as its hash, through an indexed equality lookup, so no timing signal depends on
+how many leading characters of a guess are right.
 """
 
 from __future__ import annotations
@@ -37,14 +40,18 @@ def _unauthorized(message: str) -> GatewayError:
 def bearer_token(header: str | None) -> str:
     """Extract the token from an ``Authorization`` header value.
 
+    The scheme is case-insensitive (RFC 7235) and separated from the token by spaces (RFC 6750
+    ``1*SP``); only SP and HTAB count as whitespace around the token (RFC 9110 OWS), not everything
+    :meth:`str.strip` removes (e.g. a no-break space, which a latin-1 header can carry).
     Raises :class:`GatewayError` 401 when the header is missing or not ``Bearer <token>``.
     """
     if not header:
         raise _unauthorized("Missing API key: send 'Authorization: Bearer <key>'.")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = token.strip(" \t")
+    if scheme.lower() != "bearer" or not token:
         raise _unauthorized("Malformed Authorization header: expected 'Bearer <key>'.")
-    return token.strip()
+    return token
 
 
 class Authenticator:
@@ -62,6 +69,7 @@ class Authenticator:
         self._tokens = tokens
         self._admin_hash = admin_key_sha256.lower() if admin_key_sha256 else None
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
+        self._generation = 0  # bumped by invalidate(): lookups begun before it are not cached
         self._touched: dict[str, datetime] = {}
         self._background: set[asyncio.Task[None]] = set()
 
@@ -94,7 +102,10 @@ class Authenticator:
         hit = self._cache.get(key_hash)
         if hit is not None and now - hit[0] < self._ttl_s:
             return hit[1]
+        generation = self._generation
         record = await self._store.find_by_hash(key_hash)
+        if generation != self._generation:
+            return record  # read before an invalidation: good for this request, stale for later ones
         if len(self._cache) > 10_000:
             self._cache.clear()
         self._cache[key_hash] = (now, record)
@@ -110,7 +121,8 @@ class Authenticator:
         task.add_done_callback(self._background.discard)
 
     def invalidate(self) -> None:
-        """Forget cached lookups (after a key changed in this process)."""
+        """Forget cached lookups (after a key changed in this process), including those in flight."""
+        self._generation += 1
         self._cache.clear()
 
     async def aclose(self) -> None:

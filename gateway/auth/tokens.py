@@ -29,6 +29,9 @@ from gateway.auth.principal import Principal
 from gateway.errors import GatewayError
 
 HMAC_ALGORITHMS = ("HS256",)
+#: Claims every token must carry: python-jose skips the audience check when ``aud`` is absent (a token
+#: minted for another service would pass) and accepts a token without ``exp`` forever.
+REQUIRED_CLAIMS = {"require_aud": True, "require_exp": True, "require_iss": True}
 
 
 def _invalid(reason: str) -> GatewayError:
@@ -107,11 +110,12 @@ def verify(config: TokenConfig, token: str) -> Principal:
                 algorithms=list(HMAC_ALGORITHMS),
                 audience=config.audience,
                 issuer=config.issuer,
+                options=REQUIRED_CLAIMS,
             )
         elif config.jwks is not None and alg in config.idp_algorithms:
             claims = jwt.decode(
                 token, config.jwks, algorithms=list(config.idp_algorithms),
-                audience=config.idp_audience, issuer=config.idp_issuer,
+                audience=config.idp_audience, issuer=config.idp_issuer, options=REQUIRED_CLAIMS,
             )  # fmt: skip
         else:
             raise _invalid(f"algorithm {alg or 'none'!r} is not accepted")

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
-import httpx
+import httpx2
 
 from gateway.auth import KeyExistsError, KeyNotFoundError, KeyStore
 from gateway.db import open_engine
@@ -81,7 +81,7 @@ class RemoteKeys:
     """Acts through a running gateway's ``/admin/keys`` API (audited there)."""
 
     def __init__(self, url: str, admin_key: str) -> None:
-        self._client = httpx.Client(
+        self._client = httpx2.Client(
             base_url=url.rstrip("/") + "/admin",
             headers={"Authorization": f"Bearer {admin_key}"},
             timeout=30,
@@ -90,7 +90,7 @@ class RemoteKeys:
     def _call(self, method: str, path: str = "", body: dict[str, Any] | None = None) -> Any:
         try:
             response = self._client.request(method, "/keys" + path, json=body)
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             raise KeysError(f"cannot reach the gateway: {exc}") from None
         if response.status_code >= 400:
             try:

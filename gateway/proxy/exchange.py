@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import httpx
+import httpx2
 from starlette.responses import Response, StreamingResponse
 
 from gateway.admission import Lease, Waiter
@@ -52,7 +52,7 @@ class Exchange:
     view: ClientView
     stream: bool
     lease: Lease | None = None
-    upstream: httpx.Response | None = None
+    upstream: httpx2.Response | None = None
     _before: dict[str, float] | None = None
     _closed: bool = False
     _recording: asyncio.Task[None] | None = None
@@ -84,12 +84,18 @@ class Exchange:
         )
 
     def relay(self, outcome: RelayOutcome) -> AsyncIterator[bytes]:
-        """Upstream events through the rewriter (reasoning split, client view, telemetry)."""
+        """Upstream events through the rewriter (reasoning split, client view, telemetry).
+
+        One event may be at most twice ``max_body_bytes``: it can echo the whole prompt (``echo``).
+        """
         assert self.upstream is not None
         rewriter = StreamRewriter(
             self.prepared.policy, self.forwarder.traits, self.view, self.recorder.observe_chunk
         )
-        return relay_events(self.upstream, rewriter.step, outcome, self.forwarder.settings.keep_alive_s)
+        settings = self.forwarder.settings
+        return relay_events(
+            self.upstream, rewriter.step, outcome, settings.keep_alive_s, 2 * settings.max_body_bytes
+        )
 
     async def queued_events(self, waiter: Waiter, outcome: RelayOutcome) -> AsyncIterator[bytes]:
         """For a stream that must wait: ``: queued N`` comments, then the relay; failures as SSE errors."""
@@ -117,7 +123,7 @@ class Exchange:
         assert self.upstream is not None
         try:
             content = await self.upstream.aread()
-        except httpx.HTTPError as exc:
+        except httpx2.HTTPError as exc:
             raise GatewayError(
                 502, f"The model server response broke: {type(exc).__name__}", code="upstream_error"
             ) from exc

@@ -80,14 +80,16 @@ class Forwarder:
     def prepare(self, principal: Principal, body: InferenceRequest) -> Prepared:
         """Normalise ``body`` for the backend (raises 400 on invalid thinking fields, and
         ``context_length_exceeded`` for output that could never fit the backend's KV pool)."""
-        requested = getattr(body, "max_completion_tokens", None) or body.max_tokens
+        completion_tokens = getattr(body, "max_completion_tokens", None)
+        param = "max_completion_tokens" if completion_tokens else "max_tokens"  # the one vLLM uses
+        requested = completion_tokens or body.max_tokens
         if requested is not None and requested > self.settings.kv_budget_tokens:
             raise GatewayError(
                 400,
-                f"max_tokens {requested} exceeds the backend's KV cache "
+                f"{param} {requested} exceeds the backend's KV cache "
                 f"({self.settings.kv_budget_tokens} tokens).",
                 code="context_length_exceeded",
-                param="max_tokens",
+                param=param,
             )
         payload = body.upstream_payload()
         normalized: Normalized

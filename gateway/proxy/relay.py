@@ -13,13 +13,14 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
-import httpx
+import httpx2
 from starlette.responses import StreamingResponse
 
 from gateway.asgi import ClosingStreamingResponse
 from gateway.errors import GatewayError
 from gateway.proxy.rewrite import MalformedChunkError
-from gateway.proxy.sse import DONE, SSEDecoder, event_data
+from gateway.proxy.sse import DONE, MAX_EVENT_BYTES, EventTooLargeError, SSEDecoder, event_data
+from gateway.proxy.upstream import timed_out
 
 #: Headers of every relayed stream. ``X-Accel-Buffering: no`` keeps nginx-style proxies from buffering.
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -70,12 +71,18 @@ async def with_keep_alive(chunks: AsyncIterator[bytes], every_s: float) -> Async
 
 
 async def relay_events(
-    response: httpx.Response, rewrite: Rewrite, outcome: RelayOutcome, keep_alive_s: float = 15.0
+    response: httpx2.Response,
+    rewrite: Rewrite,
+    outcome: RelayOutcome,
+    keep_alive_s: float = 15.0,
+    max_event_bytes: int = MAX_EVENT_BYTES,
 ) -> AsyncIterator[bytes]:
     """Yield the upstream's SSE events through ``rewrite``; an SSE comment ``: keep-alive`` after every
     ``keep_alive_s`` seconds of upstream silence (so idle-timeout proxies don't cut a long prefill); on a
-    broken or truncated stream, end with an error event (recorded in ``outcome``)."""
-    decoder = SSEDecoder()
+    broken or truncated stream, end with an error event (recorded in ``outcome``): 504
+    ``upstream_timeout`` when the read timeout ran out, else 502 ``upstream_stream_error`` (reset,
+    malformed chunk, an event over ``max_event_bytes``, or an end without ``[DONE]``)."""
+    decoder = SSEDecoder(max_event_bytes)
     try:
         # aclosing: when the client goes, the pending upstream read is cancelled before the response closes
         async with contextlib.aclosing(with_keep_alive(response.aiter_raw(), keep_alive_s)) as chunks:
@@ -88,10 +95,14 @@ async def relay_events(
                         outcome.done = True  # set before the yield: a client may hang up as soon as it has it
                     for out in rewrite(event):
                         yield out
-    except httpx.HTTPError as exc:
+    except httpx2.TimeoutException as exc:
+        outcome.error = timed_out(f"no bytes mid-stream ({type(exc).__name__})")
+    except httpx2.HTTPError as exc:
         outcome.error = _broken(type(exc).__name__)
     except MalformedChunkError as exc:
         outcome.error = _broken(f"malformed chunk ({exc})")
+    except EventTooLargeError as exc:
+        outcome.error = _broken(str(exc))
     else:
         if not outcome.done:
             outcome.error = _broken("ended without [DONE]")
@@ -100,7 +111,7 @@ async def relay_events(
 
 
 def relay_response(
-    response: httpx.Response,
+    response: httpx2.Response,
     rewrite: Rewrite,
     outcome: RelayOutcome,
     on_close: Callable[[bool], Awaitable[None]],

@@ -158,7 +158,8 @@ class StreamRewriter:
     def step(self, event: bytes) -> list[bytes]:
         """Rewrite one whole SSE event (bytes including its blank-line terminator).
 
-        Raises :class:`MalformedChunkError` for a chunk whose choices are not OpenAI-shaped.
+        Raises :class:`MalformedChunkError` for a ``data`` payload that is not a JSON object (a client
+        SDK would fail on it with a parse error) or a chunk whose choices are not OpenAI-shaped.
         """
         data = event_data(event)
         if data is None or data == DONE:
@@ -166,8 +167,10 @@ class StreamRewriter:
         try:
             obj = json.loads(data)
         except ValueError:
-            return [event]
-        if not isinstance(obj, dict) or "error" in obj:
+            raise MalformedChunkError("a data line is not JSON") from None
+        if not isinstance(obj, dict):
+            raise MalformedChunkError("a data line is not a JSON object")
+        if "error" in obj:
             return [event]
         choices = obj.get("choices")
         if choices is not None and not isinstance(choices, list):

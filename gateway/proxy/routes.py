@@ -57,12 +57,42 @@ async def parse_body(request: Request, model: type[Body]) -> Body:
         raise invalid_request(exc.errors()) from None
 
 
+def request_schema(model: type[InferenceRequest]) -> dict[str, Any]:
+    """``model``'s JSON schema (``model_json_schema``), self-contained: pydantic's ``#/$defs/...`` refs
+    would resolve against the OpenAPI document's root, so the definitions are inlined (these request
+    models are not recursive)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return inline(defs[ref.removeprefix("#/$defs/")])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        return node
+
+    inlined: dict[str, Any] = inline(schema)
+    return inlined
+
+
 def _documented(model: type[InferenceRequest]) -> dict[str, Any]:
+    """OpenAPI for a route that parses its body itself (:func:`parse_body`): the request body's schema,
+    generated from the same pydantic model, for ``/docs`` and schema-driven clients and fuzzers; a 200
+    is JSON, or server-sent events when the body asks for ``stream``."""
     return {
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": {"title": model.__name__}}},
-        }
+            "content": {"application/json": {"schema": request_schema(model)}},
+        },
+        "responses": {
+            "200": {
+                "description": "The completion, or with `stream: true` server-sent events",
+                "content": {"application/json": {}, "text/event-stream": {}},
+            }
+        },
     }
 
 

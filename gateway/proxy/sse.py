@@ -13,32 +13,54 @@ _EVENT_END = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r(?!\n))")
 DONE = b"[DONE]"
 
 
-class SSEDecoder:
-    """Incremental splitter: ``feed(bytes) -> [raw event bytes]``; an event includes its terminator."""
+#: Default bound of one event's size, bytes (see :class:`SSEDecoder`).
+MAX_EVENT_BYTES = 64 * 1024 * 1024
 
-    def __init__(self) -> None:
-        self._buffer = b""
+
+class EventTooLargeError(ValueError):
+    """More bytes than the decoder's bound arrived without completing an event."""
+
+
+class SSEDecoder:
+    """Incremental splitter: ``feed(bytes) -> [raw event bytes]``; an event includes its terminator.
+
+    ``max_event_bytes`` bounds what is held for an incomplete event (an upstream that never ends a
+    line would otherwise grow the buffer until memory runs out): past it, :meth:`feed` raises
+    :class:`EventTooLargeError`. Each byte is scanned for the event end about once, so a large event
+    arriving in many pieces costs linear time, not quadratic.
+    """
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes at the start of the buffer already searched without finding an end
+        self._max = max_event_bytes
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes; return the events completed by them, in order."""
-        buffer = self._buffer + data
+        buffer = self._buffer
+        buffer += data
         events: list[bytes] = []
         start = 0
+        # An end is at most 4 bytes (+1 of look-ahead): re-search only the tail that new bytes can complete.
+        pos = max(0, self._scanned - 8)
         # A trailing CR may be the first half of CRLF: keep it until the next byte decides.
         limit = len(buffer) - 1 if buffer.endswith(b"\r") else len(buffer)
         while True:
-            match = _EVENT_END.search(buffer, start, limit)
+            match = _EVENT_END.search(buffer, pos, limit)
             if match is None:
                 break
-            events.append(buffer[start : match.end()])
-            start = match.end()
-        self._buffer = buffer[start:]
+            events.append(bytes(buffer[start : match.end()]))
+            start = pos = match.end()
+        del buffer[:start]
+        self._scanned = limit - start
+        if len(buffer) > self._max:
+            raise EventTooLargeError(f"an event is larger than {self._max} bytes")
         return events
 
     @property
     def pending(self) -> bytes:
         """Bytes received that do not yet form a whole event."""
-        return self._buffer
+        return bytes(self._buffer)
 
 
 def event_data(event: bytes) -> bytes | None:

@@ -1,6 +1,7 @@
-"""The one seam to the backend: a pooled ``httpx.AsyncClient`` and the mapping of its failures.
+"""The one seam to the backend: a pooled ``httpx2.AsyncClient`` and the mapping of its failures.
 
-Connection failures before response headers become 503 ``upstream_unavailable``; an upstream error
+Connection failures before response headers become 503 ``upstream_unavailable``; an upstream that
+took the request but stays silent past the read timeout, 504 ``upstream_timeout``; an upstream error
 status becomes the same status with the upstream's message in OpenAI shape.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
+import httpx2
 
 from gateway.errors import GatewayError, error_type
 
@@ -22,39 +23,47 @@ def unavailable(detail: str) -> GatewayError:
     return GatewayError(503, f"The model server is unavailable: {detail}", code="upstream_unavailable")
 
 
+def timed_out(detail: str) -> GatewayError:
+    """504 ``upstream_timeout``: the model server took the request, then sent nothing for longer than
+    ``GATEWAY_UPSTREAM_READ_TIMEOUT_S`` (before its headers, or in the middle of a stream)."""
+    return GatewayError(504, f"The model server timed out: {detail}", code="upstream_timeout")
+
+
 def build_client(
     connect_timeout_s: float, read_timeout_s: float | None, max_connections: int
-) -> httpx.AsyncClient:
+) -> httpx2.AsyncClient:
     """The pooled client: connect timeout short, read timeout as configured (None: unbounded)."""
-    timeout = httpx.Timeout(connect=connect_timeout_s, read=read_timeout_s, write=60.0, pool=None)
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-    return httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False)
+    timeout = httpx2.Timeout(connect=connect_timeout_s, read=read_timeout_s, write=60.0, pool=None)
+    limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    return httpx2.AsyncClient(timeout=timeout, limits=limits, trust_env=False)
 
 
 class Upstream:
     """A vLLM OpenAI server at ``base_url`` (e.g. ``http://127.0.0.1:8000``)."""
 
-    def __init__(self, base_url: str, client: httpx.AsyncClient) -> None:
+    def __init__(self, base_url: str, client: httpx2.AsyncClient) -> None:
         self.base_url = base_url
         self._client = client
 
     async def open(
         self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
-    ) -> httpx.Response:
+    ) -> httpx2.Response:
         """Send a request and return once response headers arrive (the body is not read yet).
 
         ``headers`` (e.g. ``x-request-id``) are sent along. The caller owns the response and must
         ``aclose()`` it. Raises :class:`GatewayError` 503 when
-        the server can't be reached, or the upstream's status when it answers with an error (the
-        response is closed then).
+        the server can't be reached, 504 when it is silent past the read timeout, or the upstream's
+        status when it answers with an error (the response is closed then).
         """
         sent = {**(headers or {}), **({"content-type": "application/json"} if body is not None else {})}
         request = self._client.build_request(method, self.base_url + path, content=body, headers=sent)
         try:
             response = await self._client.send(request, stream=True)
-        except httpx.TimeoutException as exc:
+        except httpx2.ReadTimeout as exc:  # connected and sent: the server is there but silent
+            raise timed_out(type(exc).__name__) from exc
+        except httpx2.TimeoutException as exc:
             raise unavailable(f"timed out ({type(exc).__name__})") from exc
-        except httpx.TransportError as exc:
+        except httpx2.TransportError as exc:
             raise unavailable(type(exc).__name__) from exc
         if response.status_code >= 400:
             try:
@@ -68,19 +77,19 @@ class Upstream:
         """True if ``GET /health`` answers 200 within ``timeout_s`` seconds."""
         try:
             response = await self._client.get(self.base_url + "/health", timeout=timeout_s)
-        except httpx.HTTPError:
+        except httpx2.HTTPError:
             return False
         return response.status_code == 200
 
 
-async def _read_bounded(response: httpx.Response) -> bytes:
+async def _read_bounded(response: httpx2.Response) -> bytes:
     raw = b""
     try:
         async for part in response.aiter_bytes():
             raw += part
             if len(raw) >= _MAX_ERROR_BODY:
                 break
-    except httpx.HTTPError:
+    except httpx2.HTTPError:
         pass
     return raw[:_MAX_ERROR_BODY]
 

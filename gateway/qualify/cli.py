@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx
+import httpx2
 import typer
 from openai import OpenAI
 from rich.console import Console
@@ -59,7 +59,7 @@ def _write_json(path: Path | None, report: dict[str, Any], console: Console) -> 
 
 
 def _first_model(base_url: str, api_key: str, timeout: float) -> str:
-    response = httpx.get(
+    response = httpx2.get(
         base_url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout
     )
     response.raise_for_status()
@@ -97,7 +97,7 @@ def bench_command(
     if model is None:
         try:
             model = _first_model(base_url, api_key, timeout)
-        except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+        except (httpx2.HTTPError, KeyError, IndexError, ValueError) as exc:
             console.print(f"[red]cannot list models at {public_url(base_url)}/models: {exc}[/]")
             raise typer.Exit(1) from exc
     extra: dict[str, Any] = {"reasoning_effort": reasoning_effort} if reasoning_effort else {}
@@ -166,7 +166,7 @@ def proof_command(
     console = Console()
     with (
         OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0) as client,
-        httpx.Client(timeout=timeout) as http,
+        httpx2.Client(timeout=timeout) as http,
     ):
         ctx = ProofContext(
             client,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-import httpx
+import httpx2
 import openai
 from openai import OpenAI
 
@@ -39,7 +39,7 @@ class ProofContext:
     """Connections and parameters shared by the gates; ``model`` is filled in by the model gate if unset."""
 
     client: OpenAI
-    http: httpx.Client
+    http: httpx2.Client
     base_url: str
     api_key: str
     model: str | None

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 
-import httpx
+import httpx2
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.telemetry.metrics import GatewayMetrics
@@ -32,7 +32,7 @@ class BackendMonitor:
     """Reads ``{base_url}/metrics`` with ``client``; :meth:`run` polls until cancelled."""
 
     def __init__(
-        self, client: httpx.AsyncClient, base_url: str, metrics: GatewayMetrics, interval_s: float
+        self, client: httpx2.AsyncClient, base_url: str, metrics: GatewayMetrics, interval_s: float
     ) -> None:
         self._client = client
         self._url = base_url + "/metrics"
@@ -46,7 +46,7 @@ class BackendMonitor:
             if response.status_code != 200:
                 return None
             return parse_samples(response.text)
-        except (httpx.HTTPError, ValueError):
+        except (httpx2.HTTPError, ValueError):
             return None
 
     async def poll_once(self) -> None:

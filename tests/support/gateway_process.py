@@ -1,0 +1,95 @@
+"""``dspark-gateway serve`` as a real child process: start, wait ready, signal, kill -9, read its RSS."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from tests.support.probes import wait_until
+from tests.support.servers import free_port
+
+BIN = str(Path(sys.executable).parent / "dspark-gateway")
+
+
+def clean_env(**settings: object) -> dict[str, str]:
+    """This process's environment without any ``GATEWAY_*``, plus ``settings`` as ``GATEWAY_<NAME>``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update({f"GATEWAY_{name.upper()}": str(value) for name, value in settings.items()})
+    return env
+
+
+class GatewayProcess:
+    """One ``dspark-gateway serve`` on a free loopback port, its output appended to ``log_path``."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, port: int | None = None) -> None:
+        self.env = env
+        self.log_path = log_path
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 30) -> GatewayProcess:
+        """Start and wait until ``/ready`` answers 200; raise ``AssertionError`` with the log if not."""
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [BIN, "serve", "--port", str(self.port)], env=self.env, stdout=log, stderr=log
+            )
+
+        def ready() -> bool:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"gateway exited early:\n{self.log()}")
+            try:
+                return httpx.get(self.url + "/ready", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, timeout_s=timeout_s, what="gateway ready")
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def log(self) -> str:
+        """Everything the process wrote so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def rss_bytes(self) -> int:
+        """Resident set size now, bytes (``VmRSS`` of ``/proc/<pid>/status``)."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS line")
+
+    def terminate(self) -> None:
+        """Send SIGTERM (the gateway drains, then exits)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout_s: float) -> int:
+        """Wait for the exit; return the status."""
+        assert self.process is not None
+        return self.process.wait(timeout=timeout_s)
+
+    def kill(self) -> None:
+        """kill -9: no drain, no shutdown, no ledger flush."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Make sure the process is gone (SIGTERM, then SIGKILL after 20 s)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.kill()
