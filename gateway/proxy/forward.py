@@ -29,6 +29,7 @@ from gateway.limits import RateLimiter
 from gateway.openai_api import ChatCompletionRequest, InferenceRequest
 from gateway.openai_api.normalize import Normalized, normalize_chat, normalize_completion
 from gateway.openai_api.thinking import as_level
+from gateway.proxy.body import parse_body
 from gateway.proxy.client_view import ClientView
 from gateway.proxy.exchange import Exchange, telemetry_fn
 from gateway.proxy.relay import RelayOutcome
@@ -126,24 +127,30 @@ class Forwarder:
         return mode == "always" or (mode == "auto" and self.traits.per_request_metrics is not True)
 
     async def forward(
-        self, request: Request, principal: Principal, path: str, body: InferenceRequest
+        self, request: Request, principal: Principal, path: str, model: type[InferenceRequest]
     ) -> Response:
-        """Limit, admit and send ``body`` to ``path`` upstream; stream or buffer the answer as asked.
+        """Read the body as ``model``, then limit, admit and send it to ``path`` upstream; stream or
+        buffer the answer as asked. Every request gets exactly one telemetry record (usage row), from
+        its arrival: one whose body never arrived or was invalid too.
 
-        Raises :class:`GatewayError` (400 bad thinking fields, 404/403 model, 429 rate limit or queue,
-        503 upstream down, or the upstream's own error status) after recording it.
+        Raises :class:`GatewayError` (413/400 body, 400 bad thinking fields, 404/403 model, 429 rate
+        limit or queue, 503 upstream down, or the upstream's own error status) after recording it.
         """
         recorder = RequestRecorder.start(
             request_id=request.state.request_id,
             key_id=principal.key_id,
             key_name=principal.name,
-            model=body.model if body.model == self.settings.served_model else "unknown",  # bounded label
+            model="unknown",
             route=path,
-            stream=body.stream,
+            stream=False,
             k=self.settings.spec_k,
         )
         exchange: Exchange | None = None
         try:
+            body = await parse_body(request, model)
+            served = body.model == self.settings.served_model
+            recorder.record.model = body.model if served else "unknown"  # a bounded metrics label
+            recorder.record.stream = body.stream
             self.check_model(principal, body.model)
             prepared = self.prepare(principal, body)
             ticket = await self.limits.admit(principal, estimate_prompt_tokens(prepared.payload))

@@ -1,18 +1,16 @@
-"""The OpenAI routes the gateway serves (all authenticated). Thin: parse, then hand to the Forwarder."""
+"""The OpenAI routes the gateway serves (all authenticated). Thin: hand the request to the Forwarder."""
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
-from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.auth import Principal
 from gateway.auth.dependency import require_principal
-from gateway.errors import GatewayError, invalid_request
 from gateway.openai_api import ChatCompletionRequest, CompletionRequest, InferenceRequest
 from gateway.proxy.forward import Forwarder
 
@@ -23,38 +21,6 @@ PrincipalDep = Annotated[Principal, Depends(require_principal)]
 def _forwarder(request: Request) -> Forwarder:
     forwarder: Forwarder = request.app.state.forwarder
     return forwarder
-
-
-Body = TypeVar("Body", bound=InferenceRequest)
-
-
-async def read_bounded(request: Request, limit: int) -> bytes:
-    """The request body, or 413 ``request_too_large`` as soon as it passes ``limit`` bytes."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    parts, size = [], 0
-    async for part in request.stream():
-        size += len(part)
-        if size > limit:
-            raise _too_large(limit)
-        parts.append(part)
-    return b"".join(parts)
-
-
-def _too_large(limit: int) -> GatewayError:
-    return GatewayError(413, f"The request body is larger than {limit} bytes.", code="request_too_large")
-
-
-async def parse_body(request: Request, model: type[Body]) -> Body:
-    """Read (bounded by ``GATEWAY_MAX_BODY_BYTES``) and validate the JSON body — only after
-    authentication (a FastAPI body parameter would be parsed before the router's auth dependency,
-    letting anyone make the gateway parse bodies)."""
-    raw = await read_bounded(request, request.app.state.settings.max_body_bytes)
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as exc:
-        raise invalid_request(exc.errors()) from None
 
 
 def request_schema(model: type[InferenceRequest]) -> dict[str, Any]:
@@ -79,9 +45,9 @@ def request_schema(model: type[InferenceRequest]) -> dict[str, Any]:
 
 
 def _documented(model: type[InferenceRequest]) -> dict[str, Any]:
-    """OpenAPI for a route that parses its body itself (:func:`parse_body`): the request body's schema,
-    generated from the same pydantic model, for ``/docs`` and schema-driven clients and fuzzers; a 200
-    is JSON, or server-sent events when the body asks for ``stream``."""
+    """OpenAPI for a route whose body the forwarder parses itself (:mod:`gateway.proxy.body`): the
+    request body's schema, generated from the same pydantic model, for ``/docs`` and schema-driven
+    clients and fuzzers; a 200 is JSON, or server-sent events when the body asks for ``stream``."""
     return {
         "requestBody": {
             "required": True,
@@ -102,8 +68,8 @@ def _documented(model: type[InferenceRequest]) -> dict[str, Any]:
     openapi_extra=_documented(ChatCompletionRequest),
 )
 async def chat_completions(request: Request, principal: PrincipalDep) -> Response:
-    body = await parse_body(request, ChatCompletionRequest)
-    return await _forwarder(request).forward(request, principal, "/v1/chat/completions", body)
+    forwarder = _forwarder(request)
+    return await forwarder.forward(request, principal, "/v1/chat/completions", ChatCompletionRequest)
 
 
 @router.post(
@@ -112,8 +78,7 @@ async def chat_completions(request: Request, principal: PrincipalDep) -> Respons
     openapi_extra=_documented(CompletionRequest),
 )
 async def completions(request: Request, principal: PrincipalDep) -> Response:
-    body = await parse_body(request, CompletionRequest)
-    return await _forwarder(request).forward(request, principal, "/v1/completions", body)
+    return await _forwarder(request).forward(request, principal, "/v1/completions", CompletionRequest)
 
 
 @router.get("/models", summary="List the models this key may use")

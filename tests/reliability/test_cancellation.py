@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import sqlite3
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -99,3 +101,37 @@ def test_two_thousand_clients_giving_up_anywhere_leave_no_slot_queue_or_lost_row
         assert set(ids) == sent, (sorted(sent - set(ids))[:5], sorted(set(ids) - sent)[:5])
     finally:
         gateway.stop()
+
+
+def test_a_request_whose_body_never_arrives_or_is_invalid_still_has_its_one_row(
+    start_sim: Callable[..., ThreadedServer],
+    start_gateway: Callable[..., ThreadedServer],
+    make_key: Callable[..., str],
+) -> None:
+    """The ledger row starts at arrival: a client that sends 10 of its 100 body bytes and leaves is a
+    499, an invalid body a 400, each recorded once with the key that sent it."""
+    gateway = start_gateway(start_sim().url)
+    key, admin = make_key("partial"), make_key("ops", scopes=["admin"])
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {key}\r\nx-request-id: half-body\r\nContent-Length: 100\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
+        sock.sendall(head.encode() + b'{"model":')
+        time.sleep(0.3)
+    bad = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        content=b"{not json",
+        headers={"Authorization": f"Bearer {key}", "x-request-id": "bad-body"},
+    )
+    assert bad.status_code == 400
+
+    def rows() -> dict[str, dict[str, object]]:
+        listing = httpx.get(gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"})
+        return {row["request_id"]: row for row in listing.json()["data"]}
+
+    wait_until(lambda: {"half-body", "bad-body"} <= set(rows()), what="both rows")
+    recorded = rows()
+    assert recorded["half-body"]["status"] == 499 and recorded["half-body"]["client_disconnected"]
+    assert recorded["bad-body"]["status"] == 400
+    assert {recorded[r]["key_name"] for r in ("half-body", "bad-body")} == {"partial"}

@@ -1,0 +1,211 @@
+"""Soak: a real gateway process at 2 slots under 50 clients that stream, wait for whole answers and
+give up at every point, for ``--duration`` seconds (30 minutes for a release, 60 s in CI).
+
+Passes (exit 0) when, over the whole run: no client saw an error other than the expected 429 of a
+full queue; the gateway's RSS is flat (growth between the second quarter and the last quarter of the
+run stays under ``--rss-growth-mb``); afterwards no slot is in use and no one is queued, the backend
+runs nothing, and the usage ledger holds exactly one row per request the gateway received.
+
+Usage::
+
+    python -m tests.soak.soak --duration 1800 --json soak.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gateway.auth import KeyStore
+from tests.support.gateway_process import GatewayProcess, clean_env
+from tests.support.load_mix import BEHAVIOURS, Outcome, run_client
+from tests.support.probes import scrape, wait_until
+from tests.support.servers import free_port
+
+CLIENTS = 50
+KEYS = 5
+QUEUE_MAX = 32  # below the client count: a full queue (429) happens and must be the only error
+
+
+async def _make_keys(database_url: str) -> tuple[list[str], str]:
+    store = await KeyStore.open(database_url)
+    try:
+        keys = [(await store.create(f"soak-{n}"))[1] for n in range(KEYS)]
+        admin = (await store.create("soak-admin", scopes=["admin"]))[1]
+    finally:
+        await store.close()
+    return [k for k in keys if k], admin or ""
+
+
+async def _clients(gateway: GatewayProcess, keys: list[str], duration_s: float, seed: int) -> dict[str, Any]:
+    """``CLIENTS`` loops of random behaviours until the deadline; RSS sampled every second."""
+    deadline = time.monotonic() + duration_s
+    outcomes: list[Outcome] = []
+    rss: list[tuple[float, int]] = []
+    started = time.monotonic()
+
+    async def client(index: int) -> None:
+        rng = random.Random(seed * 1000 + index)
+        headers = {"Authorization": f"Bearer {rng.choice(keys)}"}
+        async with httpx.AsyncClient(base_url=gateway.url, headers=headers, timeout=60) as http:
+            serial = 0
+            while time.monotonic() < deadline:
+                behaviour = rng.choice(BEHAVIOURS)
+                outcome = await run_client(http, behaviour, f"soak-{index}-{serial}", rng)
+                outcomes.append(outcome)
+                serial += 1
+                if outcome.phase == "refused":  # back off as the OpenAI SDK does on a 429
+                    await asyncio.sleep(rng.uniform(0.5, 1.5))
+
+    async def sample() -> None:
+        while time.monotonic() < deadline:
+            rss.append((time.monotonic() - started, gateway.rss_bytes()))
+            await asyncio.sleep(1)
+
+    await asyncio.gather(sample(), *(client(n) for n in range(CLIENTS)))
+    return {"outcomes": outcomes, "rss": rss}
+
+
+def _rss_growth_mb(rss: list[tuple[float, int]]) -> tuple[float, float, float]:
+    """(median RSS of the 2nd quarter, of the last quarter, growth), MB; the 1st quarter is warm-up."""
+    n = len(rss)
+    second = [b for _, b in rss[n // 4 : n // 2]] or [rss[0][1]]
+    last = [b for _, b in rss[3 * n // 4 :]] or [rss[-1][1]]
+    warm, end = statistics.median(second) / 2**20, statistics.median(last) / 2**20
+    return warm, end, end - warm
+
+
+def run(duration_s: float, rss_growth_mb: float, seed: int, workdir: Path) -> dict[str, Any]:
+    """Run the soak; return the report (``passed`` and the figures behind it)."""
+    database_url = f"sqlite+aiosqlite:///{workdir / 'soak.db'}"
+    keys, admin = asyncio.run(_make_keys(database_url))
+    sim_port = free_port()
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "gateway.sim", "--port", str(sim_port), "--log-level", "warning"]
+        + ["--decode-tps", "1000", "--ttft-base-s", "0.02", "--prefill-tps", "100000"],
+        stdout=subprocess.DEVNULL,
+        stderr=(workdir / "sim.log").open("wb"),
+    )
+    sim_url = f"http://127.0.0.1:{sim_port}"
+    gateway = None
+    try:
+        wait_until(lambda: _answers(sim_url + "/health"), timeout_s=30, what="simulator up")
+        env = clean_env(
+            upstream=sim_url, database_url=database_url, slots=2, queue_max=QUEUE_MAX, ledger_flush_s=1
+        )
+        gateway = GatewayProcess(env, workdir / "gateway.log").start()
+        result = asyncio.run(_clients(gateway, keys, duration_s, seed))
+        outcomes: list[Outcome] = result["outcomes"]
+
+        admin_headers = {"Authorization": f"Bearer {admin}"}
+
+        def idle() -> bool:
+            status = httpx.get(gateway.url + "/admin/status", headers=admin_headers, timeout=5).json()
+            return status["slots_in_use"] == 0 and status["queue_depth"] == 0
+
+        try:
+            wait_until(idle, timeout_s=30, what="slots and queue back to 0")
+            idle_after = True
+        except AssertionError:
+            idle_after = False
+        backend = scrape(sim_url)
+        sent = {o.request_id for o in outcomes if o.sent}
+        rows = _rows(database_url, expect=len(sent))
+        errors = [o for o in outcomes if o.error or o.phase in ("truncated", "empty", "unsent")]
+        refused = Counter(o.status for o in outcomes if o.phase == "refused")
+        warm, end, growth = _rss_growth_mb(result["rss"])
+        checks = {
+            "no_errors": not errors,
+            "only_429_refusals": set(refused) <= {429},
+            "rss_flat": growth < rss_growth_mb,
+            "idle_after": idle_after,
+            "backend_idle": backend["vllm:num_requests_running"] == 0,
+            "one_row_per_request": len(rows) == len(set(rows)) and set(rows) == sent,
+        }
+        return {
+            "passed": all(checks.values()),
+            "checks": checks,
+            "duration_s": duration_s,
+            "clients": CLIENTS,
+            "requests": len(outcomes),
+            "requests_per_s": round(len(outcomes) / duration_s, 1),
+            "phases": dict(Counter(o.phase for o in outcomes)),
+            "refused_by_status": {str(k): v for k, v in refused.items()},
+            "errors": [f"{o.request_id} {o.behaviour} {o.phase} {o.error}" for o in errors[:10]],
+            "ledger_rows": len(rows),
+            "missing_rows": [
+                f"{o.request_id} {o.behaviour} {o.phase} {o.status}"
+                for o in outcomes
+                if o.sent and o.request_id not in set(rows)
+            ][:10],
+            "requests_received": len(sent),
+            "rss_mb": {"warm": round(warm, 1), "end": round(end, 1), "growth": round(growth, 1)},
+            "rss_samples": len(result["rss"]),
+        }
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        sim.terminate()
+        sim.wait(timeout=20)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _rows(database_url: str, expect: int) -> list[str]:
+    """Request ids of every ledger row, once at least ``expect`` are there (the writer batches)."""
+    path = database_url.split("///", 1)[1]
+
+    def read() -> list[str]:
+        with sqlite3.connect(path) as db:
+            return [r[0] for r in db.execute("SELECT request_id FROM usage_ledger")]
+
+    with_rows: list[str] = []
+
+    def enough() -> bool:
+        with_rows[:] = read()
+        return len(with_rows) >= expect
+
+    with contextlib.suppress(AssertionError):  # too few: reported by the one_row_per_request check
+        wait_until(enough, timeout_s=15, what="ledger rows")
+    return with_rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=float, default=1800.0, help="seconds of load (default 1800)")
+    parser.add_argument("--rss-growth-mb", type=float, default=25.0, help="largest RSS growth allowed, MB")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--json", type=Path, help="write the report here too")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="soak-") as workdir:
+        report = run(args.duration, args.rss_growth_mb, args.seed, Path(workdir))
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    return 0 if report["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
