@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.asgi import ClientDisconnectedError, ClosingStreamingResponse, unless_disconnected
@@ -35,13 +35,19 @@ SSE_MEDIA_TYPE = "text/event-stream"
 
 async def chat_completions(request: Request) -> Response:
     """``POST /v1/chat/completions``."""
-    body = parse_body(await request.body(), ChatRequest)
+    try:
+        body = parse_body(await request.body(), ChatRequest)
+    except ClientDisconnect:  # gone before its body arrived: nothing to run, nothing to log
+        return Response(status_code=499)
     return await until_disconnect(request, _chat(request, body))
 
 
 async def completions(request: Request) -> Response:
     """``POST /v1/completions`` (raw text, no reasoning split, as in vLLM)."""
-    body = parse_body(await request.body(), CompletionRequest)
+    try:
+        body = parse_body(await request.body(), CompletionRequest)
+    except ClientDisconnect:
+        return Response(status_code=499)
     return await until_disconnect(request, _completion(request, body))
 
 

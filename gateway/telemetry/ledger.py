@@ -74,6 +74,7 @@ class UsageLedger:
         self._pending: list[dict[str, Any]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def start(self) -> None:
         """Start the background writer (inside a running event loop)."""
@@ -122,18 +123,19 @@ class UsageLedger:
             return False
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=self._interval)
             self._wake.clear()
             await self.flush()
 
     async def close(self) -> None:
-        """Stop the writer and write what is left."""
+        """Stop the writer and write what is left. The writer is never cancelled: a batch it is
+        writing would be lost with the cancelled transaction; it finishes, then stops."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            self._stopping = True
+            self._wake.set()
+            await self._task
         await self.flush()
 
     async def recent(self, limit: int, key_id: str | None = None) -> list[dict[str, Any]]:

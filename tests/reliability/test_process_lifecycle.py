@@ -47,19 +47,38 @@ def ledger_rows(database_url: str) -> list[tuple[str, int, bool, int]]:
         ).fetchall()
 
 
-def first_chunk_then_rest(stream: openai.Stream, first: threading.Event, out: dict[str, object]) -> None:
-    """Read a streamed chat completion; set ``first`` at its first chunk; store the outcome in ``out``."""
-    try:
-        finish = None
-        for chunk in stream:
+def stream_in_background(
+    gateway: GatewayProcess, key: str, request_id: str, max_tokens: int
+) -> tuple[threading.Thread, dict[str, object]]:
+    """Start a streamed chat completion read by a thread; return once its first chunk arrived. The
+    dict gets ``finish_reason`` (None if the stream ended without one) or ``error``."""
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "tell me a long story"}],
+        max_tokens=max_tokens,
+        stream=True,
+        extra_headers={"x-request-id": request_id},
+    )
+    first, outcome = threading.Event(), {}
+
+    def read() -> None:
+        try:
+            finish = None
+            for chunk in stream:
+                first.set()
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    finish = chunk.choices[0].finish_reason
+            outcome["finish_reason"] = finish
+        except Exception as exc:  # the outcome under test, whatever it is
+            outcome["error"] = exc
+        finally:
             first.set()
-            if chunk.choices and chunk.choices[0].finish_reason:
-                finish = chunk.choices[0].finish_reason
-        out["finish_reason"] = finish
-    except Exception as exc:  # the outcome under test, whatever it is
-        out["error"] = exc
-    finally:
-        first.set()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert first.wait(10)
+    return reader, outcome
 
 
 def test_sigterm_drains_streams_in_flight_and_refuses_new_requests_with_503(
@@ -73,18 +92,7 @@ def test_sigterm_drains_streams_in_flight_and_refuses_new_requests_with_503(
     sim = start_sim(decode_tps=40.0)
     key = make_key("drain")
     gateway = gateway_processes(sim.url, database_url)
-    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
-    stream = client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": "tell me a long story"}],
-        max_tokens=100,
-        stream=True,
-        extra_headers={"x-request-id": "drained-stream"},
-    )
-    first, outcome = threading.Event(), {}
-    reader = threading.Thread(target=first_chunk_then_rest, args=(stream, first, outcome))
-    reader.start()
-    assert first.wait(10)
+    reader, outcome = stream_in_background(gateway, key, "drained-stream", max_tokens=100)
     gateway.terminate()
     wait_until(
         lambda: httpx.get(gateway.url + "/ready", timeout=2).status_code == 503, what="/ready turns 503"
@@ -107,6 +115,7 @@ def test_sigterm_drains_streams_in_flight_and_refuses_new_requests_with_503(
     assert outcome["finish_reason"] in ("stop", "length")
     assert gateway.wait(15) == 0
     rows = {row[0]: row for row in ledger_rows(database_url)}
+    assert "drained-stream" in rows, (rows, gateway.log()[-3000:])
     assert rows["drained-stream"][1:3] == (200, False)
     assert rows["drained-stream"][3] > 0
     assert "Draining" in gateway.log()
@@ -123,18 +132,7 @@ def test_grace_period_over_cuts_the_stream_aborts_upstream_and_keeps_the_usage_r
     sim = start_sim(decode_tps=20.0)
     key = make_key("cut")
     gateway = gateway_processes(sim.url, database_url, shutdown_grace_s=1)
-    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
-    stream = client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": "a very long story"}],
-        max_tokens=1000,
-        stream=True,
-        extra_headers={"x-request-id": "cut-stream"},
-    )
-    first, outcome = threading.Event(), {}
-    reader = threading.Thread(target=first_chunk_then_rest, args=(stream, first, outcome))
-    reader.start()
-    assert first.wait(10)
+    reader, outcome = stream_in_background(gateway, key, "cut-stream", max_tokens=1000)
     assert scrape(sim.url)["vllm:num_requests_running"] == 1
     signalled = time.monotonic()
     gateway.terminate()
