@@ -229,7 +229,7 @@ def test_a_slow_client_is_backpressured_not_buffered(stack_on, faulty) -> None:
     while sent != faulty.sent:  # until the upstream is stuck: every buffer on the way is full
         sent = faulty.sent
         time.sleep(0.5)
-    growth = rss_bytes() - before
+    growth, paused_at = rss_bytes() - before, faulty.sent
     assert faulty.sent < upstream_total / 2, "the upstream was never paused"
     total, tail = len(received), received
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)  # now read it all, quickly
@@ -243,4 +243,8 @@ def test_a_slow_client_is_backpressured_not_buffered(stack_on, faulty) -> None:
     assert b"data: [DONE]\n\n" in tail and b'"error"' not in tail
     assert total > upstream_total  # all of it (the reasoning went out under both field names)
     assert growth < total / 4, (growth, total)
+    print(
+        f"slow client: {total / 1e6:.0f} MB stream, upstream paused after {paused_at / 1e6:.0f} MB,",
+        f"RSS +{growth / 1e6:.0f} MB",
+    )
     stack.settled(request_id, 200)
