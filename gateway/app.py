@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -50,6 +51,7 @@ from gateway.telemetry.backend import BackendMonitor
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.sinks import TelemetrySinks
 
+log = logging.getLogger("gateway.app")
 #: At shutdown, longest wait for cancelled requests' clean-up before the ledger's last flush, seconds.
 _CLEAN_UP_S = 10.0
 
@@ -117,7 +119,11 @@ def create_app(settings: Settings) -> FastAPI:
         finally:
             # uvicorn cancels requests still running past its shutdown timeout and starts this shutdown
             # at once: let their (shielded) clean-up release slots and queue their usage rows first.
-            await drain.wait_idle(_CLEAN_UP_S)
+            if not await drain.wait_idle(_CLEAN_UP_S):
+                log.error(
+                    "%d request(s) still cleaning up at shutdown: their usage rows may be lost",
+                    drain.in_flight,
+                )
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poller

@@ -61,15 +61,15 @@ class _GatewayServer(uvicorn.Server):
             super().handle_exit(sig, frame)
             return
         self._captured_signals.append(sig)
-        self._drain.begin()
+        self._drain.begin()  # only flags here: logging from a signal handler can hit a reentrant write
+        self._loop.call_soon_threadsafe(self._start_drainer)
+
+    def _start_drainer(self) -> None:
         log.warning(
             "Draining: new requests get 503; %d in flight may finish within %.0f s.",
             self._drain.in_flight,
             self._grace_s,
         )
-        self._loop.call_soon_threadsafe(self._start_drainer)
-
-    def _start_drainer(self) -> None:
         self._drainer = asyncio.create_task(self._finish_drain())
 
     async def _finish_drain(self) -> None:
@@ -83,7 +83,14 @@ def _simulator(settings: Settings) -> tuple[_EmbeddedServer, str]:
 
     port = free_loopback_port()
     app = create_sim_app(SimConfig(served_model_name=settings.served_model))
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=_CUT_AFTER_DRAIN_S,
+    )
     return _EmbeddedServer(config), f"http://127.0.0.1:{port}"
 
 
@@ -93,10 +100,6 @@ async def run_gateway(settings: Settings) -> None:
     With ``settings.upstream`` unset, the simulator is served on a free loopback port in the same
     process and event loop, and the gateway forwards to it (logged as a warning).
     """
-    # uvicorn re-raises the signal it handled after a graceful shutdown, for outer handlers; ours
-    # have nothing left to do, so the process ends with status 0 instead of dying by the signal.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: None)
     simulator: _EmbeddedServer | None = None
     sim_task: asyncio.Task[None] | None = None
     if settings.upstream is None:
@@ -118,9 +121,15 @@ async def run_gateway(settings: Settings) -> None:
     )
     redact_access_log_queries()  # no ?api_key=… in the access log
     gateway = _GatewayServer(config, app.state.drain, settings.shutdown_grace_s)
+    # uvicorn re-raises the signal it handled after a graceful shutdown, for outer handlers; ours
+    # have nothing left to do, so the process ends with status 0 instead of dying by the signal.
+    # Installed only now: a signal during start-up still ends the process (default action).
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: None)
     try:
         await gateway.serve()
     finally:
         if simulator is not None and sim_task is not None:
             simulator.should_exit = True
+            simulator.force_exit = gateway.force_exit  # a forced exit must not wait for streams
             await sim_task

@@ -30,6 +30,7 @@ from gateway.limits import Ticket
 from gateway.proxy.client_view import ClientView
 from gateway.proxy.relay import STREAM_HEADERS, RelayOutcome, relay_events
 from gateway.proxy.rewrite import MalformedChunkError, StreamRewriter, rewrite_body
+from gateway.proxy.upstream import timed_out
 from gateway.telemetry.recorder import RequestRecorder
 from gateway.telemetry.spec import COUNTERS
 
@@ -123,6 +124,8 @@ class Exchange:
         assert self.upstream is not None
         try:
             content = await self.upstream.aread()
+        except httpx2.ReadTimeout as exc:
+            raise timed_out(type(exc).__name__) from exc
         except httpx2.HTTPError as exc:
             raise GatewayError(
                 502, f"The model server response broke: {type(exc).__name__}", code="upstream_error"

@@ -132,11 +132,17 @@ class UsageLedger:
     async def close(self) -> None:
         """Stop the writer and write what is left. The writer is never cancelled: a batch it is
         writing would be lost with the cancelled transaction; it finishes, then stops."""
-        if self._task is not None:
-            self._stopping = True
-            self._wake.set()
-            await self._task
-        await self.flush()
+        try:
+            if self._task is not None:
+                self._stopping = True
+                self._wake.set()
+                await self._task
+        except Exception:
+            log.exception("usage ledger writer failed")
+        finally:
+            await self.flush()
+            if self._pending:
+                log.error("usage ledger: %d row(s) could not be written at shutdown", len(self._pending))
 
     async def recent(self, limit: int, key_id: str | None = None) -> list[dict[str, Any]]:
         """The newest ``limit`` rows (newest first), as dicts."""
