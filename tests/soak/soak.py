@@ -125,6 +125,8 @@ def run(duration_s: float, rss_growth_mb: float, seed: int, workdir: Path) -> di
         backend = scrape(sim_url)
         sent = {o.request_id for o in outcomes if o.sent}
         rows = _rows(database_url, expect=len(sent))
+        row_ids = set(rows)
+        missing = sent - row_ids
         errors = [o for o in outcomes if o.error or o.phase in ("truncated", "empty", "unsent")]
         refused = Counter(o.status for o in outcomes if o.phase == "refused")
         warm, end, growth = _rss_growth_mb(result["rss"])
@@ -134,7 +136,7 @@ def run(duration_s: float, rss_growth_mb: float, seed: int, workdir: Path) -> di
             "rss_flat": growth < rss_growth_mb,
             "idle_after": idle_after,
             "backend_idle": backend["vllm:num_requests_running"] == 0,
-            "one_row_per_request": len(rows) == len(set(rows)) and set(rows) == sent,
+            "one_row_per_request": len(rows) == len(row_ids) and row_ids == sent,
         }
         return {
             "passed": all(checks.values()),
@@ -150,7 +152,7 @@ def run(duration_s: float, rss_growth_mb: float, seed: int, workdir: Path) -> di
             "missing_rows": [
                 f"{o.request_id} {o.behaviour} {o.phase} {o.status}"
                 for o in outcomes
-                if o.sent and o.request_id not in set(rows)
+                if o.request_id in missing
             ][:10],
             "requests_received": len(sent),
             "rss_mb": {"warm": round(warm, 1), "end": round(end, 1), "growth": round(growth, 1)},
