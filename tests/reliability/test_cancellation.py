@@ -98,7 +98,9 @@ def test_two_thousand_clients_giving_up_anywhere_leave_no_slot_queue_or_lost_row
         wait_until(lambda: len(rows()) >= len(sent), timeout_s=30, what="one ledger row per request")
         ids = rows()
         assert len(ids) == len(set(ids)), [i for i, n in Counter(ids).items() if n > 1][:5]
-        assert set(ids) == sent, (sorted(sent - set(ids))[:5], sorted(set(ids) - sent)[:5])
+        issued = {o.request_id for o in outcomes}
+        # a client that gave up as its body went out may not have seen it sent, yet have a row
+        assert sent <= set(ids) <= issued, (sorted(sent - set(ids))[:5], sorted(set(ids) - issued)[:5])
     finally:
         gateway.stop()
 
