@@ -1,0 +1,1 @@
+"""Performance scripts (run by hand, not collected by pytest)."""
