@@ -358,12 +358,6 @@ def _contention() -> dict[str, bool]:
     return {"ci_running": ci, "soak_running": soak}
 
 
-def _relative(path: str) -> str:
-    """``path`` relative to the working directory when it lies under it (``.venv/bin/python``)."""
-    relative = os.path.relpath(path)
-    return path if relative.startswith("..") else relative
-
-
 def table(report: dict[str, Any]) -> str:
     """The figures as a fixed-width table: metric, direct, gateway, added (ms) or ratio.
 
@@ -400,7 +394,9 @@ def table(report: dict[str, Any]) -> str:
     add(f"requests/s, 1 token, c={rg['concurrency']}", rd["requests_per_s"], rg["requests_per_s"], ".0f")
     add("CPU ms / request (sim | gw)", rd["cpu_ms_per_1"]["simulator"], rg["cpu_ms_per_1"]["gateway"], ".2f")
     width = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = [f"{a:<{width[0]}}  {b:>{width[1]}}  {c:>{width[2]}}  {d:>{width[3]}}" for a, b, c, d in rows]
+    lines = [
+        f"{a:<{width[0]}}  {b:>{width[1]}}  {c:>{width[2]}}  {d:>{width[3]}}".rstrip() for a, b, c, d in rows
+    ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
 
@@ -429,7 +425,9 @@ def main() -> int:
         figures = asyncio.run(measure(plan, sim_url, gw_url, key, pids | {"load": os.getpid()}))
         logs = {name: _log_problems(Path(workdir) / f"{name}.log") for name in ("gateway", "simulator")}
     report = {
-        "command": shlex.join([_relative(sys.executable), "-m", "tests.perf.bench_gateway", *sys.argv[1:]]),
+        "command": shlex.join(
+            [os.path.relpath(sys.executable), "-m", "tests.perf.bench_gateway", *sys.argv[1:]]
+        ),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "duration_s": round(time.time() - started, 1),
         "machine": {
