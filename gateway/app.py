@@ -44,7 +44,7 @@ from gateway.headers import HeaderGuardMiddleware
 from gateway.limits import RateLimiter, storage_for
 from gateway.proxy import routes as proxy_routes
 from gateway.proxy.forward import Forwarder
-from gateway.proxy.upstream import Upstream, build_client
+from gateway.proxy.upstream import Upstream, build_session
 from gateway.request_id import RequestIdMiddleware
 from gateway.telemetry import GatewayMetrics
 from gateway.telemetry.backend import BackendMonitor
@@ -90,14 +90,15 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = await open_engine(settings.database_url)
-        client = build_client(
+        session = build_session(
             settings.upstream_connect_timeout_s,
             settings.upstream_read_timeout_s,
             max_connections=settings.slots + 8,
         )
+        upstream = Upstream(upstream_url, session)
         ledger = UsageLedger(engine, flush_interval_s=settings.ledger_flush_s)
         ledger.start()
-        monitor = BackendMonitor(client, upstream_url, metrics, settings.backend_poll_s)
+        monitor = BackendMonitor(upstream, metrics, settings.backend_poll_s)
         poller = asyncio.create_task(monitor.run())
         app.state.ledger = ledger
         app.state.store = store = KeyStore(engine)
@@ -107,7 +108,7 @@ def create_app(settings: Settings) -> FastAPI:
         )
         limits_storage = storage_for(settings.limits_storage)
         app.state.forwarder = Forwarder(
-            Upstream(upstream_url, client),
+            upstream,
             admission,
             settings,
             TelemetrySinks(metrics, ledger),
@@ -130,7 +131,7 @@ def create_app(settings: Settings) -> FastAPI:
             await app.state.authenticator.aclose()
             await app.state.forwarder.drain()
             await ledger.close()
-            await client.aclose()
+            await session.close()
             await engine.dispose()
 
     app = FastAPI(

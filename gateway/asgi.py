@@ -62,8 +62,13 @@ async def unless_disconnected(receive: Receive, work: Callable[[], Awaitable[T]]
 
 
 class ClosingStreamingResponse(StreamingResponse):
-    """A ``StreamingResponse`` that stops on client disconnect whatever the ASGI spec version, and
-    cleans up exactly once however it ends.
+    """A ``StreamingResponse`` that stops on client disconnect whatever the ASGI spec version, keeps an
+    idle stream alive, and cleans up exactly once however it ends.
+
+    ``keep_alive``: ``(seconds, bytes)``: once the response has started, ``bytes`` (an SSE comment) is
+    sent whenever that many seconds pass without a byte to the client — a long prefill (a 1M-token
+    prompt takes ~18 minutes before its first token) would otherwise be cut by idle-timeout proxies.
+    A watchdog task does it, so a relayed chunk costs one clock read, not a timer.
 
     On exit (stream finished, failed, or client gone — even before the first byte, when the body
     iterator never started) it closes the body iterator and then awaits ``on_close(client_gone)``,
@@ -75,11 +80,43 @@ class ClosingStreamingResponse(StreamingResponse):
         content: Any,
         *,
         on_close: Callable[[bool], Awaitable[None]] | None = None,
+        keep_alive: tuple[float, bytes] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(content, **kwargs)
         self._on_close = on_close
+        self._keep_alive = keep_alive
+        self._send_lock = asyncio.Lock()  # a keep-alive never lands inside or after the last message
+        self._open = False  # between the start message and the last body message
+        self._last_sent = 0.0  # loop time of the last message, s
         self.client_gone = False
+
+    async def stream_response(self, send: Send) -> None:
+        """Start, relay every body chunk, end; each message under the send lock."""
+        loop = asyncio.get_running_loop()
+        async with self._send_lock:
+            await send(
+                {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+            )
+            self._open, self._last_sent = True, loop.time()
+        async for chunk in self.body_iterator:
+            if not isinstance(chunk, bytes | memoryview):
+                chunk = chunk.encode(self.charset)
+            async with self._send_lock:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                self._last_sent = loop.time()
+        async with self._send_lock:
+            self._open = False
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _send_keep_alive(self, send: Send, every_s: float, comment: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(max(0.0, self._last_sent + every_s - loop.time()) if self._open else every_s)
+            async with self._send_lock:
+                if self._open and loop.time() - self._last_sent >= every_s:
+                    await send({"type": "http.response.body", "body": comment, "more_body": True})
+                    self._last_sent = loop.time()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -90,6 +127,8 @@ class ClosingStreamingResponse(StreamingResponse):
                     group.cancel_scope.cancel()
 
                 group.start_soon(stream_then_stop)
+                if self._keep_alive is not None:
+                    group.start_soon(self._send_keep_alive, send, *self._keep_alive)
                 await wait_for_disconnect(receive)
                 self.client_gone = True
                 group.cancel_scope.cancel()

@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
+import uvloop
 from rich.console import Console
 from rich.table import Table
 
@@ -47,7 +48,7 @@ def serve(
         slots=slots,
         database_url=database_url,
     )
-    asyncio.run(run_gateway(config))
+    uvloop.run(run_gateway(config))  # libuv's loop: the relay's per-chunk socket work costs less
 
 
 @app.command()

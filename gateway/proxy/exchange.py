@@ -15,22 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import httpx2
 from starlette.responses import Response, StreamingResponse
 
+from gateway import json_codec
 from gateway.admission import Lease, Waiter
 from gateway.asgi import ClosingStreamingResponse
 from gateway.errors import GatewayError
 from gateway.limits import Ticket
 from gateway.proxy.client_view import ClientView
-from gateway.proxy.relay import STREAM_HEADERS, RelayOutcome, relay_events
+from gateway.proxy.relay import KEEP_ALIVE, STREAM_HEADERS, RelayOutcome, relay_events
 from gateway.proxy.rewrite import MalformedChunkError, StreamRewriter, rewrite_body
-from gateway.proxy.upstream import timed_out
+from gateway.proxy.upstream import UpstreamResponse
 from gateway.telemetry.recorder import RequestRecorder
 from gateway.telemetry.spec import COUNTERS
 
@@ -53,7 +52,7 @@ class Exchange:
     view: ClientView
     stream: bool
     lease: Lease | None = None
-    upstream: httpx2.Response | None = None
+    upstream: UpstreamResponse | None = None
     _before: dict[str, float] | None = None
     _closed: bool = False
     _recording: asyncio.Task[None] | None = None
@@ -64,7 +63,7 @@ class Exchange:
         self.recorder.admitted(self.lease.queue_wait_s)
         if self.forwarder.wants_counters():  # one loopback scrape (ms) before the request decodes
             self._before = await self.forwarder.monitor.scrape(timeout_s=1.0)
-        raw = json.dumps(self.prepared.payload).encode()
+        raw = json_codec.dumps(self.prepared.payload)
         self.upstream = await self.forwarder.upstream.open(
             "POST", self.path, raw, {"x-request-id": self.recorder.record.request_id}
         )
@@ -80,6 +79,7 @@ class Exchange:
         return ClosingStreamingResponse(
             events,
             on_close=on_close,
+            keep_alive=(self.forwarder.settings.keep_alive_s, KEEP_ALIVE),
             media_type="text/event-stream",
             headers={**STREAM_HEADERS, **self.ticket.headers},
         )
@@ -93,10 +93,7 @@ class Exchange:
         rewriter = StreamRewriter(
             self.prepared.policy, self.forwarder.traits, self.view, self.recorder.observe_chunk
         )
-        settings = self.forwarder.settings
-        return relay_events(
-            self.upstream, rewriter.step, outcome, settings.keep_alive_s, 2 * settings.max_body_bytes
-        )
+        return relay_events(self.upstream, rewriter.step, outcome, 2 * self.forwarder.settings.max_body_bytes)
 
     async def queued_events(self, waiter: Waiter, outcome: RelayOutcome) -> AsyncIterator[bytes]:
         """For a stream that must wait: ``: queued N`` comments, then the relay; failures as SSE errors."""
@@ -122,17 +119,10 @@ class Exchange:
     async def read_body(self) -> Response:
         """Non-stream: the whole upstream body, rewritten, with telemetry recorded."""
         assert self.upstream is not None
+        content = await self.upstream.read()
+        status = self.upstream.status
         try:
-            content = await self.upstream.aread()
-        except httpx2.ReadTimeout as exc:
-            raise timed_out(type(exc).__name__) from exc
-        except httpx2.HTTPError as exc:
-            raise GatewayError(
-                502, f"The model server response broke: {type(exc).__name__}", code="upstream_error"
-            ) from exc
-        status = self.upstream.status_code
-        try:
-            body = json.loads(content)
+            body = json_codec.loads(content)
             if not isinstance(body, dict):
                 raise MalformedChunkError("the response is not a JSON object")
             reasoning_chars, content_chars = rewrite_body(body, self.prepared.policy, self.forwarder.traits)
@@ -144,7 +134,7 @@ class Exchange:
         await self.close(status, client_gone=False)
         self.view.apply_body(body)  # after close: the telemetry object is complete
         return Response(
-            json.dumps(body, ensure_ascii=False).encode(),
+            json_codec.dumps(body),
             status_code=status,
             media_type="application/json",
             headers=self.ticket.headers,
@@ -167,7 +157,7 @@ class Exchange:
         self._closed = True
         try:
             if self.upstream is not None:
-                await self.upstream.aclose()
+                self.upstream.close()
         finally:
             if self.lease is not None:
                 self.lease.release()

@@ -13,13 +13,13 @@ DSML markup became tool calls); no empty delta is invented — a chunk whose onl
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+from gateway import json_codec
 from gateway.proxy.client_view import ClientView
-from gateway.proxy.sse import DONE, event_data
+from gateway.proxy.sse import DONE
 from gateway.reasoning import SplitDelta
 from gateway.reasoning.policy import UPSTREAM_REASONING_FIELDS, ChoiceSplit, ReasoningPolicy
 from gateway.traits import UpstreamTraits
@@ -30,7 +30,7 @@ def _tool_call_id() -> str:
 
 
 def _encode(obj: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    return b"data: " + json_codec.dumps(obj) + b"\n\n"
 
 
 class _ChoiceWriter:
@@ -155,17 +155,17 @@ class StreamRewriter:
         self._observe = observe
         self._choices: dict[int, _ChoiceWriter] = {}
 
-    def step(self, event: bytes) -> list[bytes]:
-        """Rewrite one whole SSE event (bytes including its blank-line terminator).
+    def step(self, event: bytes, data: bytes | None) -> list[bytes]:
+        """Rewrite one whole SSE event (bytes including its blank-line terminator) whose ``data``
+        payload is ``data`` (:func:`~gateway.proxy.sse.event_data`; None if it has none).
 
         Raises :class:`MalformedChunkError` for a ``data`` payload that is not a JSON object (a client
         SDK would fail on it with a parse error) or a chunk whose choices are not OpenAI-shaped.
         """
-        data = event_data(event)
         if data is None or data == DONE:
             return [event]
         try:
-            obj = json.loads(data)
+            obj = json_codec.loads(data)
         except ValueError:
             raise MalformedChunkError("a data line is not JSON") from None
         if not isinstance(obj, dict):

@@ -86,9 +86,9 @@ async def models(request: Request, principal: PrincipalDep) -> dict[str, Any]:
     forwarder = _forwarder(request)
     response = await forwarder.upstream.open("GET", "/v1/models")
     try:
-        listing = await response.aread()
+        listing = await response.read()
     finally:
-        await response.aclose()
+        response.close()
     data = json.loads(listing)
     data["data"] = [m for m in data.get("data", []) if principal.may_use(m.get("id", ""))]
     return data

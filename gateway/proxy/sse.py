@@ -38,6 +38,13 @@ class SSEDecoder:
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes; return the events completed by them, in order."""
         buffer = self._buffer
+        if not buffer and b"\r" not in data:  # the common case, LF line ends and nothing pending: split
+            *complete, rest = data.split(b"\n\n")
+            buffer += rest
+            self._scanned = len(rest)
+            if len(buffer) > self._max:
+                raise EventTooLargeError(f"an event is larger than {self._max} bytes")
+            return [event + b"\n\n" for event in complete]
         buffer += data
         events: list[bytes] = []
         start = 0
@@ -68,6 +75,10 @@ def event_data(event: bytes) -> bytes | None:
 
     Comment lines (starting with ``:``) and other fields are ignored.
     """
+    # vLLM's every event is one ``data: <json>`` line: answer that without splitting lines
+    one_line = event.find(b"\n") == len(event) - 2 and event.endswith(b"\n\n") and b"\r" not in event
+    if one_line and event.startswith(b"data: "):
+        return event[6:-2]
     parts: list[bytes] = []
     for line in event.splitlines():
         if line.startswith(b"data:"):

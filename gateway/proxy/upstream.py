@@ -1,21 +1,32 @@
-"""The one seam to the backend: a pooled ``httpx2.AsyncClient`` and the mapping of its failures.
+"""The one seam to the backend: a pooled aiohttp session, and the mapping of its failures.
+
+aiohttp rather than an httpx-style client: its C HTTP parser, and a body stream that hands over
+everything already buffered at once, so events that arrive together are relayed in one write
+(httpx/h11 parse chunked bodies in Python and yield one HTTP chunk, i.e. one vLLM event, at a time;
+it cost the relay more CPU per chunk than everything else it does).
 
 Connection failures before response headers become 503 ``upstream_unavailable``; an upstream that
-took the request but stays silent past the read timeout, 504 ``upstream_timeout``; an upstream error
-status becomes the same status with the upstream's message in OpenAI shape.
+took the request but stays silent past the read timeout, 504 ``upstream_timeout``; a body that
+breaks, 502; an upstream error status becomes the same status with the upstream's message in OpenAI
+shape.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx2
+import aiohttp
 
 from gateway.errors import GatewayError, error_type
 
 #: Upstream error bodies are read up to this many bytes (they are small JSON objects).
 _MAX_ERROR_BODY = 64 * 1024
+
+#: Seconds an idle pooled connection is kept: under uvicorn's 5 s keep-alive (vLLM's server), so the
+#: gateway never sends a request on a connection the server is closing at that moment.
+KEEPALIVE_S = 4.0
 
 
 def unavailable(detail: str) -> GatewayError:
@@ -29,69 +40,112 @@ def timed_out(detail: str) -> GatewayError:
     return GatewayError(504, f"The model server timed out: {detail}", code="upstream_timeout")
 
 
-def build_client(
+def broken(code: str, exc: BaseException) -> GatewayError:
+    """The error for a body that failed after the headers: 504 if the read timeout ran out, else 502
+    with ``code`` (``upstream_stream_error`` for a stream, ``upstream_error`` for a whole body)."""
+    noun = "stream" if code == "upstream_stream_error" else "response"
+    if isinstance(exc, TimeoutError):  # aiohttp's socket read timeout is one too
+        return timed_out(f"no bytes mid-{noun} ({type(exc).__name__})")
+    return GatewayError(502, f"The model server {noun} broke: {type(exc).__name__}", code=code)
+
+
+def build_session(
     connect_timeout_s: float, read_timeout_s: float | None, max_connections: int
-) -> httpx2.AsyncClient:
-    """The pooled client: connect timeout short, read timeout as configured (None: unbounded)."""
-    timeout = httpx2.Timeout(connect=connect_timeout_s, read=read_timeout_s, write=60.0, pool=None)
-    limits = httpx2.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-    return httpx2.AsyncClient(timeout=timeout, limits=limits, trust_env=False)
+) -> aiohttp.ClientSession:
+    """The pooled session: connect timeout short, read timeout (between two reads) as configured (None:
+    unbounded), bodies passed through undecoded (the gateway relays bytes, never re-compresses)."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
+    connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=KEEPALIVE_S)
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=timeout,
+        auto_decompress=False,
+        headers={"Accept-Encoding": "identity"},
+        trust_env=False,
+    )
+
+
+class UpstreamResponse:
+    """A response whose headers arrived; the caller reads it once (:meth:`chunks` or :meth:`read`) and
+    must :meth:`close` it."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status = response.status
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive, everything already received in one piece.
+
+        Raises :class:`GatewayError` 504 when no byte came within the read timeout, 502
+        ``upstream_stream_error`` when the connection broke (reset, bad chunked framing).
+        """
+        try:
+            async for data in self._response.content.iter_any():
+                yield data
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise broken("upstream_stream_error", exc) from exc
+
+    async def read(self) -> bytes:
+        """The whole body. Raises :class:`GatewayError` 504 (read timeout) or 502 ``upstream_error``."""
+        try:
+            return await self._response.read()
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise broken("upstream_error", exc) from exc
+
+    def close(self) -> None:
+        """Give the connection back to the pool if the body was read to its end, else close it."""
+        self._response.release()
 
 
 class Upstream:
     """A vLLM OpenAI server at ``base_url`` (e.g. ``http://127.0.0.1:8000``)."""
 
-    def __init__(self, base_url: str, client: httpx2.AsyncClient) -> None:
+    def __init__(self, base_url: str, session: aiohttp.ClientSession) -> None:
         self.base_url = base_url
-        self._client = client
+        self._session = session
 
     async def open(
         self, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | None = None
-    ) -> httpx2.Response:
+    ) -> UpstreamResponse:
         """Send a request and return once response headers arrive (the body is not read yet).
 
         ``headers`` (e.g. ``x-request-id``) are sent along. The caller owns the response and must
-        ``aclose()`` it. Raises :class:`GatewayError` 503 when
-        the server can't be reached, 504 when it is silent past the read timeout, or the upstream's
-        status when it answers with an error (the response is closed then).
+        ``close()`` it. Raises :class:`GatewayError` 503 when the server can't be reached, 504 when it
+        is silent past the read timeout, or the upstream's status when it answers with an error (the
+        response is closed then).
         """
         sent = {**(headers or {}), **({"content-type": "application/json"} if body is not None else {})}
-        request = self._client.build_request(method, self.base_url + path, content=body, headers=sent)
         try:
-            response = await self._client.send(request, stream=True)
-        except httpx2.ReadTimeout as exc:  # connected and sent: the server is there but silent
-            raise timed_out(type(exc).__name__) from exc
-        except httpx2.TimeoutException as exc:
+            response = await self._session.request(method, self.base_url + path, data=body, headers=sent)
+        except aiohttp.ConnectionTimeoutError as exc:
             raise unavailable(f"timed out ({type(exc).__name__})") from exc
-        except httpx2.TransportError as exc:
+        except TimeoutError as exc:  # connected and sent: the server is there but silent
+            raise timed_out(type(exc).__name__) from exc
+        except aiohttp.ClientError as exc:
             raise unavailable(type(exc).__name__) from exc
-        if response.status_code >= 400:
+        if response.status >= 400:
             try:
-                raw = await _read_bounded(response)
+                raw = await response.content.read(_MAX_ERROR_BODY)
+            except (TimeoutError, aiohttp.ClientError):
+                raw = b""
             finally:
-                await response.aclose()
-            raise upstream_error(response.status_code, raw)
-        return response
+                response.release()
+            raise upstream_error(response.status, raw)
+        return UpstreamResponse(response)
+
+    async def get_text(self, path: str, timeout_s: float) -> str | None:
+        """``GET path``'s body as text if it answers 200 within ``timeout_s`` seconds, else None."""
+        try:
+            async with self._session.get(
+                self.base_url + path, timeout=aiohttp.ClientTimeout(total=timeout_s)
+            ) as response:
+                return await response.text() if response.status == 200 else None
+        except (TimeoutError, aiohttp.ClientError, UnicodeDecodeError):
+            return None
 
     async def probe(self, timeout_s: float) -> bool:
         """True if ``GET /health`` answers 200 within ``timeout_s`` seconds."""
-        try:
-            response = await self._client.get(self.base_url + "/health", timeout=timeout_s)
-        except httpx2.HTTPError:
-            return False
-        return response.status_code == 200
-
-
-async def _read_bounded(response: httpx2.Response) -> bytes:
-    raw = b""
-    try:
-        async for part in response.aiter_bytes():
-            raw += part
-            if len(raw) >= _MAX_ERROR_BODY:
-                break
-    except httpx2.HTTPError:
-        pass
-    return raw[:_MAX_ERROR_BODY]
+        return await self.get_text("/health", timeout_s) is not None
 
 
 def upstream_error(status: int, raw: bytes) -> GatewayError:

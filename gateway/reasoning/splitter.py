@@ -88,14 +88,26 @@ def _earliest(text: str, markers: dict[str, str]) -> tuple[int, str] | None:
     return best
 
 
+_ALL_MARKERS = {marker for markers in _MARKERS.values() for marker in markers}
+_FIRST_CHARACTERS = "".join({marker[0] for marker in _ALL_MARKERS})
+_LONGEST_MARKER = max(map(len, _ALL_MARKERS))
+
+
 def _held_suffix(text: str, markers: dict[str, str]) -> int:
     """Length of the longest suffix of ``text`` that is a proper prefix of a marker."""
+    tail = text[-_LONGEST_MARKER + 1 :]
+    if not any(first in tail for first in _FIRST_CHARACTERS):
+        return 0  # most text: no marker can start in the tail
     longest = 0
     for marker in markers:
-        for size in range(min(len(marker) - 1, len(text)), longest, -1):
-            if marker.startswith(text[-size:]):
-                longest = size
+        # such a suffix starts at an occurrence of the marker's first character within the last
+        # len(marker) - 1 characters; the leftmost that matches is the longest (str.find scans in C)
+        position = text.find(marker[0], max(0, len(text) - len(marker) + 1))
+        while position != -1 and len(text) - position > longest:
+            if marker.startswith(text[position:]):
+                longest = len(text) - position
                 break
+            position = text.find(marker[0], position + 1)
     return longest
 
 

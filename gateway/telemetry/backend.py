@@ -11,9 +11,9 @@ import asyncio
 import contextlib
 import logging
 
-import httpx2
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.proxy.upstream import Upstream
 from gateway.telemetry.metrics import GatewayMetrics
 
 log = logging.getLogger("gateway.backend")
@@ -29,24 +29,19 @@ def parse_samples(text: str) -> dict[str, float]:
 
 
 class BackendMonitor:
-    """Reads ``{base_url}/metrics`` with ``client``; :meth:`run` polls until cancelled."""
+    """Reads the upstream's ``/metrics``; :meth:`run` polls until cancelled."""
 
-    def __init__(
-        self, client: httpx2.AsyncClient, base_url: str, metrics: GatewayMetrics, interval_s: float
-    ) -> None:
-        self._client = client
-        self._url = base_url + "/metrics"
+    def __init__(self, upstream: Upstream, metrics: GatewayMetrics, interval_s: float) -> None:
+        self._upstream = upstream
         self._metrics = metrics
         self._interval_s = interval_s
 
     async def scrape(self, timeout_s: float = 2.0) -> dict[str, float] | None:
         """The backend's samples now, or None if it can't be read."""
+        text = await self._upstream.get_text("/metrics", timeout_s)
         try:
-            response = await self._client.get(self._url, timeout=timeout_s)
-            if response.status_code != 200:
-                return None
-            return parse_samples(response.text)
-        except (httpx2.HTTPError, ValueError):
+            return parse_samples(text) if text is not None else None
+        except ValueError:
             return None
 
     async def poll_once(self) -> None:

@@ -168,14 +168,15 @@ def _ready(url: str) -> bool:
 
 
 def test_a_flood_does_not_starve_another_key(start_sim, start_gateway, make_key) -> None:
-    sim = start_sim(decode_tps=200)
+    # a slot turn of 0.4 s: far longer than a new client takes to reach the gateway on a busy machine
+    sim = start_sim(decode_tps=100)
     gateway = start_gateway(sim.url, slots=1, queue_max=64, queue_max_per_key=32)
     flood, single = make_key("flood"), make_key("single")
     finished: list[str] = []
     lock = threading.Lock()
 
     def run(key: str, name: str) -> None:
-        response = chat(key, gateway.url, max_tokens=20)
+        response = chat(key, gateway.url, max_tokens=40)
         assert response.status_code == 200
         with lock:
             finished.append(name)

@@ -8,6 +8,7 @@ import pytest
 
 from gateway.proxy.client_view import ClientView
 from gateway.proxy.rewrite import MalformedChunkError, StreamRewriter, rewrite_body
+from gateway.proxy.sse import event_data
 from gateway.reasoning.policy import ReasoningPolicy
 from gateway.traits import UpstreamTraits
 
@@ -32,6 +33,10 @@ def chunk(index: int = 0, finish: str | None = None, logprobs=None, **delta) -> 
 SEE_ALL = ClientView(include_usage=True, continuous_usage=True, include_metrics=True)
 
 
+def step(rewriter: StreamRewriter, raw: bytes) -> list[bytes]:
+    return rewriter.step(raw, event_data(raw))
+
+
 def ignore(*_: object) -> None:
     return None
 
@@ -40,7 +45,7 @@ def run(events: list[bytes], view: ClientView = SEE_ALL, **policy) -> list:
     rewriter = StreamRewriter(
         ReasoningPolicy(**{"mode": "auto", "thinking": True, **policy}), UpstreamTraits(), view, ignore
     )
-    out = [e for ev in events for e in rewriter.step(ev)]
+    out = [e for ev in events for e in step(rewriter, ev)]
     return [json.loads(e[6:]) for e in out if e.startswith(b"data: {")], out
 
 
@@ -114,8 +119,8 @@ def test_upstream_split_is_kept_and_learnt() -> None:
     traits = UpstreamTraits()
     policy = ReasoningPolicy(mode="auto", thinking=True)
     rewriter = StreamRewriter(policy, traits, SEE_ALL, ignore)
-    out = rewriter.step(event(chunk(reasoning="because")))
-    out += rewriter.step(event(chunk(content="Answer with </think> inside")))
+    out = step(rewriter, event(chunk(reasoning="because")))
+    out += step(rewriter, event(chunk(content="Answer with </think> inside")))
     deltas = [json.loads(e[6:])["choices"][0]["delta"] for e in out]
     assert deltas == [
         {"reasoning_content": "because", "reasoning": "because"},
@@ -201,8 +206,9 @@ def test_steps_are_counted_when_reasoning_is_hidden() -> None:
     totals = [1, 4, 7, 9]
     texts = ["a", "bc", "d</think>", "Hi"]
     for tokens, text in zip(totals, texts, strict=True):
-        rewriter.step(
-            event({**chunk(content=text), "usage": {"prompt_tokens": 1, "completion_tokens": tokens}})
+        step(
+            rewriter,
+            event({**chunk(content=text), "usage": {"prompt_tokens": 1, "completion_tokens": tokens}}),
         )
     spec = recorder.finish(200, False).spec
     assert spec is not None and spec.steps == 3 and spec.accepted_tokens == 5

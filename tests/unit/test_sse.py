@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -36,6 +38,26 @@ def test_any_chunking_gives_the_same_events(cuts: list[int]) -> None:
     events = [e for piece in pieces for e in decoder.feed(piece)]
     assert events == SSEDecoder().feed(STREAM)
     assert decoder.pending == b""
+
+
+def _reference_events(stream: bytes) -> list[bytes]:
+    """Events per the WHATWG rule, from the whole stream at once: text up to two line ends in a row."""
+    end = rb"(?:\r\n|\n|\r(?!\n))"
+    return re.findall(rb"(?s).*?" + end + end, stream)
+
+
+@given(
+    st.text(alphabet="a:\n\r", max_size=60).map(lambda t: t.encode() + b"x"),
+    st.lists(st.integers(min_value=0, max_value=61), max_size=8),
+)
+def test_any_bytes_any_chunking_match_the_reference(stream: bytes, cuts: list[int]) -> None:
+    """LF-only pieces take a fast path, others the general one: both must cut events the same way."""
+    points = sorted({c for c in cuts if c <= len(stream)})
+    pieces = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
+    decoder = SSEDecoder()
+    events = [e for piece in pieces for e in decoder.feed(piece)]
+    assert events == _reference_events(stream)
+    assert b"".join(events) + decoder.pending == stream
 
 
 def test_incomplete_event_is_held() -> None:
