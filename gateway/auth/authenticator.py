@@ -70,6 +70,7 @@ class Authenticator:
         self._admin_hash = admin_key_sha256.lower() if admin_key_sha256 else None
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
         self._generation = 0  # bumped by invalidate(): lookups begun before it are not cached
+        self._in_flight: dict[str, asyncio.Future[KeyRecord | None]] = {}
         self._touched: dict[str, datetime] = {}
         self._background: set[asyncio.Task[None]] = set()
 
@@ -102,8 +103,19 @@ class Authenticator:
         hit = self._cache.get(key_hash)
         if hit is not None and now - hit[0] < self._ttl_s:
             return hit[1]
+        pending = self._in_flight.get(key_hash)
+        if pending is None:  # one store query per key at a time: 32 requests as the entry expires make 1
+            pending = self._in_flight[key_hash] = asyncio.ensure_future(self._fetch(key_hash, now))
+        # shielded: a requester that is cancelled (client gone) does not cancel the others' lookup
+        return await asyncio.shield(pending)
+
+    async def _fetch(self, key_hash: str, now: float) -> KeyRecord | None:
         generation = self._generation
-        record = await self._store.find_by_hash(key_hash)
+        try:
+            record = await self._store.find_by_hash(key_hash)
+        finally:
+            if generation == self._generation:
+                self._in_flight.pop(key_hash, None)
         if generation != self._generation:
             return record  # read before an invalidation: good for this request, stale for later ones
         if len(self._cache) > 10_000:
@@ -124,6 +136,7 @@ class Authenticator:
         """Forget cached lookups (after a key changed in this process), including those in flight."""
         self._generation += 1
         self._cache.clear()
+        self._in_flight.clear()  # requests from now on query again
 
     async def aclose(self) -> None:
         """Wait for pending ``last_used_at`` writes."""

@@ -35,6 +35,8 @@ from typing import Any
 import httpx
 
 from gateway.auth import KeyStore
+from tests.perf.litellm_proxy import available as litellm_available
+from tests.perf.litellm_proxy import litellm_proxy
 from tests.support.gateway_process import BIN, clean_env
 from tests.support.probes import wait_until
 from tests.support.servers import free_port
@@ -99,7 +101,8 @@ def chat_body(index: int, max_tokens: int, stream: bool) -> dict[str, Any]:
 async def stream_once(
     client: httpx.AsyncClient, target: Target, body: dict[str, Any], deadline: float | None = None
 ) -> tuple[float, list[float], int]:
-    """One streamed request: (TTFT s, gaps between text chunks s, text chunks), stopping at ``deadline``.
+    """One streamed request: (TTFT s, gaps between text chunks s, text chunks), stopping at ``deadline``
+    (TTFT NaN and no chunks if that came first).
 
     TTFT ends at the read holding the first ``data:`` event with non-empty content/reasoning; a gap is
     the time between the reads holding two consecutive such events (0 when they arrive together).
@@ -129,6 +132,8 @@ async def stream_once(
             if deadline is not None and now >= deadline:
                 break
     if first is None:
+        if deadline is not None and time.perf_counter() >= deadline:
+            return float("nan"), [], 0  # cut at the deadline before its first token: not a failure
         raise BenchError("stream ended without content")
     return first - start, gaps, chunks
 
@@ -265,10 +270,12 @@ async def measure_rps(clients: Clients, target: Target, plan: Plan, pids: dict[s
     return out | load | {"error_count": len(errors), "errors": errors[:5]}
 
 
-async def measure(plan: Plan, sim_url: str, gw_url: str, key: str, pids: dict[str, int]) -> dict[str, Any]:
-    """Every measurement, direct then through the gateway."""
-    path = "/v1/chat/completions"
-    targets = {"direct": (sim_url + path, {}), "gateway": (gw_url + path, {"Authorization": f"Bearer {key}"})}
+#: The process that answers each path, whose CPU the tables show: the simulator for the direct path.
+SERVER = {"direct": "simulator", "gateway": "gateway", "litellm": "litellm"}
+
+
+async def measure(plan: Plan, targets: dict[str, Target], pids: dict[str, int]) -> dict[str, Any]:
+    """Every measurement, on each path in turn (direct, gateway, LiteLLM if there) with the same bodies."""
     workers = max([c for c, _ in plan.levels] + [plan.tput_streams, plan.rps_concurrency])
     out: dict[str, Any] = {"levels": {}, "throughput": {}, "rps": {}}
     async with contextlib.AsyncExitStack() as stack:
@@ -302,8 +309,11 @@ def _answers(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def servers(workdir: Path, decode_tps: float) -> Iterator[tuple[str, str, str, dict[str, int]]]:
-    """Start the simulator (CPU 1) and the gateway (CPU 0); yield (sim url, gateway url, key, pids)."""
+def servers(
+    workdir: Path, decode_tps: float, litellm: bool
+) -> Iterator[tuple[dict[str, Target], dict[str, int]]]:
+    """Start the simulator (CPU 1), the gateway (CPU 0) and, if ``litellm``, the LiteLLM proxy (CPU 0,
+    idle while the gateway is measured); yield (chat completions target per path, pid per server)."""
     database_url = f"sqlite+aiosqlite:///{workdir / 'bench.db'}"
     key = asyncio.run(_make_key(database_url))
     sim_port, gw_port = free_port(), free_port()
@@ -323,6 +333,8 @@ def servers(workdir: Path, decode_tps: float) -> Iterator[tuple[str, str, str, d
         ("simulator", LOAD_CPU, sim_cmd, None, sim_url + "/health"),
         ("gateway", GATEWAY_CPU, [BIN, "serve", "--port", str(gw_port)], env, gw_url + "/ready"),
     )
+    path = "/v1/chat/completions"
+    targets = {"direct": (sim_url + path, {}), "gateway": (gw_url + path, {"Authorization": f"Bearer {key}"})}
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for name, cpu, cmd, proc_env, ready in starts:
@@ -330,7 +342,14 @@ def servers(workdir: Path, decode_tps: float) -> Iterator[tuple[str, str, str, d
                 pinned = ["taskset", "-c", str(cpu), *cmd]
                 procs.append(subprocess.Popen(pinned, env=proc_env, stdout=log, stderr=log))
             wait_until(functools.partial(_answers, ready), timeout_s=30, what=f"{name} ready")
-        yield sim_url, gw_url, key, {"simulator": procs[0].pid, "gateway": procs[1].pid}
+        pids = {"simulator": procs[0].pid, "gateway": procs[1].pid}
+        with contextlib.ExitStack() as stack:
+            if litellm:
+                ll_url, ll_key, pids["litellm"] = stack.enter_context(
+                    litellm_proxy(workdir, sim_url, MODEL, GATEWAY_CPU)
+                )
+                targets["litellm"] = (ll_url + path, {"Authorization": f"Bearer {ll_key}"})
+            yield targets, pids
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -358,51 +377,64 @@ def _contention() -> dict[str, bool]:
     return found
 
 
-def _capacity(direct: dict[str, Any], gateway: dict[str, Any]) -> tuple[float, float]:
-    """Chunks/s one whole core could produce (simulator) and relay (gateway) at the measured CPU cost
-    per chunk: what the throughput phase would show if CPU 1 could feed the gateway faster."""
-    return 1e6 / direct["cpu_ms_per_1000"]["simulator"], 1e6 / gateway["cpu_ms_per_1000"]["gateway"]
+def _capacity(phase: dict[str, Any], name: str) -> float:
+    """Chunks/s one whole core could produce (simulator) or relay (a proxy) at the CPU cost per chunk
+    measured in the throughput phase: what that phase would show if CPU 1 could feed it faster."""
+    return 1e6 / phase["cpu_ms_per_1000"][SERVER[name]]
+
+
+def _busy(by_path: dict[str, dict[str, float]]) -> list[float]:
+    """CPU busy % per path: all of CPU 1 (simulator + load generator) direct, else the proxy's."""
+    return [b["simulator"] + b["load"] if n == "direct" else b[SERVER[n]] for n, b in by_path.items()]
 
 
 def table(report: dict[str, Any]) -> str:
-    """The figures as a fixed-width table: metric, direct, gateway, added (ms) or ratio.
+    """The figures as a fixed-width table: a column per path, then each proxy's added ms (latency rows)
+    or its ratio to direct (throughput rows).
 
-    CPU rows put the simulator's figure (direct run) under "direct", the gateway's under "gateway";
+    CPU rows show the CPU of the process that answers on that path (the simulator for "direct").
     "cpu1" is the simulator plus the load generator (the whole of CPU 1 when 100).
     """
+    names = list(report["rps"])
+    proxies = names[1:]
+    rows = [("metric", *names, *(f"{n} added / ratio" for n in proxies))]
 
-    def cpu1(busy: dict[str, float]) -> float:
-        return busy["simulator"] + busy.get("load", 0.0)
-
-    rows = [("metric", "direct", "gateway", "added / ratio")]
-
-    def add(label: str, a: float, b: float, fmt: str, last: str | None = None) -> None:
-        ratio = f"x{b / a:.2f}" if a else ""
-        rows.append((label, f"{a:{fmt}}", f"{b:{fmt}}", ratio if last is None else last))
+    def add(label: str, values: list[float], fmt: str, how: str) -> None:
+        base = values[0]
+        if how == "diff":
+            extra = [f"{v - base:+.2f}" for v in values[1:]]
+        else:
+            extra = [f"x{v / base:.2f}" if how == "ratio" and base else "" for v in values[1:]]
+        rows.append((label, *(f"{v:{fmt}}" for v in values), *extra))
 
     for c, level in report["levels"].items():
-        d, g = level["direct"], level["gateway"]
         for label, key in (("TTFT", "ttft_ms"), ("ITL", "itl_ms"), ("non-stream e2e", "e2e_ms")):
             for p in ("p50", "p99"):
-                a, b = d[key][p], g[key][p]
-                add(f"{label} {p}, c={c} (ms)", a, b, ".2f", f"{b - a:+.2f}")
-        busy = (cpu1(d["stream_phase_cpu_busy_pct"]), g["stream_phase_cpu_busy_pct"]["gateway"])
-        add(f"CPU busy %, c={c} streams (cpu1 | gw)", *busy, ".0f", "")
-    (td, tg), (rd, rg) = report["throughput"].values(), report["rps"].values()
-    add(f"chunks/s, {tg['streams']} streams", td["chunks_per_s"], tg["chunks_per_s"], ".0f")
+                add(f"{label} {p}, c={c} (ms)", [level[n][key][p] for n in names], ".2f", "diff")
+        busy = _busy({n: level[n]["stream_phase_cpu_busy_pct"] for n in names})
+        add(f"CPU busy %, c={c} streams (cpu1 | proxy)", busy, ".0f", "")
+    tput, rps = report["throughput"], report["rps"]
     add(
-        "CPU ms / 1,000 chunks (sim | gw)",
-        td["cpu_ms_per_1000"]["simulator"],
-        tg["cpu_ms_per_1000"]["gateway"],
+        f"chunks/s, {tput['direct']['streams']} streams",
+        [tput[n]["chunks_per_s"] for n in names],
         ".0f",
+        "ratio",
     )
-    add("CPU busy % then (cpu1 | gw)", cpu1(td["cpu_busy_pct"]), tg["cpu_busy_pct"]["gateway"], ".0f", "")
-    add("chunks/s one core could relay (1 s / CPU)", *_capacity(td, tg), ".0f")
-    add(f"requests/s, 1 token, c={rg['concurrency']}", rd["requests_per_s"], rg["requests_per_s"], ".0f")
-    add("CPU ms / request (sim | gw)", rd["cpu_ms_per_1"]["simulator"], rg["cpu_ms_per_1"]["gateway"], ".2f")
-    width = [max(len(row[i]) for row in rows) for i in range(4)]
+    cpu_per_chunk = [tput[n]["cpu_ms_per_1000"][SERVER[n]] for n in names]
+    add("CPU ms / 1,000 chunks (server)", cpu_per_chunk, ".0f", "ratio")
+    add("CPU busy % then (cpu1 | proxy)", _busy({n: tput[n]["cpu_busy_pct"] for n in names}), ".0f", "")
+    add("chunks/s one core could serve (1 s / CPU)", [_capacity(tput[n], n) for n in names], ".0f", "ratio")
+    add(
+        f"requests/s, 1 token, c={rps['direct']['concurrency']}",
+        [rps[n]["requests_per_s"] for n in names],
+        ".0f",
+        "ratio",
+    )
+    add("CPU ms / request (server)", [rps[n]["cpu_ms_per_1"][SERVER[n]] for n in names], ".2f", "ratio")
+    width = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [
-        f"{a:<{width[0]}}  {b:>{width[1]}}  {c:>{width[2]}}  {d:>{width[3]}}".rstrip() for a, b, c, d in rows
+        "  ".join(f"{v:<{width[0]}}" if i == 0 else f"{v:>{width[i]}}" for i, v in enumerate(row)).rstrip()
+        for row in rows
     ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
@@ -416,21 +448,28 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="concurrency 1 and 32 only, fewer requests")
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--decode-tps", type=float, default=2000.0, help="simulator decode speed per stream")
+    parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy comparison")
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     pinned = hasattr(os, "sched_setaffinity") and {GATEWAY_CPU, LOAD_CPU} <= os.sched_getaffinity(0)
     if not pinned:
         print("warning: CPUs 0 and 1 are not both available; running unpinned", file=sys.stderr)
+    litellm = not args.no_litellm and litellm_available()
+    if not litellm and not args.no_litellm:
+        print(
+            "warning: LiteLLM is not installed (bash scripts/install-litellm.sh); skipping it",
+            file=sys.stderr,
+        )
     before = _contention()
     with (
         tempfile.TemporaryDirectory(prefix="bench-gw-") as workdir,
-        servers(Path(workdir), args.decode_tps) as (sim_url, gw_url, key, pids),
+        servers(Path(workdir), args.decode_tps, litellm) as (targets, pids),
     ):
         if pinned:
             os.sched_setaffinity(0, {LOAD_CPU})
         started = time.time()
-        figures = asyncio.run(measure(plan, sim_url, gw_url, key, pids | {"load": os.getpid()}))
-        logs = {name: _log_problems(Path(workdir) / f"{name}.log") for name in ("gateway", "simulator")}
+        figures = asyncio.run(measure(plan, targets, pids | {"load": os.getpid()}))
+        logs = {name: _log_problems(Path(workdir) / f"{name}.log") for name in pids}
     report = {
         "command": shlex.join(
             [os.path.relpath(sys.executable), "-m", "tests.perf.bench_gateway", *sys.argv[1:]]

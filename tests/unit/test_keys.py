@@ -8,9 +8,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event
 
 from gateway.auth import Authenticator, KeyExistsError, KeyStore
 from gateway.auth.secrets import is_well_formed
+from gateway.db import open_engine
 from gateway.durations import parse_duration
 from gateway.errors import GatewayError
 
@@ -88,3 +90,29 @@ def test_parse_duration() -> None:
     for bad in ["", "30", "-1d", "0h", "1y"]:
         with pytest.raises(ValueError):
             parse_duration(bad)
+
+
+async def test_concurrent_lookups_of_one_key_make_one_query(tmp_path: Path) -> None:
+    """32 requests arriving as the cache entry expires: one store query, every request answered, and a
+    requester that is cancelled (its client left) does not fail the others."""
+    engine = await open_engine(f"sqlite+aiosqlite:///{tmp_path / 'keys.db'}")
+    store = KeyStore(engine)
+    _, secret = await store.create("busy")
+    selects: list[str] = []
+
+    def count(_conn, _cursor, statement: str, *_: object) -> None:
+        if statement.lstrip().upper().startswith("SELECT"):
+            selects.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", count)
+    auth = Authenticator(store, ttl_s=60)
+    principals = await asyncio.gather(*(auth.authenticate(f"Bearer {secret}") for _ in range(32)))
+    assert {p.name for p in principals} == {"busy"} and len(selects) == 1
+
+    auth = Authenticator(store, ttl_s=0)
+    tasks = [asyncio.create_task(auth.authenticate(f"Bearer {secret}")) for _ in range(3)]
+    await asyncio.sleep(0)
+    tasks[0].cancel()
+    assert [p.name for p in await asyncio.gather(*tasks[1:])] == ["busy", "busy"]
+    assert tasks[0].cancelled() and len(selects) == 2
+    await engine.dispose()
