@@ -152,7 +152,8 @@ class Forwarder:
             recorder.record.model = body.model if served else "unknown"  # a bounded metrics label
             recorder.record.stream = body.stream
             self.check_model(principal, body.model)
-            prepared = self.prepare(principal, body)
+            prepared, stream = self.prepare(principal, body), body.stream
+            del body  # the payload holds what is needed: don't keep the model while queued (~2 kB each)
             ticket = await self.limits.admit(principal, estimate_prompt_tokens(prepared.payload))
             wants_telemetry = request.headers.get("x-gateway-telemetry") == "1"
             view = ClientView(
@@ -161,14 +162,14 @@ class Forwarder:
                 include_metrics=prepared.include_metrics,
                 telemetry=telemetry_fn(recorder) if wants_telemetry else None,
             )
-            exchange = Exchange(self, path, prepared, recorder, ticket, view, body.stream)
+            exchange = Exchange(self, path, prepared, recorder, ticket, view, stream)
             entry = self.admission.enqueue(principal.name, principal.priority, principal.max_concurrency)
             outcome = RelayOutcome()
-            if body.stream and isinstance(entry, Waiter) and not entry.future.done():
+            if stream and isinstance(entry, Waiter) and not entry.future.done():
                 return exchange.stream_response(exchange.queued_events(entry, outcome), outcome)
             opened = exchange
             await unless_disconnected(request.receive, lambda: opened.admit_and_open(entry))
-            if body.stream:
+            if stream:
                 return exchange.stream_response(exchange.relay(outcome), outcome)
             return await unless_disconnected(request.receive, opened.read_body)
         except GatewayError as exc:

@@ -2,26 +2,28 @@
 
 ``bench_command`` and ``proof_command`` are plain functions so the main app can register them
 (``app.command("bench")(bench_command)``); ``qualify_app`` has both, for use on its own.
+
+The measuring code (and the ``openai`` SDK it drives) is imported when a command runs, not when the
+CLI loads: ``dspark-gateway serve`` shares this CLI and would otherwise carry ~17 MB it never uses.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import httpx2
 import typer
-from openai import OpenAI
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gateway.qualify.bench import BenchConfig, RunRecord, run_bench
-from gateway.qualify.proof import proof_report, run_proof
-from gateway.qualify.result import GateResult, ProofContext, Status
 from gateway.qualify.urls import public_url
 from gateway.qualify.workloads import parse_workloads
+
+if TYPE_CHECKING:
+    from gateway.qualify.bench import RunRecord
+    from gateway.qualify.result import GateResult
 
 __all__ = ["bench_command", "proof_command", "qualify_app"]
 
@@ -43,7 +45,7 @@ TimeoutOpt = Annotated[
     float, typer.Option("--timeout", help="Per-request timeout, s (a 1M prefill takes ~18 min)")
 ]
 
-_STYLE = {Status.PASS: "green", Status.FAIL: "red", Status.NOT_APPLICABLE: "yellow"}
+_STYLE = {"PASS": "green", "FAIL": "red", "NOT-APPLICABLE": "yellow"}
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -59,6 +61,8 @@ def _write_json(path: Path | None, report: dict[str, Any], console: Console) -> 
 
 
 def _first_model(base_url: str, api_key: str, timeout: float) -> str:
+    import httpx2
+
     response = httpx2.get(
         base_url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout
     )
@@ -89,6 +93,11 @@ def bench_command(
     """Streamed TTFT, decode tokens/s and DSpark acceptance per workload (medians of warm runs).
 
     Exit code 1 when no model can be found or every measured run failed."""
+    import httpx2
+    from openai import OpenAI
+
+    from gateway.qualify.bench import BenchConfig, run_bench
+
     console = Console()
     try:
         chosen = parse_workloads(workloads)
@@ -163,6 +172,12 @@ def proof_command(
     timeout: TimeoutOpt = 1800.0,
 ) -> None:
     """Qualification gates, each PASS / FAIL / NOT-APPLICABLE with a reason; exit 1 if any FAILED."""
+    import httpx2
+    from openai import OpenAI
+
+    from gateway.qualify.proof import proof_report, run_proof
+    from gateway.qualify.result import ProofContext
+
     console = Console()
     with (
         OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0) as client,

@@ -34,6 +34,8 @@ Order: validation (model, length) -> stall -> status -> queue -> generate.
 
 Serving: ``run_sim(config, host, port)`` blocks; ``SimServer(config)`` runs one in a thread on a free
 loopback port (context manager, ``.base_url``); ``python -m gateway.sim --help`` for a CLI.
+``--trace-file PATH`` (``SimConfig.trace_file``, off by default) appends one JSON line per sequence
+leaving the engine (arrival, scheduled, finish...), for benchmarks; see ``gateway.sim.trace``.
 """
 
 from .app import create_sim_app

@@ -50,7 +50,12 @@ def create_sim_app(config: SimConfig | None = None) -> FastAPI:
             config.reasoning_parser,
             config.seed,
         )
-        yield
+        if config.trace_file:
+            logger.info("dspark-sim: tracing every sequence to %s", config.trace_file)
+        try:
+            yield
+        finally:
+            _app.state.sim.close()
 
     app = FastAPI(
         title="dspark-sim (vLLM simulator)",

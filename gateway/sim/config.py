@@ -51,6 +51,9 @@ class SimConfig:
     """Typical length of a generic answer, tokens (each request varies it by +-25%)."""
     version: str = "0.32.0-sim"
     """What ``GET /version`` reports."""
+    trace_file: str = ""
+    """Simulator only (``--trace-file PATH``): append one JSON line per sequence leaving the engine
+    (arrival, scheduled, finish, tokens, reason; see ``gateway.sim.trace``). Empty: no trace."""
 
     def __post_init__(self) -> None:
         checks = {

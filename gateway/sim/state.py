@@ -6,23 +6,34 @@ import time
 from dataclasses import dataclass, field
 
 from .config import SimConfig
-from .engine import Scheduler, SimEngine
+from .engine import EngineObserver, Scheduler, SimEngine
 from .metrics import SimMetrics
+from .trace import Observers, SequenceTrace
 
 
 @dataclass(slots=True)
 class SimState:
-    """Everything one simulator app owns: its config, engine and metrics."""
+    """Everything one simulator app owns: its config, engine, metrics and (optional) sequence trace."""
 
     config: SimConfig
     engine: SimEngine
     metrics: SimMetrics
+    trace: SequenceTrace | None = None
     started: int = field(default_factory=lambda: int(time.time()))
     """Unix time the app was built, s (``created`` of ``/v1/models``)."""
 
     @classmethod
     def build(cls, config: SimConfig) -> SimState:
-        """Wire a scheduler, metrics that read it, and an engine that reports to the metrics."""
+        """Wire a scheduler, metrics that read it, and an engine that reports to the metrics (and to
+        the trace file when ``config.trace_file`` is set)."""
         scheduler = Scheduler(config.slots)
         metrics = SimMetrics(config.served_model_name, scheduler, config.kv_cache_tokens)
-        return cls(config=config, engine=SimEngine(config, scheduler, metrics), metrics=metrics)
+        trace = SequenceTrace(config.trace_file) if config.trace_file else None
+        observer: EngineObserver = metrics if trace is None else Observers(metrics, trace)
+        engine = SimEngine(config, scheduler, observer)
+        return cls(config=config, engine=engine, metrics=metrics, trace=trace)
+
+    def close(self) -> None:
+        """Flush and close the trace file, if any (at shutdown)."""
+        if self.trace is not None:
+            self.trace.close()

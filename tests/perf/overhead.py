@@ -1,0 +1,306 @@
+"""Parts 1, 2 and 4 of the benchmark: what the gateway adds to latency and costs in CPU, against direct
+access to the simulator and against the LiteLLM proxy in the gateway's place.
+
+Every figure is measured on each path in turn with the same request bodies (hence the same token
+plans): straight to the simulator ("direct"), through the gateway, through LiteLLM. Measured: TTFT,
+inter-chunk gaps (ITL) and non-stream latency at several concurrencies; relayed SSE chunks/s at
+saturation with the CPU each server spends per 1,000 chunks; requests/s of short non-stream requests.
+See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.perf.common import (
+    GATEWAY_CPU,
+    MODEL,
+    BenchError,
+    Meter,
+    Target,
+    chat_body,
+    make_keys,
+    pct,
+    simulator_and_gateway,
+    sse_events,
+)
+from tests.perf.litellm_proxy import litellm_proxy
+
+SLOTS = 512
+#: A non-empty text field in a chunk's delta (role-only, usage-only and [DONE] events don't count).
+_TEXT = re.compile(rb'"(?:content|reasoning|reasoning_content)":\s*"[^"]')
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much to measure: (concurrency, requests) per level, token counts, throughput load."""
+
+    levels: tuple[tuple[int, int], ...]
+    stream_tokens: int = 64  # max_tokens (with ignore_eos) of the latency streams
+    e2e_tokens: int = 32  # max_tokens of the non-stream latency requests
+    tput_streams: int = 64
+    tput_tokens: int = 4000
+    tput_s: float = 15.0
+    rps_concurrency: int = 64
+    rps_requests: int = 3000
+
+
+FULL = Plan(levels=((1, 200), (32, 960), (256, 2048)))
+QUICK = Plan(levels=((1, 30), (32, 128)), tput_s=4.0, rps_requests=400)
+
+
+Clients = list[httpx.AsyncClient]
+
+
+async def stream_once(
+    client: httpx.AsyncClient, target: Target, body: dict[str, Any], deadline: float | None = None
+) -> tuple[float, list[float], int]:
+    """One streamed request: (TTFT s, gaps between text chunks s, text chunks), stopping at ``deadline``
+    (TTFT NaN and no chunks if that came first).
+
+    TTFT ends at the read holding the first ``data:`` event with non-empty content/reasoning; a gap is
+    the time between the reads holding two consecutive such events (0 when they arrive together).
+    """
+    start = time.perf_counter()
+    first: float | None = None
+    gaps: list[float] = []
+    last, chunks = 0.0, 0
+    async with contextlib.aclosing(sse_events(client, target, body)) as events:
+        async for now, event in events:
+            if _TEXT.search(event):
+                chunks += 1
+                if first is None:
+                    first = now
+                else:
+                    gaps.append(now - last)
+                last = now
+            if deadline is not None and now >= deadline:
+                break
+    if first is None:
+        if deadline is not None and time.perf_counter() >= deadline:
+            return float("nan"), [], 0  # cut at the deadline before its first token: not a failure
+        raise BenchError("stream ended without content")
+    return first - start, gaps, chunks
+
+
+async def complete_once(client: httpx.AsyncClient, target: Target, body: dict[str, Any]) -> float:
+    """One non-stream request; its end-to-end latency (request sent to body read), s."""
+    start = time.perf_counter()
+    response = await client.post(target[0], json=body, headers=target[1])
+    elapsed = time.perf_counter() - start
+    if response.status_code != 200:
+        raise BenchError(f"status {response.status_code}: {response.text[:200]}")
+    return elapsed
+
+
+Job = Callable[[httpx.AsyncClient, int], Awaitable[Any]]
+
+
+async def run_jobs(clients: Clients, n: int, concurrency: int, job: Job) -> tuple[list[Any], list[str]]:
+    """``job(client, 0..n-1)`` by ``concurrency`` workers, worker k with ``clients[k]``; (results, errors).
+
+    A client per worker: httpcore scans its whole pool on every request, so one client with hundreds of
+    connections costs the load generator more CPU than the simulator spends answering.
+    """
+    indices = iter(range(n))
+    results: list[Any] = []
+    errors: list[str] = []
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        for index in indices:
+            try:
+                results.append(await job(client, index))
+            except (BenchError, httpx.HTTPError) as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+
+    await asyncio.gather(*(worker(clients[k]) for k in range(concurrency)))
+    return results, errors
+
+
+def _ms(values: list[float]) -> dict[str, float]:
+    return {"p50": round(pct(values, 50) * 1000, 3), "p99": round(pct(values, 99) * 1000, 3)}
+
+
+def _streams(target: Target, tokens: int) -> Job:
+    return lambda client, i: stream_once(client, target, chat_body(i, tokens, True))
+
+
+def _completions(target: Target, tokens: int) -> Job:
+    return lambda client, i: complete_once(client, target, chat_body(i, tokens, False))
+
+
+async def measure_level(
+    clients: Clients, target: Target, plan: Plan, pids: dict[str, int], concurrency: int, n: int
+) -> dict[str, Any]:
+    """TTFT, ITL (streams) and end-to-end latency (non-stream) at ``concurrency``, in ms."""
+    await run_jobs(clients, max(concurrency, 8), concurrency, _streams(target, 8))  # connections first
+    meter = Meter(pids)
+    streams, stream_errors = await run_jobs(clients, n, concurrency, _streams(target, plan.stream_tokens))
+    load = meter.read(n)
+    e2e, e2e_errors = await run_jobs(clients, n, concurrency, _completions(target, plan.e2e_tokens))
+    gaps = [g for s in streams for g in s[1]]
+    return {
+        "requests": n,
+        "ttft_ms": _ms([s[0] for s in streams]),
+        "itl_ms": _ms(gaps) | {"gaps": len(gaps)},
+        "e2e_ms": _ms(e2e),
+        "stream_phase_cpu_busy_pct": load["cpu_busy_pct"],
+        "error_count": len(stream_errors) + len(e2e_errors),
+        "errors": (stream_errors + e2e_errors)[:5],
+    }
+
+
+async def measure_throughput(
+    clients: Clients, target: Target, plan: Plan, pids: dict[str, int]
+) -> dict[str, Any]:
+    """Text chunks/s of ``plan.tput_streams`` long streams for ``plan.tput_s`` s; CPU per 1,000 chunks."""
+    deadline = time.perf_counter() + plan.tput_s
+    serial = iter(range(10**9))
+
+    async def job(client: httpx.AsyncClient, _: int) -> int:
+        total = 0
+        while time.perf_counter() < deadline:
+            body = chat_body(next(serial), plan.tput_tokens, True)
+            total += (await stream_once(client, target, body, deadline))[2]
+        return total
+
+    meter = Meter(pids)
+    counts, errors = await run_jobs(clients, plan.tput_streams, plan.tput_streams, job)
+    load = meter.read(sum(counts), per=1000)
+    chunks_per_s = round(sum(counts) / load["seconds"], 1)
+    out = {"streams": plan.tput_streams, "chunks": sum(counts), "chunks_per_s": chunks_per_s}
+    return out | load | {"error_count": len(errors), "errors": errors[:5]}
+
+
+async def measure_rps(clients: Clients, target: Target, plan: Plan, pids: dict[str, int]) -> dict[str, Any]:
+    """Requests/s of non-stream 1-token requests at ``plan.rps_concurrency``, and CPU ms per request."""
+    job = _completions(target, 1)
+    await run_jobs(clients, plan.rps_concurrency, plan.rps_concurrency, job)  # connections first
+    meter = Meter(pids)
+    done, errors = await run_jobs(clients, plan.rps_requests, plan.rps_concurrency, job)
+    load = meter.read(len(done))
+    requests_per_s = round(len(done) / load["seconds"], 1)
+    out = {"concurrency": plan.rps_concurrency, "requests": len(done), "requests_per_s": requests_per_s}
+    return out | load | {"error_count": len(errors), "errors": errors[:5]}
+
+
+#: The process that answers each path, whose CPU the tables show: the simulator for the direct path.
+SERVER = {"direct": "simulator", "gateway": "gateway", "litellm": "litellm"}
+
+
+async def measure(plan: Plan, targets: dict[str, Target], pids: dict[str, int]) -> dict[str, Any]:
+    """Every measurement, on each path in turn (direct, gateway, LiteLLM if there) with the same bodies."""
+    workers = max([c for c, _ in plan.levels] + [plan.tput_streams, plan.rps_concurrency])
+    out: dict[str, Any] = {"levels": {}, "throughput": {}, "rps": {}}
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [await stack.enter_async_context(httpx.AsyncClient(timeout=120)) for _ in range(workers)]
+        for concurrency, n in plan.levels:
+            out["levels"][str(concurrency)] = {
+                name: await measure_level(clients, target, plan, pids, concurrency, n)
+                for name, target in targets.items()
+            }
+        for name, target in targets.items():
+            out["throughput"][name] = await measure_throughput(clients, target, plan, pids)
+            await asyncio.sleep(1)  # let cut streams wind down before the next measurement
+        for name, target in targets.items():
+            out["rps"][name] = await measure_rps(clients, target, plan, pids)
+    return out
+
+
+@contextlib.contextmanager
+def servers(
+    workdir: Path, decode_tps: float, litellm: bool
+) -> Iterator[tuple[dict[str, Target], dict[str, int]]]:
+    """The simulator and the gateway with :data:`SLOTS` slots (nothing queues) and, if ``litellm``, the
+    LiteLLM proxy (CPU 0, idle while the gateway is measured); yield (chat completions target per
+    path, pid per server)."""
+    keys = asyncio.run(make_keys(f"sqlite+aiosqlite:///{workdir / 'bench.db'}", ["bench"]))
+    limits = {"queue_max": 100_000, "queue_max_per_key": 100_000}
+    sim_args = ["--decode-tps", str(decode_tps)]
+    with (
+        simulator_and_gateway(workdir, SLOTS, sim_args, **limits) as (sim_url, gw_url, pids),
+        contextlib.ExitStack() as stack,
+    ):
+        path = "/v1/chat/completions"
+        targets = {
+            "direct": (sim_url + path, {}),
+            "gateway": (gw_url + path, {"Authorization": f"Bearer {keys['bench']}"}),
+        }
+        if litellm:
+            ll_url, ll_key, pids["litellm"] = stack.enter_context(
+                litellm_proxy(workdir, sim_url, MODEL, GATEWAY_CPU)
+            )
+            targets["litellm"] = (ll_url + path, {"Authorization": f"Bearer {ll_key}"})
+        yield targets, pids
+
+
+def capacity(phase: dict[str, Any], name: str) -> float:
+    """Chunks/s one whole core could produce (simulator) or relay (a proxy) at the CPU cost per chunk
+    measured in the throughput phase: what that phase would show if CPU 1 could feed it faster."""
+    return 1e6 / phase["cpu_ms_per_1000"][SERVER[name]]
+
+
+def _busy(by_path: dict[str, dict[str, float]]) -> list[float]:
+    """CPU busy % per path: all of CPU 1 (simulator + load generator) direct, else the proxy's."""
+    return [b["simulator"] + b["load"] if n == "direct" else b[SERVER[n]] for n, b in by_path.items()]
+
+
+def table(report: dict[str, Any]) -> str:
+    """The figures as a fixed-width table: a column per path, then each proxy's added ms (latency rows)
+    or its ratio to direct (throughput rows).
+
+    CPU rows show the CPU of the process that answers on that path (the simulator for "direct").
+    "cpu1" is the simulator plus the load generator (the whole of CPU 1 when 100).
+    """
+    names = list(report["rps"])
+    proxies = names[1:]
+    rows = [("metric", *names, *(f"{n} added / ratio" for n in proxies))]
+
+    def add(label: str, values: list[float], fmt: str, how: str) -> None:
+        base = values[0]
+        if how == "diff":
+            extra = [f"{v - base:+.2f}" for v in values[1:]]
+        else:
+            extra = [f"x{v / base:.2f}" if how == "ratio" and base else "" for v in values[1:]]
+        rows.append((label, *(f"{v:{fmt}}" for v in values), *extra))
+
+    for c, level in report["levels"].items():
+        for label, key in (("TTFT", "ttft_ms"), ("ITL", "itl_ms"), ("non-stream e2e", "e2e_ms")):
+            for p in ("p50", "p99"):
+                add(f"{label} {p}, c={c} (ms)", [level[n][key][p] for n in names], ".2f", "diff")
+        busy = _busy({n: level[n]["stream_phase_cpu_busy_pct"] for n in names})
+        add(f"CPU busy %, c={c} streams (cpu1 | proxy)", busy, ".0f", "")
+    tput, rps = report["throughput"], report["rps"]
+    add(
+        f"chunks/s, {tput['direct']['streams']} streams",
+        [tput[n]["chunks_per_s"] for n in names],
+        ".0f",
+        "ratio",
+    )
+    cpu_per_chunk = [tput[n]["cpu_ms_per_1000"][SERVER[n]] for n in names]
+    add("CPU ms / 1,000 chunks (server)", cpu_per_chunk, ".0f", "ratio")
+    add("CPU busy % then (cpu1 | proxy)", _busy({n: tput[n]["cpu_busy_pct"] for n in names}), ".0f", "")
+    add("chunks/s one core could serve (1 s / CPU)", [capacity(tput[n], n) for n in names], ".0f", "ratio")
+    add(
+        f"requests/s, 1 token, c={rps['direct']['concurrency']}",
+        [rps[n]["requests_per_s"] for n in names],
+        ".0f",
+        "ratio",
+    )
+    add("CPU ms / request (server)", [rps[n]["cpu_ms_per_1"][SERVER[n]] for n in names], ".2f", "ratio")
+    width = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join(f"{v:<{width[0]}}" if i == 0 else f"{v:>{width[i]}}" for i, v in enumerate(row)).rstrip()
+        for row in rows
+    ]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
