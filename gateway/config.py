@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     keep_alive_s: float = Field(
         default=15.0,
         gt=0,
-        description="Send ': keep-alive' to a stream after this long without upstream bytes",
+        description="Send ': keep-alive' to a stream after this long without a byte to the client",
     )
     shutdown_grace_s: float = Field(
         default=1500.0,
