@@ -5,8 +5,9 @@ several times faster than :mod:`json`. The output is the same as
 ``json.dumps(obj, ensure_ascii=False, separators=(",", ":"))`` up to float spelling (``1e-05`` vs
 ``1e-5``: the same number), except that a NaN or infinite float is written ``null`` where :mod:`json`
 writes the literal ``NaN``, which is not JSON and breaks clients' parsers. Input orjson refuses —
-``NaN``/``Infinity`` literals, integers beyond 64 bits, lone surrogate escapes — falls back to
-:mod:`json`, so nothing the standard library accepted is refused now.
+``NaN``/``Infinity`` literals, lone surrogate escapes — falls back to :mod:`json`, so nothing the
+standard library accepted is refused now. One difference is left: orjson reads an integer beyond 64
+bits as a float (no OpenAI or vLLM field holds one).
 """
 
 from __future__ import annotations

@@ -54,6 +54,11 @@ def bearer_token(header: str | None) -> str:
     return token
 
 
+def _retrieve(future: asyncio.Future[KeyRecord | None]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 class Authenticator:
     """Resolves bearer tokens to principals through a :class:`KeyStore`, with a TTL cache."""
 
@@ -106,6 +111,7 @@ class Authenticator:
         pending = self._in_flight.get(key_hash)
         if pending is None:  # one store query per key at a time: 32 requests as the entry expires make 1
             pending = self._in_flight[key_hash] = asyncio.ensure_future(self._fetch(key_hash, now))
+            pending.add_done_callback(_retrieve)  # a failure nobody is left to await is not logged as lost
         # shielded: a requester that is cancelled (client gone) does not cancel the others' lookup
         return await asyncio.shield(pending)
 

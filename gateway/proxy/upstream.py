@@ -8,7 +8,8 @@ it cost the relay more CPU per chunk than everything else it does).
 Connection failures before response headers become 503 ``upstream_unavailable``; an upstream that
 took the request but stays silent past the read timeout, 504 ``upstream_timeout``; a body that
 breaks, 502; an upstream error status becomes the same status with the upstream's message in OpenAI
-shape.
+shape. Redirects are not followed (a model server has no reason to send one; following it would
+re-send the prompt elsewhere).
 """
 
 from __future__ import annotations
@@ -79,10 +80,16 @@ class UpstreamResponse:
         Raises :class:`GatewayError` 504 when no byte came within the read timeout, 502
         ``upstream_stream_error`` when the connection broke (reset, bad chunked framing).
         """
+        content = self._response.content
         try:
-            async for data in self._response.content.iter_any():
+            async for data in content.iter_any():
                 yield data
         except (TimeoutError, aiohttp.ClientError) as exc:
+            # aiohttp raises a stored failure before handing over what it had already received
+            # (StreamReader.readany): those events came before the failure, so they go on first
+            held = content._read_nowait(-1) if content._buffer else b""
+            if held:
+                yield held
             raise broken("upstream_stream_error", exc) from exc
 
     async def read(self) -> bytes:
@@ -116,7 +123,9 @@ class Upstream:
         """
         sent = {**(headers or {}), **({"content-type": "application/json"} if body is not None else {})}
         try:
-            response = await self._session.request(method, self.base_url + path, data=body, headers=sent)
+            response = await self._session.request(
+                method, self.base_url + path, data=body, headers=sent, allow_redirects=False
+            )
         except aiohttp.ConnectionTimeoutError as exc:
             raise unavailable(f"timed out ({type(exc).__name__})") from exc
         except TimeoutError as exc:  # connected and sent: the server is there but silent
@@ -124,10 +133,14 @@ class Upstream:
         except aiohttp.ClientError as exc:
             raise unavailable(type(exc).__name__) from exc
         if response.status >= 400:
-            try:
-                raw = await response.content.read(_MAX_ERROR_BODY)
+            raw = b""
+            try:  # read() returns what is buffered: loop to the end or the bound
+                while len(raw) < _MAX_ERROR_BODY and (
+                    part := await response.content.read(_MAX_ERROR_BODY - len(raw))
+                ):
+                    raw += part
             except (TimeoutError, aiohttp.ClientError):
-                raw = b""
+                pass  # keep what came: the status is what matters
             finally:
                 response.release()
             raise upstream_error(response.status, raw)
@@ -137,7 +150,7 @@ class Upstream:
         """``GET path``'s body as text if it answers 200 within ``timeout_s`` seconds, else None."""
         try:
             async with self._session.get(
-                self.base_url + path, timeout=aiohttp.ClientTimeout(total=timeout_s)
+                self.base_url + path, timeout=aiohttp.ClientTimeout(total=timeout_s), allow_redirects=False
             ) as response:
                 return await response.text() if response.status == 200 else None
         except (TimeoutError, aiohttp.ClientError, UnicodeDecodeError):

@@ -25,7 +25,10 @@ CLI = str(Path(sys.executable).parent / "dspark-gateway")
 def chat(key: str, gateway_url: str, **kwargs) -> httpx.Response:
     body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **kwargs}
     return httpx.post(
-        gateway_url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"}
+        gateway_url + "/v1/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,  # a queued request may wait many slot turns
     )
 
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from jose import jwt
 
-from gateway.auth import KeyStore
+from gateway.auth import Authenticator, KeyStore
 from gateway.auth.secrets import hash_key
 from gateway.sim import SimConfig, create_sim_app
 from tests.conftest import FAST_SIM
@@ -204,11 +204,13 @@ async def hammer(url: str, key: str, revoke: Callable[[], Awaitable[None]],
 def test_a_key_revoked_through_the_admin_api_admits_nothing_started_after_the_call(
     stack_factory, make_key, monkeypatch
 ) -> None:
-    """A key in use by six tasks is revoked through the admin API while their lookups, which read the
-    key as active before the revoke, are held until the revoke call has returned (a slow database):
-    those requests may pass, but the stale records must not be cached over the invalidation — no
-    request started after the call returned is admitted. Admitted requests reached the upstream once."""
+    """A key in use by six tasks is revoked through the admin API while their lookup (one store query
+    that all six share), which read the key as active before the revoke, is held until the revoke
+    call has returned (a slow database): those requests may pass, but the stale record must not be
+    cached over the invalidation — no request started after the call returned is admitted. Admitted
+    requests reached the upstream once."""
     find_by_hash, released, held = KeyStore.find_by_hash, threading.Event(), []
+    lookup, waiting = Authenticator._lookup, []
 
     async def held_find_by_hash(self: KeyStore, key_hash: str, now: Any = None) -> Any:
         record = await find_by_hash(self, key_hash, now)
@@ -217,7 +219,12 @@ def test_a_key_revoked_through_the_admin_api_admits_nothing_started_after_the_ca
             await asyncio.to_thread(released.wait, 15)  # read before the revoke, answered after it
         return record
 
+    async def counted_lookup(self: Authenticator, key_hash: str) -> Any:  # the six requests all waiting
+        waiting.append(key_hash)
+        return await lookup(self, key_hash)
+
     monkeypatch.setattr(KeyStore, "find_by_hash", held_find_by_hash)
+    monkeypatch.setattr(Authenticator, "_lookup", counted_lookup)
     up, _, gw, _ = stack_factory()  # the default cache TTL (1 s)
     admin = {"Authorization": f"Bearer {make_key('root', scopes=['admin'])}"}
     victim = make_key("victim")
@@ -227,7 +234,8 @@ def test_a_key_revoked_through_the_admin_api_admits_nothing_started_after_the_ca
             assert (await client.post("/admin/keys/victim/revoke")).status_code == 200
 
     results, called, returned = asyncio.run(
-        hammer(gw.url, victim, revoke, ready=lambda _: len(held) == 6, then=released.set,
+        hammer(gw.url, victim, revoke, then=released.set,
+               ready=lambda _: len(held) == 1 and len(waiting) == 6,
                done=lambda results, returned: sum(started > returned for started, _ in results) >= 12)
     )  # fmt: skip
     assert {status for _, status in results} <= {200, 401}

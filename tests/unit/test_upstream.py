@@ -1,0 +1,141 @@
+"""The upstream seam (gateway/proxy/upstream.py) against raw-socket servers on loopback: bytes that
+arrived before a failure are not lost, an error body in several segments keeps its message, and
+redirects are not followed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from gateway.errors import GatewayError
+from gateway.proxy.upstream import Upstream, build_session
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+VLLM_400 = {
+    "error": {
+        "message": "This model's maximum context length is 1024 tokens. " + "x" * 200,
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
+}
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes | None:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    length = 0
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value)
+    return await reader.readexactly(length)
+
+
+@contextlib.asynccontextmanager
+async def server(handler: Handler) -> AsyncIterator[str]:
+    """Serve ``handler`` on a free loopback port; yield its base URL."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            await handler(reader, writer)
+        writer.transport.abort()
+
+    listening = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{listening.sockets[0].getsockname()[1]}"
+    finally:
+        listening.close()
+
+
+def head(status: str, length: int | None, content_type: str = "application/json") -> bytes:
+    framing = f"content-length: {length}" if length is not None else "transfer-encoding: chunked"
+    return f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\n{framing}\r\n\r\n".encode()
+
+
+def chunked(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+async def test_bytes_received_before_a_broken_end_are_passed_on_first() -> None:
+    """Events and [DONE] arrive, then the upstream closes without the last-chunk marker while the
+    relay is busy: aiohttp stores the failure, and raises it before what it had buffered."""
+    events = b"".join(b'data: {"n": %d}\n\n' % i for i in range(5)) + b"data: [DONE]\n\n"
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(head("200 OK", None, "text/event-stream") + chunked(b'data: {"first": 1}\n\n'))
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.write(chunked(events))  # and no b"0\r\n\r\n"
+        await writer.drain()
+        writer.close()
+
+    async with server(handler) as url:
+        session = build_session(1.0, 5.0, 4)
+        got = b""
+        try:
+            response = await Upstream(url, session).open("POST", "/v1/chat/completions", b"{}")
+            with pytest.raises(GatewayError) as info:
+                async for data in response.chunks():
+                    got += data
+                    await asyncio.sleep(0.3)  # busy, e.g. sending to a slow client
+            response.close()
+        finally:
+            await session.close()
+    assert info.value.status == 502 and info.value.code == "upstream_stream_error"
+    assert got == b'data: {"first": 1}\n\n' + events
+
+
+async def test_an_error_body_in_two_segments_keeps_the_upstreams_message() -> None:
+    body = json.dumps(VLLM_400).encode()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await _read_request(reader) is not None:
+            writer.write(head("400 Bad Request", len(body)) + body[:40])
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.write(body[40:])
+            await writer.drain()
+
+    async with server(handler) as url:
+        session = build_session(1.0, 5.0, 4)
+        try:
+            with pytest.raises(GatewayError) as info:
+                await Upstream(url, session).open("POST", "/v1/chat/completions", b"{}")
+        finally:
+            await session.close()
+    assert info.value.status == 400 and info.value.message == VLLM_400["error"]["message"]
+
+
+async def test_a_redirect_is_not_followed() -> None:
+    """Following it would send the prompt wherever ``Location`` points."""
+    hits: list[bytes | None] = []
+
+    async def elsewhere(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hits.append(await _read_request(reader))
+        writer.write(head("200 OK", 2) + b"{}")
+        await writer.drain()
+
+    async with server(elsewhere) as other:
+
+        async def redirecting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while await _read_request(reader) is not None:
+                writer.write(f"HTTP/1.1 307 Temporary Redirect\r\nlocation: {other}/x\r\n".encode())
+                writer.write(b"content-length: 0\r\n\r\n")
+                await writer.drain()
+
+        async with server(redirecting) as url:
+            session = build_session(1.0, 5.0, 4)
+            try:
+                response = await Upstream(url, session).open("POST", "/x", b'{"prompt": "secret"}')
+                response.close()
+            finally:
+                await session.close()
+    assert hits == [] and response.status == 307
