@@ -27,11 +27,8 @@ WANT="litellm[proxy]==${LITELLM_VERSION} prisma==${PRISMA_VERSION}"
 
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_ROOT_USER_ACTION=ignore
 
-# pip, quietly, without the per-package warnings about this machine's absent local index folders.
-pip_q() {
-    "${PY}" -m pip "$@" -q 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
-    return "${PIPESTATUS[0]}"
-}
+# shellcheck source=scripts/pip-quiet.sh
+source "${ROOT}/scripts/pip-quiet.sh"  # pip_q
 
 # Quick: the wanted versions are installed, with the [proxy] extra's packages (no import: see below).
 check_installed() {
