@@ -1,7 +1,9 @@
 """``create_app(settings) -> FastAPI``: builds every piece of state on ``app.state``; nothing at import.
 
 Route table (deny by default — only these paths exist; every other path is a 404 in OpenAI shape, so
-vLLM's ``/tokenize``, ``/invocations``, ``/pause``, its ``/metrics`` ... are unreachable):
+vLLM's ``/tokenize``, ``/invocations``, ``/pause``, its ``/metrics`` ... are unreachable; the two
+``POST`` inference routes are answered by :class:`~gateway.proxy.fast_path.InferenceFastPath` before
+FastAPI's router):
 
 ================================  ======  =================================
 ``POST /v1/chat/completions``     key     proxied (stream and non-stream)
@@ -43,6 +45,7 @@ from gateway.errors import install_error_handlers
 from gateway.headers import HeaderGuardMiddleware
 from gateway.limits import RateLimiter, storage_for
 from gateway.proxy import routes as proxy_routes
+from gateway.proxy.fast_path import InferenceFastPath
 from gateway.proxy.forward import Forwarder
 from gateway.proxy.upstream import Upstream, build_session
 from gateway.request_id import RequestIdMiddleware
@@ -141,6 +144,9 @@ def create_app(settings: Settings) -> FastAPI:
         # '/v1/chat/completions/' is a 404 like every unlisted path, not a 307 to a URL built from the
         # client's Host header
         redirect_slashes=False,
+        # the gateway's telemetry is Prometheus (/metrics) and the usage ledger; FastAPI's native
+        # OpenTelemetry would look up the global providers on every request for nothing
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     app.state.admission = admission
@@ -151,6 +157,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(proxy_routes.router)
     app.include_router(admin_routes.router)
     app.include_router(admin_keys.router)
+    app.add_middleware(InferenceFastPath, endpoints=proxy_routes.INFERENCE_ENDPOINTS)  # inside the rest
     metrics.instrument(app)
     app.state.drain = drain
     app.add_middleware(DrainMiddleware, drain=drain)

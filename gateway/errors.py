@@ -80,6 +80,17 @@ def error_response(error: GatewayError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
+def handled_response(exc: Exception) -> Response:
+    """The answer to a :class:`GatewayError` (its JSON error) or a :class:`ClientDisconnectedError`
+    (a bare 499: nobody reads it; the access log shows why the request ended). Raises ``TypeError`` for
+    any other exception."""
+    if isinstance(exc, GatewayError):
+        return error_response(exc)
+    if isinstance(exc, ClientDisconnectedError):
+        return Response(status_code=499)
+    raise TypeError(f"no response for {type(exc).__name__}")
+
+
 def invalid_request(errors: Sequence[Any]) -> GatewayError:
     """400 ``invalid_request`` from pydantic/FastAPI validation errors (the first one is reported)."""
     first = errors[0] if errors else {}
@@ -92,9 +103,8 @@ def invalid_request(errors: Sequence[Any]) -> GatewayError:
 def install_error_handlers(app: FastAPI) -> None:
     """Make every error path of ``app`` answer in OpenAI shape."""
 
-    async def on_gateway_error(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, GatewayError)
-        return error_response(exc)
+    async def on_handled(_: Request, exc: Exception) -> Response:
+        return handled_response(exc)
 
     async def on_validation_error(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
@@ -112,10 +122,7 @@ def install_error_handlers(app: FastAPI) -> None:
             message, code = str(exc.detail), None
         return error_response(GatewayError(exc.status_code, message, code=code, headers=exc.headers))
 
-    async def on_client_gone(_: Request, exc: Exception) -> Response:
-        return Response(status_code=499)  # nobody reads it; the access log shows why the request ended
-
-    app.add_exception_handler(GatewayError, on_gateway_error)
-    app.add_exception_handler(ClientDisconnectedError, on_client_gone)
+    app.add_exception_handler(GatewayError, on_handled)
+    app.add_exception_handler(ClientDisconnectedError, on_handled)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)

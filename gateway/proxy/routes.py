@@ -1,4 +1,9 @@
-"""The OpenAI routes the gateway serves (all authenticated). Thin: hand the request to the Forwarder."""
+"""The OpenAI routes the gateway serves (all authenticated). Thin: hand the request to the Forwarder.
+
+The two inference endpoints are registered here (so ``/openapi.json`` documents them) and called by
+:class:`~gateway.proxy.fast_path.InferenceFastPath` through :data:`INFERENCE_ENDPOINTS`, which answers
+``POST`` on their paths before FastAPI's router.
+"""
 
 from __future__ import annotations
 
@@ -79,6 +84,10 @@ async def chat_completions(request: Request, principal: PrincipalDep) -> Respons
 )
 async def completions(request: Request, principal: PrincipalDep) -> Response:
     return await _forwarder(request).forward(request, principal, "/v1/completions", CompletionRequest)
+
+
+#: Route path -> endpoint, for :class:`~gateway.proxy.fast_path.InferenceFastPath`.
+INFERENCE_ENDPOINTS = {"/v1/chat/completions": chat_completions, "/v1/completions": completions}
 
 
 @router.get("/models", summary="List the models this key may use")

@@ -90,6 +90,7 @@ def _earliest(text: str, markers: dict[str, str]) -> tuple[int, str] | None:
 
 _ALL_MARKERS = {marker for markers in _MARKERS.values() for marker in markers}
 _FIRST_CHARACTERS = "".join({marker[0] for marker in _ALL_MARKERS})
+(_MARKER_START,) = _FIRST_CHARACTERS  # every marker starts with "<"
 _LONGEST_MARKER = max(map(len, _ALL_MARKERS))
 
 
@@ -129,6 +130,9 @@ class ReasoningSplitter:
     def feed(self, text: str) -> SplitDelta:
         """Consume the next piece of output text; return what can be released now."""
         out = SplitDelta()
+        if not self._held and _MARKER_START not in text:  # most pieces: no marker can start in them
+            self._emit(text, out)
+            return out
         buffer = self._held + text
         while True:
             markers = _MARKERS[(self.state, self._thinking)]

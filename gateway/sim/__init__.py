@@ -30,6 +30,8 @@ several may be combined; an unknown directive or a bad value is a 400:
   connection (incomplete chunked body, no ``[DONE]``). N >= events in the stream: no effect.
 - ``#sim:stall=S``: sleep S seconds before anything is sent (before status/headers and before the
   request joins the queue), e.g. to trip client or gateway timeouts.
+- ``#sim:decode_tps=R`` (0 < R <= 1e6): decode this sequence at R tokens/s instead of ``decode_tps``
+  (a benchmark holds the offered load constant across concurrency levels with it).
 Order: validation (model, length) -> stall -> status -> queue -> generate.
 
 Serving: ``run_sim(config, host, port)`` blocks; ``SimServer(config)`` runs one in a thread on a free

@@ -53,6 +53,8 @@ class Sequence:
     finish_reason: str
     """Reason reported when all ``output_tokens`` are emitted ("stop" or "length")."""
     rng: random.Random
+    decode_tps: float | None = None
+    """This sequence's decode speed, tokens/s (None: the server's ``SimConfig.decode_tps``)."""
     arrival: float = field(default_factory=time.monotonic)
     scheduled: float | None = None
     first_token: float | None = None
@@ -173,6 +175,7 @@ class SimEngine:
         a sequence that stops early is reported as finished with reason "abort".
         """
         config = self.config
+        decode_tps = seq.decode_tps or config.decode_tps
         try:
             async with self.scheduler.slot(seq):
                 seq.scheduled = time.monotonic()
@@ -180,7 +183,7 @@ class SimEngine:
                 while seq.generated < seq.output_tokens:
                     step = _next_step(seq.rng, seq.generated, seq.output_tokens, config.k, config.acceptance)
                     if step.start > 0:
-                        due += step.tokens / config.decode_tps
+                        due += step.tokens / decode_tps
                     await _sleep_until(due)
                     now = time.monotonic()
                     if step.start == 0:

@@ -24,6 +24,8 @@ class Faults:
     """Streams only: cut the connection after this many SSE data events, with no ``[DONE]``."""
     stall_s: float = 0.0
     """Sleep this long, seconds, before anything is sent (before admission to a slot)."""
+    decode_tps: float | None = None
+    """This sequence's decode speed, tokens/s, instead of the server's ``--decode-tps``."""
 
 
 def parse_faults(text: str) -> Faults:
@@ -46,6 +48,11 @@ def parse_faults(text: str) -> Faults:
                 if not 0 <= seconds <= 3600:
                     raise ValueError(raw)
                 values["stall_s"] = seconds
+            elif name == "decode_tps":
+                speed = float(raw)
+                if not 0 < speed <= 1e6:
+                    raise ValueError(raw)
+                values["decode_tps"] = speed
             else:
                 raise SimError(400, f"unknown simulator directive #sim:{name}", param="messages")
         except ValueError:

@@ -103,7 +103,7 @@ async def _chat(request: Request, body: ChatRequest) -> Response:
         content_tokens=config.content_tokens,
     )
     gen = _generation(
-        sim, request, "chatcmpl", model, key, prompt_tokens, output, body, split=config.reasoning_parser
+        sim, request, "chatcmpl", model, key, prompt_tokens, output, body, faults, split=config.reasoning_parser
     )
     if body.stream:
         return _stream(streams.chat_events(sim.engine, gen), faults)
@@ -138,7 +138,7 @@ async def _completion(request: Request, body: CompletionRequest) -> Response:
         reasoning_tokens=config.reasoning_tokens,
         content_tokens=config.content_tokens,
     )
-    gen = _generation(sim, request, "cmpl", model, prompt, prompt_tokens, output, body, split=False)
+    gen = _generation(sim, request, "cmpl", model, prompt, prompt_tokens, output, body, faults, split=False)
     if body.stream:
         return _stream(streams.completion_events(sim.engine, gen), faults)
     await streams.run_to_end(sim.engine, gen)
@@ -156,6 +156,7 @@ def _generation(
     prompt_tokens: int,
     output: Output,
     body: ChatRequest | CompletionRequest,
+    faults: Faults,
     *,
     split: bool,
 ) -> streams.Generation:
@@ -169,6 +170,7 @@ def _generation(
         output_tokens=len(output),
         finish_reason=output.finish_reason,
         rng=random.Random(step_seed),
+        decode_tps=faults.decode_tps,
     )
     return streams.Generation(
         envelope=envelope,

@@ -122,6 +122,24 @@ def test_other_paths_are_404_and_never_reach_vllm(stack, make_key, method, path)
     assert scrape(sim.url).get("vllm:prompt_tokens_total", 0) == 0
 
 
+def test_inference_routes_keep_the_app_wide_middleware(stack, make_key) -> None:
+    """The two POST routes skip FastAPI's router (gateway/proxy/fast_path.py), not what wraps it:
+    request ids, HTTP metrics by route, the route's 405 for other methods."""
+    _, gateway = stack
+    key = make_key("fast")
+    url = gateway.url + "/v1/chat/completions"
+    ok = httpx.post(url, json=CHAT, headers={"Authorization": f"Bearer {key}", "x-request-id": "trace-1"})
+    assert ok.status_code == 200 and ok.headers["x-request-id"] == "trace-1"
+    refused = httpx.post(url, json=CHAT, headers={"Authorization": "Bearer dsk-unknown"})
+    assert_openai_error(refused, 401, "invalid_api_key")
+    assert refused.headers["x-request-id"].startswith("req-")
+    assert_openai_error(httpx.get(url, headers={"Authorization": f"Bearer {key}"}), 405, "method_not_allowed")
+    values = scrape(gateway.url)
+    route = "handler=/v1/chat/completions,method=POST"
+    assert values[f"http_requests_total{{{route},status=2xx}}"] == 1
+    assert values[f"http_requests_total{{{route},status=4xx}}"] == 1
+
+
 def test_metrics_are_the_gateways_own(stack) -> None:
     _, gateway = stack
     values = scrape(gateway.url)

@@ -26,7 +26,7 @@ import shlex
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -121,9 +121,9 @@ def _vllm_installed() -> bool:
     return True
 
 
-def _overhead(workdir: Path, plan: overhead.Plan, decode_tps: float, litellm: bool) -> dict[str, Any]:
+def _overhead(workdir: Path, plan: overhead.Plan, litellm: bool) -> dict[str, Any]:
     affinity = os.sched_getaffinity(0)
-    with overhead.servers(workdir, decode_tps, litellm) as (paths, pids):
+    with overhead.servers(workdir, plan.decode_tps, litellm) as (paths, pids):
         os.sched_setaffinity(0, {LOAD_CPU})
         try:
             figures = asyncio.run(overhead.measure(plan, paths, pids | {"load": os.getpid()}))
@@ -168,7 +168,7 @@ def main() -> int:
     vllm = not args.no_vllm and _vllm_installed()
     if not vllm and not args.no_vllm:
         print("warning: vLLM is not installed (make test-deps); skipping the real-vLLM part", file=sys.stderr)
-    plan = overhead.QUICK if args.quick else overhead.FULL
+    plan = replace(overhead.QUICK if args.quick else overhead.FULL, decode_tps=args.decode_tps)
     before = contention()
     started = time.time()
     report: dict[str, Any] = {
@@ -182,13 +182,13 @@ def main() -> int:
             "platform": platform.platform(),
             "pinned": {"gateway": GATEWAY_CPU, "simulator+load": LOAD_CPU},
         },
-        "plan": asdict(plan) | {"decode_tps": args.decode_tps, "slots": overhead.SLOTS},
+        "plan": asdict(plan) | {"slots": overhead.SLOTS},
     }
     with tempfile.TemporaryDirectory(prefix="bench-gw-") as tmp:
         workdir = Path(tmp)
         for part in ("overhead", "queue", "vllm"):
             (workdir / part).mkdir()
-        report["overhead"] = _overhead(workdir / "overhead", plan, args.decode_tps, litellm)
+        report["overhead"] = _overhead(workdir / "overhead", plan, litellm)
         print(overhead.table(report["overhead"]), end="\n\n", flush=True)
         clients = QUEUED // 10 if args.quick else QUEUED
         report["queue_scale"] = queue_scale.measure_queue_scale(workdir / "queue", clients=clients)

@@ -68,11 +68,15 @@ async def sse_events(
                 yield now, event
 
 
-def chat_body(index: int, max_tokens: int, stream: bool) -> dict[str, Any]:
-    """A chat request producing exactly ``max_tokens`` tokens; ``index`` varies the text (and the plan)."""
+def chat_body(index: int, max_tokens: int, stream: bool, decode_tps: float | None = None) -> dict[str, Any]:
+    """A chat request producing exactly ``max_tokens`` tokens; ``index`` varies the text (and the plan).
+    ``decode_tps``: the simulator decodes it at that speed, tokens/s (``#sim:decode_tps``)."""
+    text = f"Benchmark request {index}: write a paragraph."
+    if decode_tps is not None:
+        text += f" #sim:decode_tps={decode_tps:g}"
     return {
         "model": MODEL,
-        "messages": [{"role": "user", "content": f"Benchmark request {index}: write a paragraph."}],
+        "messages": [{"role": "user", "content": text}],
         "max_tokens": max_tokens,
         "ignore_eos": True,
         "stream": stream,

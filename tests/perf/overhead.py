@@ -45,6 +45,11 @@ class Plan:
     """How much to measure: (concurrency, requests) per level, token counts, throughput load."""
 
     levels: tuple[tuple[int, int], ...]
+    decode_tps: float = 2000.0  # the simulator's decode speed per stream, tokens/s (--decode-tps)
+    #: What a latency level's streams decode together at most, tokens/s: each stream of level c runs at
+    #: min(decode_tps, this / c), so every level offers ~2,200 chunks/s, which CPU 1 (simulator + load
+    #: generator) serves without saturating; the saturated case is the throughput phase.
+    level_tokens_per_s: float = 6400.0
     stream_tokens: int = 64  # max_tokens (with ignore_eos) of the latency streams
     e2e_tokens: int = 32  # max_tokens of the non-stream latency requests
     tput_streams: int = 64
@@ -130,26 +135,35 @@ def _ms(values: list[float]) -> dict[str, float]:
     return {"p50": round(pct(values, 50) * 1000, 3), "p99": round(pct(values, 99) * 1000, 3)}
 
 
-def _streams(target: Target, tokens: int) -> Job:
-    return lambda client, i: stream_once(client, target, chat_body(i, tokens, True))
+def _streams(target: Target, tokens: int, decode_tps: float | None = None) -> Job:
+    return lambda client, i: stream_once(client, target, chat_body(i, tokens, True, decode_tps))
 
 
-def _completions(target: Target, tokens: int) -> Job:
-    return lambda client, i: complete_once(client, target, chat_body(i, tokens, False))
+def _completions(target: Target, tokens: int, decode_tps: float | None = None) -> Job:
+    return lambda client, i: complete_once(client, target, chat_body(i, tokens, False, decode_tps))
+
+
+def level_decode_tps(plan: Plan, concurrency: int) -> float | None:
+    """Per-stream decode speed of a latency level, tokens/s (None: the simulator's own speed)."""
+    speed = plan.level_tokens_per_s / concurrency
+    return speed if speed < plan.decode_tps else None
 
 
 async def measure_level(
     clients: Clients, target: Target, plan: Plan, pids: dict[str, int], concurrency: int, n: int
 ) -> dict[str, Any]:
     """TTFT, ITL (streams) and end-to-end latency (non-stream) at ``concurrency``, in ms."""
+    speed = level_decode_tps(plan, concurrency)
     await run_jobs(clients, max(concurrency, 8), concurrency, _streams(target, 8))  # connections first
     meter = Meter(pids)
-    streams, stream_errors = await run_jobs(clients, n, concurrency, _streams(target, plan.stream_tokens))
+    job = _streams(target, plan.stream_tokens, speed)
+    streams, stream_errors = await run_jobs(clients, n, concurrency, job)
     load = meter.read(n)
-    e2e, e2e_errors = await run_jobs(clients, n, concurrency, _completions(target, plan.e2e_tokens))
+    e2e, e2e_errors = await run_jobs(clients, n, concurrency, _completions(target, plan.e2e_tokens, speed))
     gaps = [g for s in streams for g in s[1]]
     return {
         "requests": n,
+        "decode_tps": speed or plan.decode_tps,
         "ttft_ms": _ms([s[0] for s in streams]),
         "itl_ms": _ms(gaps) | {"gaps": len(gaps)},
         "e2e_ms": _ms(e2e),
@@ -274,6 +288,7 @@ def table(report: dict[str, Any]) -> str:
         rows.append((label, *(f"{v:{fmt}}" for v in values), *extra))
 
     for c, level in report["levels"].items():
+        rows.append((f"c={c}: {level[names[0]]['decode_tps']:g} tokens/s per stream",))
         for label, key in (("TTFT", "ttft_ms"), ("ITL", "itl_ms"), ("non-stream e2e", "e2e_ms")):
             for p in ("p50", "p99"):
                 add(f"{label} {p}, c={c} (ms)", [level[n][key][p] for n in names], ".2f", "diff")
@@ -297,7 +312,7 @@ def table(report: dict[str, Any]) -> str:
         "ratio",
     )
     add("CPU ms / request (server)", [rps[n]["cpu_ms_per_1"][SERVER[n]] for n in names], ".2f", "ratio")
-    width = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    width = [max(len(row[i]) for row in rows if len(row) > 1) for i in range(len(rows[0]))]
     lines = [
         "  ".join(f"{v:<{width[0]}}" if i == 0 else f"{v:>{width[i]}}" for i, v in enumerate(row)).rstrip()
         for row in rows

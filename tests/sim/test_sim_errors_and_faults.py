@@ -106,6 +106,17 @@ def test_die_after_beyond_the_stream_has_no_effect(sim):
         assert r.read().decode().endswith("data: [DONE]\n\n")
 
 
+def test_decode_tps_directive_sets_one_sequences_speed(sim):
+    # 12 tokens: the first from prefill (instant here), 11 decoded at 20 tokens/s: at least 0.55 s
+    body = chat_body("count to 50 #sim:decode_tps=20", max_tokens=12, ignore_eos=True)
+    start = time.perf_counter()
+    response = httpx.post(sim.base_url + CHAT, json=body, timeout=10)
+    assert response.status_code == 200 and time.perf_counter() - start >= 11 / 20
+    assert response.json()["usage"]["completion_tokens"] == 12
+    for bad in ("0", "-5", "fast", "2e6"):
+        assert httpx.post(sim.base_url + CHAT, json=chat_body(f"#sim:decode_tps={bad}")).status_code == 400
+
+
 def test_stall_delays_the_first_byte(sim):
     start = time.perf_counter()
     response = httpx.post(sim.base_url + CHAT, json=chat_body("count to 2 #sim:stall=0.3"))
