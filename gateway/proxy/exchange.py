@@ -93,7 +93,16 @@ class Exchange:
         rewriter = StreamRewriter(
             self.prepared.policy, self.forwarder.traits, self.view, self.recorder.observe_chunk
         )
-        return relay_events(self.upstream, rewriter.step, outcome, 2 * self.forwarder.settings.max_body_bytes)
+        limit = 2 * self.forwarder.settings.max_body_bytes
+        return relay_events(self.upstream, rewriter.step, outcome, limit, self.release_slot)
+
+    def release_slot(self) -> None:
+        """Hand the slot on as soon as the upstream has finished the sequence (its ``[DONE]``, or the
+        whole non-stream body read): the backend already runs the next one while this response is
+        rewritten and sent. :meth:`close` releases it anyway, once. Not while a spec-counter delta is
+        being taken (``GATEWAY_SPEC_COUNTERS``): the next sequence's steps would count as this one's."""
+        if self.lease is not None and self._before is None:
+            self.lease.release()
 
     async def queued_events(self, waiter: Waiter, outcome: RelayOutcome) -> AsyncIterator[bytes]:
         """For a stream that must wait: ``: queued N`` comments, then the relay; failures as SSE errors."""
@@ -120,6 +129,7 @@ class Exchange:
         """Non-stream: the whole upstream body, rewritten, with telemetry recorded."""
         assert self.upstream is not None
         content = await self.upstream.read()
+        self.release_slot()
         status = self.upstream.status
         try:
             body = json_codec.loads(content)

@@ -1,6 +1,6 @@
 """The upstream seam (gateway/proxy/upstream.py) against raw-socket servers on loopback: bytes that
-arrived before a failure are not lost, an error body in several segments keeps its message, and
-redirects are not followed."""
+arrived before a failure are not lost, an error body in several segments keeps its message,
+redirects are not followed, and the relay reports [DONE] as it arrives."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from gateway.errors import GatewayError
+from gateway.proxy.relay import RelayOutcome, relay_events
 from gateway.proxy.upstream import Upstream, build_session
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -139,3 +140,41 @@ async def test_a_redirect_is_not_followed() -> None:
             finally:
                 await session.close()
     assert hits == [] and response.status == 307
+
+
+async def test_the_relay_reports_done_as_soon_as_it_arrives() -> None:
+    """``on_done`` (the slot's early release) fires when [DONE] is read, while the upstream still
+    holds the response open, and the relay then waits for the response's real end."""
+    upstream_closed = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(head("200 OK", None, "text/event-stream"))
+        writer.write(chunked(b'data: {"n": 1}\n\n') + chunked(b"data: [DONE]\n\n"))
+        await writer.drain()
+        await asyncio.sleep(0.5)
+        upstream_closed.set()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    done_while_open: list[bool] = []
+    async with server(handler) as url:
+        session = build_session(1.0, 5.0, 4)
+        try:
+            response = await Upstream(url, session).open("POST", "/v1/chat/completions", b"{}")
+            outcome = RelayOutcome()
+            relayed = [
+                out
+                async for out in relay_events(
+                    response,
+                    lambda event, _: [event],
+                    outcome,
+                    on_done=lambda: done_while_open.append(not upstream_closed.is_set()),
+                )
+            ]
+            response.close()
+        finally:
+            await session.close()
+    assert done_while_open == [True] and upstream_closed.is_set()
+    assert b"".join(relayed) == b'data: {"n": 1}\n\ndata: [DONE]\n\n'
+    assert outcome.done and outcome.error is None
