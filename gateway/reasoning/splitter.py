@@ -90,7 +90,8 @@ def _earliest(text: str, markers: dict[str, str]) -> tuple[int, str] | None:
 
 _ALL_MARKERS = {marker for markers in _MARKERS.values() for marker in markers}
 _FIRST_CHARACTERS = "".join({marker[0] for marker in _ALL_MARKERS})
-(_MARKER_START,) = _FIRST_CHARACTERS  # every marker starts with "<"
+_MARKER_START = "<"
+assert _FIRST_CHARACTERS == _MARKER_START  # feed's fast path relies on every marker starting with it
 _LONGEST_MARKER = max(map(len, _ALL_MARKERS))
 
 

@@ -103,7 +103,16 @@ async def _chat(request: Request, body: ChatRequest) -> Response:
         content_tokens=config.content_tokens,
     )
     gen = _generation(
-        sim, request, "chatcmpl", model, key, prompt_tokens, output, body, faults, split=config.reasoning_parser
+        sim,
+        request,
+        "chatcmpl",
+        model,
+        key,
+        prompt_tokens,
+        output,
+        body,
+        faults,
+        split=config.reasoning_parser,
     )
     if body.stream:
         return _stream(streams.chat_events(sim.engine, gen), faults)

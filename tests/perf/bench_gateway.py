@@ -39,19 +39,22 @@ from tests.support.vllm_server import VLLMNotInstalled, vllm_python
 QUEUED = 5000
 
 
-def _added(report: dict[str, Any], concurrency: str, p: str) -> float:
+def _added(report: dict[str, Any], concurrency: str, p: str, baseline: str) -> float:
     level = report["overhead"]["levels"].get(concurrency)
     if level is None:
         return math.nan
-    return float(level["gateway"]["ttft_ms"][p] - level["direct"]["ttft_ms"][p])
+    return float(level["gateway"]["ttft_ms"][p] - level[baseline]["ttft_ms"][p])
 
 
 def targets(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     """Each target of issue 7: (target, the figure that decides it, met?); None when not measured."""
     rows: list[tuple[str, str, bool | None]] = []
     for p, bound in (("p50", 1.0), ("p99", 5.0)):
-        added = _added(report, "32", p)
-        rows.append((f"added TTFT {p} at 32 streams <= {bound:g} ms", f"{added:+.2f} ms", added <= bound))
+        # met only if it holds against both baselines: direct (the issue's) and the zero-work relay on
+        # CPU 0 (at high concurrency direct is slowed by CPU 1 doing all the client-facing sends)
+        added = {name: _added(report, "32", p, name) for name in ("direct", "relay")}
+        figure = f"{added['direct']:+.2f} ms vs direct, {added['relay']:+.2f} ms vs relay"
+        rows.append((f"added TTFT {p} at 32 streams <= {bound:g} ms", figure, max(added.values()) <= bound))
     tput = report["overhead"]["throughput"]
     capacity = overhead.capacity(tput["gateway"], "gateway")
     rows.append(

@@ -2,7 +2,8 @@
 access to the simulator and against the LiteLLM proxy in the gateway's place.
 
 Every figure is measured on each path in turn with the same request bodies (hence the same token
-plans): straight to the simulator ("direct"), through the gateway, through LiteLLM. Measured: TTFT,
+plans): straight to the simulator ("direct"), through a zero-work TCP relay on the gateway's CPU
+("relay": what any proxy there adds), through the gateway, through LiteLLM. Measured: TTFT,
 inter-chunk gaps (ITL) and non-stream latency at several concurrencies; relayed SSE chunks/s at
 saturation with the CPU each server spends per 1,000 chunks; requests/s of short non-stream requests.
 See docs/performance.md.
@@ -34,6 +35,7 @@ from tests.perf.common import (
     sse_events,
 )
 from tests.perf.litellm_proxy import litellm_proxy
+from tests.perf.tcp_relay import tcp_relay
 
 SLOTS = 512
 #: A non-empty text field in a chunk's delta (role-only, usage-only and [DONE] events don't count).
@@ -132,7 +134,12 @@ async def run_jobs(clients: Clients, n: int, concurrency: int, job: Job) -> tupl
 
 
 def _ms(values: list[float]) -> dict[str, float]:
-    return {"p50": round(pct(values, 50) * 1000, 3), "p99": round(pct(values, 99) * 1000, 3)}
+    mean = 1000 * sum(values) / len(values) if values else float("nan")
+    return {
+        "p50": round(pct(values, 50) * 1000, 3),
+        "p99": round(pct(values, 99) * 1000, 3),
+        "mean": round(mean, 3),
+    }
 
 
 def _streams(target: Target, tokens: int, decode_tps: float | None = None) -> Job:
@@ -208,7 +215,7 @@ async def measure_rps(clients: Clients, target: Target, plan: Plan, pids: dict[s
 
 
 #: The process that answers each path, whose CPU the tables show: the simulator for the direct path.
-SERVER = {"direct": "simulator", "gateway": "gateway", "litellm": "litellm"}
+SERVER = {"direct": "simulator", "relay": "relay", "gateway": "gateway", "litellm": "litellm"}
 
 
 async def measure(plan: Plan, targets: dict[str, Target], pids: dict[str, int]) -> dict[str, Any]:
@@ -234,9 +241,9 @@ async def measure(plan: Plan, targets: dict[str, Target], pids: dict[str, int]) 
 def servers(
     workdir: Path, decode_tps: float, litellm: bool
 ) -> Iterator[tuple[dict[str, Target], dict[str, int]]]:
-    """The simulator and the gateway with :data:`SLOTS` slots (nothing queues) and, if ``litellm``, the
-    LiteLLM proxy (CPU 0, idle while the gateway is measured); yield (chat completions target per
-    path, pid per server)."""
+    """The simulator and the gateway with :data:`SLOTS` slots (nothing queues), the zero-work TCP relay
+    (:mod:`tests.perf.tcp_relay`, CPU 0) and, if ``litellm``, the LiteLLM proxy (CPU 0; each idle
+    while another path is measured); yield (chat completions target per path, pid per server)."""
     keys = asyncio.run(make_keys(f"sqlite+aiosqlite:///{workdir / 'bench.db'}", ["bench"]))
     limits = {"queue_max": 100_000, "queue_max_per_key": 100_000}
     sim_args = ["--decode-tps", str(decode_tps)]
@@ -245,8 +252,12 @@ def servers(
         contextlib.ExitStack() as stack,
     ):
         path = "/v1/chat/completions"
+        relay_url, pids["relay"] = stack.enter_context(
+            tcp_relay(workdir, int(sim_url.rsplit(":", 1)[1]), GATEWAY_CPU)
+        )
         targets = {
             "direct": (sim_url + path, {}),
+            "relay": (relay_url + path, {}),
             "gateway": (gw_url + path, {"Authorization": f"Bearer {keys['bench']}"}),
         }
         if litellm:
