@@ -54,6 +54,11 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         # CPU 0 (at high concurrency direct is slowed by CPU 1 doing all the client-facing sends)
         added = {name: _added(report, "32", p, name) for name in ("direct", "relay")}
         figure = f"{added['direct']:+.2f} ms vs direct, {added['relay']:+.2f} ms vs relay"
+        if p == "p50" and "32" in report["overhead"]["levels"]:
+            level = report["overhead"]["levels"]["32"]
+            gateway, direct = (level[n]["ttft_p50_ms_rounds"] for n in ("gateway", "direct"))
+            per_round = [g - d for g, d in zip(gateway, direct, strict=True)]
+            figure += f" (rounds {min(per_round):+.1f}..{max(per_round):+.1f})"
         rows.append((f"added TTFT {p} at 32 streams <= {bound:g} ms", figure, max(added.values()) <= bound))
     tput = report["overhead"]["throughput"]
     capacity = overhead.capacity(tput["gateway"], "gateway")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ class Plan:
     #: min(decode_tps, this / c), so every level offers ~2,200 chunks/s, which CPU 1 (simulator + load
     #: generator) serves without saturating; the saturated case is the throughput phase.
     level_tokens_per_s: float = 6400.0
+    level_rounds: int = 4  # each level's requests in this many interleaved rounds per path
     stream_tokens: int = 64  # max_tokens (with ignore_eos) of the latency streams
     e2e_tokens: int = 32  # max_tokens of the non-stream latency requests
     tput_streams: int = 64
@@ -62,7 +64,7 @@ class Plan:
 
 
 FULL = Plan(levels=((1, 200), (32, 960), (256, 2048)))
-QUICK = Plan(levels=((1, 30), (32, 128)), tput_s=4.0, rps_requests=400)
+QUICK = Plan(levels=((1, 32), (32, 128)), level_rounds=2, tput_s=4.0, rps_requests=400)
 
 
 Clients = list[httpx.AsyncClient]
@@ -112,24 +114,30 @@ async def complete_once(client: httpx.AsyncClient, target: Target, body: dict[st
 Job = Callable[[httpx.AsyncClient, int], Awaitable[Any]]
 
 
-async def run_jobs(clients: Clients, n: int, concurrency: int, job: Job) -> tuple[list[Any], list[str]]:
+async def run_jobs(
+    clients: Clients, n: int, concurrency: int, job: Job, ramp_s: float = 0.0
+) -> tuple[list[Any], list[str]]:
     """``job(client, 0..n-1)`` by ``concurrency`` workers, worker k with ``clients[k]``; (results, errors).
 
     A client per worker: httpcore scans its whole pool on every request, so one client with hundreds of
-    connections costs the load generator more CPU than the simulator spends answering.
+    connections costs the load generator more CPU than the simulator spends answering. ``ramp_s``:
+    worker k starts ``k / concurrency * ramp_s`` seconds late, so the workers don't all start (and,
+    with equal requests, keep restarting) in one burst.
     """
     indices = iter(range(n))
     results: list[Any] = []
     errors: list[str] = []
 
-    async def worker(client: httpx.AsyncClient) -> None:
+    async def worker(k: int) -> None:
+        client = clients[k]
+        await asyncio.sleep(k / concurrency * ramp_s)
         for index in indices:
             try:
                 results.append(await job(client, index))
             except (BenchError, httpx.HTTPError) as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
 
-    await asyncio.gather(*(worker(clients[k]) for k in range(concurrency)))
+    await asyncio.gather(*(worker(k) for k in range(concurrency)))
     return results, errors
 
 
@@ -156,27 +164,45 @@ def level_decode_tps(plan: Plan, concurrency: int) -> float | None:
     return speed if speed < plan.decode_tps else None
 
 
-async def measure_level(
+async def sample_level(
     clients: Clients, target: Target, plan: Plan, pids: dict[str, int], concurrency: int, n: int
 ) -> dict[str, Any]:
-    """TTFT, ITL (streams) and end-to-end latency (non-stream) at ``concurrency``, in ms."""
+    """One round of a latency level on one path: ``n`` streams then ``n`` non-stream requests at
+    ``concurrency``; the raw samples (s) and the stream phase's CPU busy %."""
     speed = level_decode_tps(plan, concurrency)
     await run_jobs(clients, max(concurrency, 8), concurrency, _streams(target, 8))  # connections first
     meter = Meter(pids)
     job = _streams(target, plan.stream_tokens, speed)
-    streams, stream_errors = await run_jobs(clients, n, concurrency, job)
+    ramp_s = plan.stream_tokens / (speed or plan.decode_tps)  # starts spread over one stream's length
+    streams, stream_errors = await run_jobs(clients, n, concurrency, job, ramp_s)
     load = meter.read(n)
-    e2e, e2e_errors = await run_jobs(clients, n, concurrency, _completions(target, plan.e2e_tokens, speed))
-    gaps = [g for s in streams for g in s[1]]
+    job = _completions(target, plan.e2e_tokens, speed)
+    e2e, e2e_errors = await run_jobs(clients, n, concurrency, job, ramp_s / 2)
     return {
-        "requests": n,
-        "decode_tps": speed or plan.decode_tps,
-        "ttft_ms": _ms([s[0] for s in streams]),
-        "itl_ms": _ms(gaps) | {"gaps": len(gaps)},
-        "e2e_ms": _ms(e2e),
-        "stream_phase_cpu_busy_pct": load["cpu_busy_pct"],
-        "error_count": len(stream_errors) + len(e2e_errors),
-        "errors": (stream_errors + e2e_errors)[:5],
+        "ttft": [s[0] for s in streams],
+        "gaps": [g for s in streams for g in s[1]],
+        "e2e": e2e,
+        "busy": load["cpu_busy_pct"],
+        "errors": stream_errors + e2e_errors,
+    }
+
+
+def summarize_level(rounds: list[dict[str, Any]], plan: Plan, concurrency: int) -> dict[str, Any]:
+    """A path's figures at one level, pooled over its rounds (ms); per-round TTFT p50s alongside."""
+    pooled = {k: [v for r in rounds for v in r[k]] for k in ("ttft", "gaps", "e2e")}
+    errors = [e for r in rounds for e in r["errors"]]
+    busy = {k: round(statistics.fmean(r["busy"][k] for r in rounds), 1) for k in rounds[0]["busy"]}
+    return {
+        "requests": len(pooled["ttft"]),
+        "rounds": len(rounds),
+        "decode_tps": level_decode_tps(plan, concurrency) or plan.decode_tps,
+        "ttft_ms": _ms(pooled["ttft"]),
+        "ttft_p50_ms_rounds": [round(pct(r["ttft"], 50) * 1000, 3) for r in rounds],
+        "itl_ms": _ms(pooled["gaps"]) | {"gaps": len(pooled["gaps"])},
+        "e2e_ms": _ms(pooled["e2e"]),
+        "stream_phase_cpu_busy_pct": busy,
+        "error_count": len(errors),
+        "errors": errors[:5],
     }
 
 
@@ -219,15 +245,24 @@ SERVER = {"direct": "simulator", "relay": "relay", "gateway": "gateway", "litell
 
 
 async def measure(plan: Plan, targets: dict[str, Target], pids: dict[str, int]) -> dict[str, Any]:
-    """Every measurement, on each path in turn (direct, gateway, LiteLLM if there) with the same bodies."""
+    """Every measurement, on each path in turn (direct, relay, gateway, LiteLLM if there) with the same
+    bodies; the latency levels in ``plan.level_rounds`` interleaved rounds."""
     workers = max([c for c, _ in plan.levels] + [plan.tput_streams, plan.rps_concurrency])
     out: dict[str, Any] = {"levels": {}, "throughput": {}, "rps": {}}
     async with contextlib.AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(httpx.AsyncClient(timeout=120)) for _ in range(workers)]
         for concurrency, n in plan.levels:
+            # interleaved rounds, the path order reversed every other round: drift hits every path
+            rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in targets}
+            for index in range(plan.level_rounds):
+                order = list(targets) if index % 2 == 0 else list(reversed(targets))
+                for name in order:
+                    n_round = n // plan.level_rounds
+                    rounds[name].append(
+                        await sample_level(clients, targets[name], plan, pids, concurrency, n_round)
+                    )
             out["levels"][str(concurrency)] = {
-                name: await measure_level(clients, target, plan, pids, concurrency, n)
-                for name, target in targets.items()
+                name: summarize_level(samples, plan, concurrency) for name, samples in rounds.items()
             }
         for name, target in targets.items():
             out["throughput"][name] = await measure_throughput(clients, target, plan, pids)
