@@ -80,6 +80,11 @@ def error_response(error: GatewayError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
+def internal_error() -> GatewayError:
+    """The 500 for a failure the gateway has no better answer for (the cause goes to the log only)."""
+    return GatewayError(500, "The gateway failed to handle this request.", code="internal_error")
+
+
 def handled_response(exc: Exception) -> Response:
     """The answer to a :class:`GatewayError` (its JSON error) or a :class:`ClientDisconnectedError`
     (a bare 499: nobody reads it; the access log shows why the request ended). Raises ``TypeError`` for
@@ -122,6 +127,11 @@ def install_error_handlers(app: FastAPI) -> None:
             message, code = str(exc.detail), None
         return error_response(GatewayError(exc.status_code, message, code=code, headers=exc.headers))
 
+    async def on_unhandled(_: Request, exc: Exception) -> Response:
+        # Starlette's ServerErrorMiddleware calls this, answers, then re-raises for the server's log
+        return error_response(internal_error())
+
+    app.add_exception_handler(Exception, on_unhandled)
     app.add_exception_handler(GatewayError, on_handled)
     app.add_exception_handler(ClientDisconnectedError, on_handled)
     app.add_exception_handler(RequestValidationError, on_validation_error)

@@ -1,10 +1,11 @@
 """Forward one inference request: check the model, normalise, rate-limit, admit, then hand the
 request to an :class:`~gateway.proxy.exchange.Exchange`.
 
-The slot is held from admission until the upstream response is fully relayed or abandoned, and
-released exactly once on every path (error before headers, client gone while queued or while waiting
-for headers, normal end, mid-stream failure, mid-stream disconnect). Every request that reaches
-here — success or failure — publishes exactly one :class:`RequestTelemetry`.
+The slot is held from admission until the upstream has finished the sequence (its ``[DONE]``, or the
+whole non-stream body read: :meth:`~gateway.proxy.exchange.Exchange.release_slot`) or the request is
+abandoned, and released exactly once on every path (error before headers, client gone while queued
+or while waiting for headers, normal end, mid-stream failure, mid-stream disconnect). Every request
+that reaches here — success or failure — publishes exactly one :class:`RequestTelemetry`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from gateway.admission import Admission, Waiter
 from gateway.asgi import ClientDisconnectedError, unless_disconnected
 from gateway.auth import Principal
 from gateway.config import Settings
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, internal_error
 from gateway.limits import RateLimiter
 from gateway.openai_api import ChatCompletionRequest, InferenceRequest
 from gateway.openai_api.normalize import Normalized, normalize_chat, normalize_completion
@@ -185,9 +186,7 @@ class Forwarder:
         except Exception as exc:
             log.exception("request %s failed", recorder.record.request_id)
             await self._fail(exchange, recorder, 500, client_gone=False)
-            raise GatewayError(
-                500, "The gateway failed to handle this request.", code="internal_error"
-            ) from exc
+            raise internal_error() from exc
 
     def in_background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` off the request path; :meth:`drain` waits for it at shutdown."""

@@ -30,9 +30,11 @@ class GatewayMetrics:
         Gauge("gateway_slots_total", "Upstream slots (vLLM --max-num-seqs)", registry=registry).set_function(
             lambda: admission.slots
         )
-        Gauge("gateway_slots_in_use", "Requests holding an upstream slot", registry=registry).set_function(
-            lambda: admission.in_use
-        )
+        Gauge(
+            "gateway_slots_in_use",
+            "Requests holding an upstream slot (admitted, sequence not finished)",
+            registry=registry,
+        ).set_function(lambda: admission.in_use)
         Gauge("gateway_queue_depth", "Requests waiting for a slot", registry=registry).set_function(
             lambda: admission.queue_depth
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -138,6 +139,19 @@ def test_inference_routes_keep_the_app_wide_middleware(stack, make_key) -> None:
     route = "handler=/v1/chat/completions,method=POST"
     assert values[f"http_requests_total{{{route},status=2xx}}"] == 1
     assert values[f"http_requests_total{{{route},status=4xx}}"] == 1
+
+
+def test_an_unexpected_failure_is_a_500_in_openai_shape(stack, make_key, database_url) -> None:
+    """The key table vanishing under the gateway (a database failure) is not a plain-text 500."""
+    _, gateway = stack
+    key = make_key("db-gone")
+    with sqlite3.connect(database_url.removeprefix("sqlite+aiosqlite:///")) as db:
+        db.execute("DROP TABLE api_keys")
+    for method, path, body in (("POST", "/v1/chat/completions", CHAT), ("GET", "/v1/models", None)):
+        headers = {"Authorization": f"Bearer {key}"}
+        failed = httpx.request(method, gateway.url + path, headers=headers, json=body)
+        assert_openai_error(failed, 500, "internal_error")
+    assert httpx.get(gateway.url + "/health").status_code == 200
 
 
 def test_metrics_are_the_gateways_own(stack) -> None:

@@ -30,6 +30,7 @@ from tests.perf.common import (
     Meter,
     Target,
     chat_body,
+    cpu_seconds,
     make_keys,
     pct,
     simulator_and_gateway,
@@ -139,6 +140,18 @@ async def run_jobs(
 
     await asyncio.gather(*(worker(k) for k in range(concurrency)))
     return results, errors
+
+
+async def settle(pids: dict[str, int], quiet_pct: float = 10.0, timeout_s: float = 10.0) -> None:
+    """Wait until every process of ``pids`` used under ``quiet_pct`` % of a CPU over the last 0.25 s,
+    at most ``timeout_s``: a proxy still winding down its last round (LiteLLM keeps its core busy for
+    seconds after a round at 256 streams) must not run into the next path's round."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        await asyncio.sleep(0.25)
+        if all(cpu_seconds(pid) - before[name] < quiet_pct / 400 for name, pid in pids.items()):
+            return
 
 
 def _ms(values: list[float]) -> dict[str, float]:
@@ -257,6 +270,7 @@ async def measure(plan: Plan, targets: dict[str, Target], pids: dict[str, int]) 
             for index in range(plan.level_rounds):
                 order = list(targets) if index % 2 == 0 else list(reversed(targets))
                 for name in order:
+                    await settle(pids)
                     n_round = n // plan.level_rounds
                     rounds[name].append(
                         await sample_level(clients, targets[name], plan, pids, concurrency, n_round)
@@ -265,9 +279,10 @@ async def measure(plan: Plan, targets: dict[str, Target], pids: dict[str, int]) 
                 name: summarize_level(samples, plan, concurrency) for name, samples in rounds.items()
             }
         for name, target in targets.items():
+            await settle(pids)  # also lets the last phase's cut streams wind down
             out["throughput"][name] = await measure_throughput(clients, target, plan, pids)
-            await asyncio.sleep(1)  # let cut streams wind down before the next measurement
         for name, target in targets.items():
+            await settle(pids)
             out["rps"][name] = await measure_rps(clients, target, plan, pids)
     return out
 
