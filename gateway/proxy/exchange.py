@@ -62,7 +62,7 @@ class Exchange:
         self.lease = entry if isinstance(entry, Lease) else await self.forwarder.admission.wait(entry)
         self.recorder.admitted(self.lease.queue_wait_s)
         if self.forwarder.wants_counters():  # one loopback scrape (ms) before the request decodes
-            self._before = await self.forwarder.monitor.scrape(timeout_s=1.0)
+            self._before = await self.forwarder.monitor.scrape(COUNTERS, timeout_s=1.0)
         raw = json_codec.dumps(self.prepared.payload)
         self.upstream = await self.forwarder.upstream.open(
             "POST", self.path, raw, {"x-request-id": self.recorder.record.request_id}
@@ -153,7 +153,7 @@ class Exchange:
     async def _counters(self) -> tuple[dict[str, float], dict[str, float], bool] | None:
         if self._before is None or self.lease is None:
             return None
-        after = await self.forwarder.monitor.scrape(timeout_s=1.0)
+        after = await self.forwarder.monitor.scrape(COUNTERS, timeout_s=1.0)
         if after is None:
             return None
         before = {n: self._before[n] for n in COUNTERS if n in self._before}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Collection
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -19,10 +20,23 @@ from gateway.telemetry.metrics import GatewayMetrics
 log = logging.getLogger("gateway.backend")
 
 
-def parse_samples(text: str) -> dict[str, float]:
-    """Prometheus text -> ``{sample name: value summed over label sets}``."""
+#: The backend gauges the poll reads (vLLM's names).
+GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+
+
+def _sample_name(line: str) -> str:
+    return line.partition("{")[0].partition(" ")[0]
+
+
+def parse_samples(text: str, names: Collection[str]) -> dict[str, float]:
+    """Prometheus text -> ``{sample name: value summed over label sets}`` for the samples in ``names``.
+
+    Other lines are dropped before the parser sees them: vLLM's page is mostly histograms, and parsing
+    all of it (pure Python) held the event loop for milliseconds on every poll.
+    """
+    wanted = "\n".join(line for line in text.splitlines() if _sample_name(line) in names)
     values: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(wanted):
         for sample in family.samples:
             values[sample.name] = values.get(sample.name, 0.0) + sample.value
     return values
@@ -36,25 +50,23 @@ class BackendMonitor:
         self._metrics = metrics
         self._interval_s = interval_s
 
-    async def scrape(self, timeout_s: float = 2.0) -> dict[str, float] | None:
-        """The backend's samples now, or None if it can't be read."""
+    async def scrape(self, names: Collection[str], timeout_s: float = 2.0) -> dict[str, float] | None:
+        """The backend's samples named in ``names`` now, or None if the page can't be read."""
         text = await self._upstream.get_text("/metrics", timeout_s)
         try:
-            return parse_samples(text) if text is not None else None
+            return parse_samples(text, names) if text is not None else None
         except ValueError:
             return None
 
     async def poll_once(self) -> None:
         """One poll: update the upstream-up and backend gauges."""
-        values = await self.scrape()
+        values = await self.scrape(GAUGES)
         self._metrics.upstream_up.set(1 if values is not None else 0)
         if values is None:
             return
-        for gauge, name in (
-            (self._metrics.backend_running, "vllm:num_requests_running"),
-            (self._metrics.backend_waiting, "vllm:num_requests_waiting"),
-            (self._metrics.backend_kv_usage, "vllm:kv_cache_usage_perc"),
-        ):
+        metrics = self._metrics
+        gauges = (metrics.backend_running, metrics.backend_waiting, metrics.backend_kv_usage)
+        for gauge, name in zip(gauges, GAUGES, strict=True):
             if name in values:
                 gauge.set(values[name])
 

@@ -31,6 +31,7 @@ from tests.perf.common import (
     Target,
     chat_body,
     cpu_seconds,
+    machine_busy_seconds,
     make_keys,
     pct,
     simulator_and_gateway,
@@ -144,13 +145,16 @@ async def run_jobs(
 
 async def settle(pids: dict[str, int], quiet_pct: float = 10.0, timeout_s: float = 10.0) -> None:
     """Wait until every process of ``pids`` used under ``quiet_pct`` % of a CPU over the last 0.25 s,
-    at most ``timeout_s``: a proxy still winding down its last round (LiteLLM keeps its core busy for
-    seconds after a round at 256 streams) must not run into the next path's round."""
+    and the whole machine under twice that, at most ``timeout_s``: a proxy still winding down its
+    last round (LiteLLM keeps its core busy for seconds after a round at 256 streams) must not run
+    into the next path's round."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        machine = machine_busy_seconds()
         await asyncio.sleep(0.25)
-        if all(cpu_seconds(pid) - before[name] < quiet_pct / 400 for name, pid in pids.items()):
+        quiet = all(cpu_seconds(pid) - before[name] < quiet_pct / 400 for name, pid in pids.items())
+        if quiet and machine_busy_seconds() - machine < 2 * quiet_pct / 400:  # nor anything else
             return
 
 
