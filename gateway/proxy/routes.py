@@ -11,6 +11,7 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
+from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -86,8 +87,12 @@ async def completions(request: Request, principal: PrincipalDep) -> Response:
     return await _forwarder(request).forward(request, principal, "/v1/completions", CompletionRequest)
 
 
-#: Route path -> endpoint, for :class:`~gateway.proxy.fast_path.InferenceFastPath`.
-INFERENCE_ENDPOINTS = {"/v1/chat/completions": chat_completions, "/v1/completions": completions}
+#: Route path -> endpoint of the ``POST`` routes above (:class:`~gateway.proxy.fast_path.InferenceFastPath`).
+INFERENCE_ENDPOINTS = {
+    route.path: route.endpoint
+    for route in router.routes
+    if isinstance(route, APIRoute) and "POST" in (route.methods or ())
+}
 
 
 @router.get("/models", summary="List the models this key may use")

@@ -29,6 +29,7 @@ With thinking off the text is content, and ``<think>``/``</think>`` are left unt
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -90,15 +91,15 @@ def _earliest(text: str, markers: dict[str, str]) -> tuple[int, str] | None:
 
 _ALL_MARKERS = {marker for markers in _MARKERS.values() for marker in markers}
 _FIRST_CHARACTERS = "".join({marker[0] for marker in _ALL_MARKERS})
-_MARKER_START = "<"
-assert _FIRST_CHARACTERS == _MARKER_START  # feed's fast path relies on every marker starting with it
+#: Where a marker may start: any marker's first character.
+_MAY_START = re.compile("[" + re.escape(_FIRST_CHARACTERS) + "]")
 _LONGEST_MARKER = max(map(len, _ALL_MARKERS))
 
 
 def _held_suffix(text: str, markers: dict[str, str]) -> int:
     """Length of the longest suffix of ``text`` that is a proper prefix of a marker."""
     tail = text[-_LONGEST_MARKER + 1 :]
-    if not any(first in tail for first in _FIRST_CHARACTERS):
+    if not _MAY_START.search(tail):
         return 0  # most text: no marker can start in the tail
     longest = 0
     for marker in markers:
@@ -131,7 +132,7 @@ class ReasoningSplitter:
     def feed(self, text: str) -> SplitDelta:
         """Consume the next piece of output text; return what can be released now."""
         out = SplitDelta()
-        if not self._held and _MARKER_START not in text:  # most pieces: no marker can start in them
+        if not self._held and not _MAY_START.search(text):  # most pieces: no marker can start in them
             self._emit(text, out)
             return out
         buffer = self._held + text
