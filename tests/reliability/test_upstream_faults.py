@@ -201,7 +201,7 @@ def rss_bytes() -> int:
 
 
 def test_a_slow_client_is_backpressured_not_buffered(stack_on, faulty) -> None:
-    """A client that stops reading an ~80 MB stream: the gateway stops pulling from upstream (which
+    """A client that stops reading a ~170 MB stream: the gateway stops pulling from upstream (which
     pauses) instead of buffering, so memory grows by far less than the stream (what is left is socket
     read-ahead, independent of the stream's size); when the client reads again it gets all of it,
     ending with ``[DONE]``. The fake upstream, not the simulator, makes the volume: relaying ~64 KB
