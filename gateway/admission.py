@@ -184,7 +184,9 @@ class Admission:
         """Wait for ``waiter``'s slot. Raises :class:`QueueTimeoutError`; cancellation leaks nothing."""
         try:
             async with asyncio.timeout(self.queue_timeout_s - (time.monotonic() - waiter.enqueued_at)):
-                await asyncio.shield(waiter.future)
+                # not through asyncio.shield: that resumes the task a loop step after the grant, and a
+                # cancel that cancels the future itself is just what the handler below expects
+                await waiter.future
         except BaseException as exc:
             if waiter.future.done() and not waiter.future.cancelled():
                 self._unhold_slot(waiter.key)  # granted in the same tick we left: hand it on

@@ -96,13 +96,20 @@ class Exchange:
         limit = 2 * self.forwarder.settings.max_body_bytes
         return relay_events(self.upstream, rewriter.step, outcome, limit, self.release_slot)
 
-    def release_slot(self) -> None:
+    async def release_slot(self) -> None:
         """Hand the slot on as soon as the upstream has finished the sequence (its ``[DONE]``, or the
         whole non-stream body read): the backend already runs the next one while this response is
         rewritten and sent. :meth:`close` releases it anyway, once. Not while a spec-counter delta is
-        being taken (``GATEWAY_SPEC_COUNTERS``): the next sequence's steps would count as this one's."""
-        if self.lease is not None and self._before is None:
+        being taken (``GATEWAY_SPEC_COUNTERS``): the next sequence's steps would count as this one's.
+
+        After a release, yields one event-loop step: the waiter granted the slot resumes in it
+        (:meth:`Admission.wait` resumes on the grant itself) and sends its request upstream before this
+        response's rewriting and sending run. Without it the slot sat idle through that work (the
+        queue benchmark's idle gap p50 went 1.33 -> 0.9 ms with the shield in ``wait`` gone as well).
+        """
+        if self.lease is not None and self._before is None and not self.lease.released:
             self.lease.release()
+            await asyncio.sleep(0)
 
     async def queued_events(self, waiter: Waiter, outcome: RelayOutcome) -> AsyncIterator[bytes]:
         """For a stream that must wait: ``: queued N`` comments, then the relay; failures as SSE errors."""
@@ -129,7 +136,7 @@ class Exchange:
         """Non-stream: the whole upstream body, rewritten, with telemetry recorded."""
         assert self.upstream is not None
         content = await self.upstream.read()
-        self.release_slot()
+        await self.release_slot()
         status = self.upstream.status
         try:
             body = json_codec.loads(content)

@@ -8,7 +8,7 @@ and the stream ends — never a silent clean end that looks complete.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from gateway.errors import GatewayError
@@ -45,14 +45,14 @@ async def relay_events(
     rewrite: Rewrite,
     outcome: RelayOutcome,
     max_event_bytes: int = MAX_EVENT_BYTES,
-    on_done: Callable[[], None] | None = None,
+    on_done: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[bytes]:
     """Yield the upstream's SSE events through ``rewrite``, the events one upstream read completes
     joined in one item (one write to the client, not one per event: at saturation a read holds
     several). On a broken or truncated stream, end with an error event (recorded in ``outcome``): 504
     ``upstream_timeout`` when the read timeout ran out, else 502 ``upstream_stream_error`` (reset,
     malformed chunk, an event over ``max_event_bytes``, or an end without ``[DONE]``); events before
-    the failure are still sent. ``on_done`` is called when ``[DONE]`` arrives (the upstream has
+    the failure are still sent. ``on_done`` is awaited when ``[DONE]`` arrives (the upstream has
     finished the sequence), before it is relayed."""
     decoder = SSEDecoder(max_event_bytes)
     ready: list[bytes] = []
@@ -63,7 +63,7 @@ async def relay_events(
                 if data == DONE:
                     outcome.done = True  # set before the yield: a client may hang up as soon as it has it
                     if on_done is not None:
-                        on_done()
+                        await on_done()
                 ready += rewrite(event, data)
             if ready:
                 out = ready[0] if len(ready) == 1 else b"".join(ready)

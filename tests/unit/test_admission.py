@@ -90,6 +90,28 @@ async def test_cancelled_in_the_tick_it_was_granted_hands_the_slot_on() -> None:
     assert admission.in_use == 0
 
 
+async def test_a_granted_waiter_resumes_in_the_next_loop_step() -> None:
+    """The hand-off costs one event-loop step: a releaser that yields once (as the proxy does after
+    its early release) finds the next request already running, so it can be sent upstream before the
+    releaser finishes its own answer. (Waiting through ``asyncio.shield`` took two steps.)"""
+    admission = Admission(slots=1, queue_max=4, queue_timeout_s=5)
+    held = await admission.acquire()
+    resumed: list[bool] = []
+
+    async def waiter() -> None:
+        (await admission.acquire()).release()
+        resumed.append(True)
+
+    task = asyncio.create_task(waiter())
+    await asyncio.sleep(0)
+    assert admission.queue_depth == 1
+    held.release()
+    await asyncio.sleep(0)
+    assert resumed == [True]
+    await task
+    assert admission.in_use == 0
+
+
 async def test_release_is_idempotent() -> None:
     admission = Admission(slots=2, queue_max=0, queue_timeout_s=1)
     lease = await admission.acquire()

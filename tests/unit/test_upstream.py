@@ -158,6 +158,10 @@ async def test_the_relay_reports_done_as_soon_as_it_arrives() -> None:
         await writer.drain()
 
     done_while_open: list[bool] = []
+
+    async def on_done() -> None:
+        done_while_open.append(not upstream_closed.is_set())
+
     async with server(handler) as url:
         session = build_session(1.0, 5.0, 4)
         try:
@@ -169,7 +173,7 @@ async def test_the_relay_reports_done_as_soon_as_it_arrives() -> None:
                     response,
                     lambda event, _: [event],
                     outcome,
-                    on_done=lambda: done_while_open.append(not upstream_closed.is_set()),
+                    on_done=on_done,
                 )
             ]
             response.close()
