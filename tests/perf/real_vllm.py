@@ -3,25 +3,29 @@
 One vLLM OpenAI server serves the scripted tiny model exactly as the end-to-end tests start it
 (``tests/e2e/conftest.py``: ``--max-num-seqs 2``, deepseek_r1 reasoning parser, ngram speculation,
 per-request metrics), and one ``dspark-gateway serve`` sits in front of it (``GATEWAY_SLOTS=2``,
-``GATEWAY_SPEC_COUNTERS=never``, an SQLite ledger in the work directory). Nothing is pinned: vLLM needs
-the cores, so the gateway (and this load generator) share them with vLLM, and what the gateway costs
+``GATEWAY_SPEC_COUNTERS=never``, an SQLite ledger in the work directory), beside the zero-work TCP
+relay of parts 1-2 (``tests/perf/tcp_relay.py``) as a third path. Nothing is pinned: vLLM needs the
+cores, so the gateway, the relay and this load generator share them with vLLM, and what a proxy costs
 shows up as lost throughput: its CPU time (vLLM's engine core keeps one core busy; its API server,
-the gateway and the load generator share the other) and its added latency per request (the closed
-loop leaves a sequence slot idle a little longer between two requests). That loss is what is measured.
+the proxy and the load generator share the other; every relayed chunk is a loopback read and write
+more) and its added latency per request (the closed loop leaves a sequence slot idle a little longer
+between two requests). That loss is what is measured; the relay's is what *any* process in the path
+costs vLLM on this machine, the gateway's beyond it is its own.
 
 Method: 2 concurrent streams (``stream: true``, ``ignore_eos: true``, a fixed ``max_tokens``,
 temperature 0, ``stream_options.include_usage``), each running the same number of requests one after
 the other, make a *round*; aggregate tokens/s = completion tokens of all requests of the round (from
-each final ``usage`` chunk) / the round's wall time. After a warm-up of both paths, which also sizes
-the rounds (about ``round_s`` seconds each), rounds run interleaved in pairs, the order flipping from
-one pair to the next (direct-gateway, gateway-direct, ...), so a drift of the machine weighs on both
-paths alike; the ratio gateway/direct is taken per pair, and reported with its spread and a 95 %
-confidence interval: on these VMs even a plain CPU loop varies by +-15 % from one second to the next
-(no steal shows), so single rounds scatter by about 10 % and only many pairs resolve a few per cent.
-Both paths send byte-identical bodies (the thinking mode is spelled out as ``chat_template_kwargs``,
-so the gateway's default does not change the prompt); the one difference left is the gateway's own:
-it always asks vLLM for usage on every chunk (``continuous_usage_stats``) for its telemetry. Every
-request must return exactly ``max_tokens`` completion tokens, so both paths decode the same tokens.
+each final ``usage`` chunk) / the round's wall time. After a warm-up of every path, which also sizes
+the rounds (about ``round_s`` seconds each), rounds run interleaved in *groups* of one round per
+path, the order within a group cycling through the six permutations of the three paths, so a drift
+of the machine weighs on all paths alike; the ratios to direct are taken per group, and reported with
+their spread and a 95 % confidence interval: on these VMs even a plain CPU loop varies by +-15 %
+from one second to the next (no steal shows), so single rounds scatter by about 10 % and only many
+groups resolve a few per cent. All paths send byte-identical bodies (the thinking mode is spelled
+out as ``chat_template_kwargs``, so the gateway's default does not change the prompt); the one
+difference left is the gateway's own: it always asks vLLM for usage on every chunk
+(``continuous_usage_stats``) for its telemetry. Every request must return exactly ``max_tokens``
+completion tokens, so all paths decode the same tokens.
 
 Usage::
 
@@ -33,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -49,13 +54,15 @@ import httpx
 
 from tests.e2e.conftest import DEFAULT_ARGS
 from tests.perf.common import BenchError, Target, cpu_seconds, make_keys, pct, sse_events
+from tests.perf.tcp_relay import tcp_relay
 from tests.support.gateway_process import GatewayProcess, clean_env
 from tests.support.vllm_server import CACHE_DIR, TINY_MODEL_NAME, VLLMServer, ensure_tiny_model
 
 STREAMS = 2  # concurrent streams = vLLM --max-num-seqs = GATEWAY_SLOTS
 #: Spelled out in both paths' bodies: what the gateway would otherwise add (its default, "low").
 THINKING = {"thinking": True, "reasoning_effort": "low"}
-PATHS = ("direct", "gateway")
+PATHS = ("direct", "relay", "gateway")
+PROXIES = ("relay", "gateway")  # the paths with a process of their own in front of vLLM
 TARGET = 0.97  # gateway tokens/s >= 97 % of direct
 #: Student's t, two-sided 95 %, for 1..30 degrees of freedom (then the normal 1.96).
 # fmt: off
@@ -127,18 +134,19 @@ def machine_seconds() -> tuple[float, float]:
 
 
 class Meter:
-    """Wall time and CPU seconds of the gateway, vLLM's process group, this load generator, everything
-    else on the machine ("others": e.g. a CI run, plus kernel work charged to no process) and steal."""
+    """Wall time and CPU seconds of the proxies (``proxy_pids``: name -> pid), vLLM's process group,
+    this load generator, everything else on the machine ("others": e.g. a CI run, plus kernel work
+    charged to no process) and steal."""
 
-    def __init__(self, gateway_pid: int, vllm_pgid: int) -> None:
-        self.gateway_pid, self.vllm_pgid = gateway_pid, vllm_pgid
+    def __init__(self, proxy_pids: dict[str, int], vllm_pgid: int) -> None:
+        self.proxy_pids, self.vllm_pgid = proxy_pids, vllm_pgid
         self.start_cpu = self._cpu()
         self.start = time.perf_counter()
 
     def _cpu(self) -> dict[str, float]:
         busy, steal = machine_seconds()
         return {
-            "gateway": cpu_seconds(self.gateway_pid),
+            **{name: cpu_seconds(pid) for name, pid in self.proxy_pids.items()},
             "vllm": group_cpu_seconds(self.vllm_pgid),
             "load": cpu_seconds(os.getpid()),
             "machine": busy,
@@ -150,7 +158,8 @@ class Meter:
         wall = time.perf_counter() - self.start
         now = self._cpu()
         used = {k: now[k] - self.start_cpu[k] for k in now}
-        used["others"] = used.pop("machine") - used["gateway"] - used["vllm"] - used["load"]
+        processes = sum(used[k] for k in (*self.proxy_pids, "vllm", "load"))
+        used["others"] = used.pop("machine") - processes
         return wall, used
 
 
@@ -190,24 +199,29 @@ async def run_round(
 
 
 async def measure(
-    targets: dict[str, Target], gateway_pid: int, vllm_pgid: int, rounds: int, max_tokens: int, round_s: float
+    targets: dict[str, Target],
+    proxy_pids: dict[str, int],
+    vllm_pgid: int,
+    rounds: int,
+    max_tokens: int,
+    round_s: float,
 ) -> dict[str, Any]:
-    """Warm up both paths, size the rounds from the warm-up rates, then the interleaved rounds."""
+    """Warm up every path, size the rounds from the warm-up rates, then ``rounds`` groups of one round
+    per path, each group's order the next of the paths' permutations."""
     async with contextlib.AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(httpx.AsyncClient(timeout=300)) for _ in range(STREAMS)]
         warm: dict[str, dict[str, Any]] = {}
         for per_stream in (1, 2):  # the first pass opens connections and pays one-off costs
             for name, target in targets.items():
-                meter = Meter(gateway_pid, vllm_pgid)
+                meter = Meter(proxy_pids, vllm_pgid)
                 warm[name] = await run_round(clients, target, per_stream, max_tokens, meter)
         fastest = max(r["tokens_per_s"] for r in warm.values())  # rounds of >= round_s at that rate
         per_stream = max(1, math.ceil(round_s * fastest / (STREAMS * max_tokens)))
-        order: list[str] = []
-        for pair in range(rounds):
-            order += list(PATHS if pair % 2 == 0 else reversed(PATHS))
+        orders = itertools.cycle(itertools.permutations(PATHS))
+        order = [name for _ in range(rounds) for name in next(orders)]
         measured: list[tuple[str, dict[str, Any]]] = []
         for name in order:
-            meter = Meter(gateway_pid, vllm_pgid)
+            meter = Meter(proxy_pids, vllm_pgid)
             measured.append((name, await run_round(clients, targets[name], per_stream, max_tokens, meter)))
     return {
         "per_stream_requests": per_stream,
@@ -217,10 +231,10 @@ async def measure(
 
 
 def summarize(measured: list[tuple[str, dict[str, Any]]], max_tokens: int) -> dict[str, Any]:
-    """Per-path means and per-round figures, the per-pair ratio and its spread, TTFT, CPU per 1,000 tokens."""
+    """Per-path means and per-round figures; per group, each proxy's tokens/s over direct's and the
+    gateway's over the relay's, with their spread; TTFT, CPU per 1,000 tokens."""
     by_path: dict[str, list[dict[str, Any]]] = {name: [r for n, r in measured if n == name] for name in PATHS}
-    pairs = [dict(measured[i : i + 2]) for i in range(0, len(measured), 2)]
-    ratios = [p["gateway"]["tokens_per_s"] / p["direct"]["tokens_per_s"] for p in pairs]
+    groups = [dict(measured[i : i + len(PATHS)]) for i in range(0, len(measured), len(PATHS))]
     out: dict[str, Any] = {"paths": {}, "order": [n for n, _ in measured]}
     for name, runs in by_path.items():
         tokens = sum(r["tokens"] for r in runs)
@@ -249,26 +263,34 @@ def summarize(measured: list[tuple[str, dict[str, Any]]], max_tokens: int) -> di
             "cpu_s_per_1000_tokens": {k: round(v * 1000 / tokens, 4) for k, v in cpu.items()},
             "cpu_busy_pct": {k: round(100 * v / seconds, 1) for k, v in cpu.items()},
         }
-    direct, gateway = out["paths"]["direct"], out["paths"]["gateway"]
-    out["ratio"] = {
-        "of_means": round(gateway["tokens_per_s_mean"] / direct["tokens_per_s_mean"], 4),
-        "per_pair": [round(r, 4) for r in ratios],
-        "mean": round(statistics.fmean(ratios), 4),
-        "median": round(statistics.median(ratios), 4),
-        "min": round(min(ratios), 4),
-        "max": round(max(ratios), 4),
-        "stdev": round(statistics.stdev(ratios), 4) if len(ratios) > 1 else 0.0,
-        "ci95": [round(v, 4) for v in mean_ci95(ratios)],
-    }
+    paths = out["paths"]
+
+    def ratio(over: str, under: str) -> dict[str, Any]:
+        per_group = [g[over]["tokens_per_s"] / g[under]["tokens_per_s"] for g in groups]
+        return {
+            "of_means": round(paths[over]["tokens_per_s_mean"] / paths[under]["tokens_per_s_mean"], 4),
+            "per_group": [round(r, 4) for r in per_group],
+            "mean": round(statistics.fmean(per_group), 4),
+            "median": round(statistics.median(per_group), 4),
+            "min": round(min(per_group), 4),
+            "max": round(max(per_group), 4),
+            "stdev": round(statistics.stdev(per_group), 4) if len(per_group) > 1 else 0.0,
+            "ci95": [round(v, 4) for v in mean_ci95(per_group)],
+        }
+
+    out["ratio"] = ratio("gateway", "direct")  # the target's
+    out["relay_ratio"] = ratio("relay", "direct")
+    out["gateway_vs_relay"] = ratio("gateway", "relay")
     low, high = out["ratio"]["ci95"]
     out["target"] = {
         "ratio": TARGET,
         "met": out["ratio"]["of_means"] >= TARGET,  # by the point estimate
-        "resolved": not low < TARGET <= high,  # the per-pair 95 % CI lies on one side of it
+        "resolved": not low < TARGET <= high,  # the per-group 95 % CI lies on one side of it
     }
-    out["same_tokens"] = (
-        direct["tokens"] == gateway["tokens"]
-        and direct["tokens_per_request"] == [max_tokens] == gateway["tokens_per_request"]
+    out["same_tokens"] = all(
+        paths[name]["tokens"] == paths["direct"]["tokens"]
+        and paths[name]["tokens_per_request"] == [max_tokens]
+        for name in PATHS
     )
     return out
 
@@ -308,14 +330,17 @@ def measure_real_vllm(
         )
         gateway = GatewayProcess(env, workdir / "gateway.log").start()
         try:
-            path = "/v1/chat/completions"
-            targets = {
-                "direct": (vllm.base_url + path, {}),
-                "gateway": (gateway.url + path, {"Authorization": f"Bearer {key}"}),
-            }
-            started = time.monotonic()
-            raw = asyncio.run(measure(targets, gateway.pid, vllm.proc.pid, rounds, max_tokens, round_s))
-            measure_s = time.monotonic() - started
+            with tcp_relay(workdir, vllm.port or 0, cpu=None) as (relay_url, relay_pid):
+                path = "/v1/chat/completions"
+                targets = {
+                    "direct": (vllm.base_url + path, {}),
+                    "relay": (relay_url + path, {}),
+                    "gateway": (gateway.url + path, {"Authorization": f"Bearer {key}"}),
+                }
+                pids = {"relay": relay_pid, "gateway": gateway.pid}
+                started = time.monotonic()
+                raw = asyncio.run(measure(targets, pids, vllm.proc.pid, rounds, max_tokens, round_s))
+                measure_s = time.monotonic() - started
         finally:
             gateway.stop()
         vllm_startup_s = vllm.startup_seconds
@@ -347,48 +372,69 @@ def measure_real_vllm(
 
 
 def table(report: dict[str, Any]) -> str:
-    """The figures as a fixed-width table: metric, direct, gateway, ratio or difference."""
-    d, g, ratio = report["paths"]["direct"], report["paths"]["gateway"], report["ratio"]
-    rows: list[tuple[str, ...]] = [("metric", "direct", "gateway", "gateway/direct")]
+    """The figures as a fixed-width table: metric, one column per path, then relay/direct and
+    gateway/direct (ratios, or differences for latencies)."""
+    paths = report["paths"]
+    d, r, g = (paths[name] for name in PATHS)
+    header = ("metric", *PATHS, "relay/direct", "gateway/direct")
+    rows: list[tuple[str, ...]] = [header]
 
-    def add(label: str, a: float | str, b: float | str, last: str = "", fmt: str = ".1f") -> None:
-        rows.append((label, *(f"{v:{fmt}}" if isinstance(v, float) else v for v in (a, b)), last))
+    def add(
+        label: str, values: tuple[float | str, ...], last: tuple[str, str] = ("", ""), fmt: str = ".1f"
+    ) -> None:
+        rows.append((label, *(f"{v:{fmt}}" if isinstance(v, float) else v for v in values), *last))
 
-    add(f"aggregate tokens/s, c={STREAMS}, mean", d["tokens_per_s_mean"], g["tokens_per_s_mean"])
-    rows[-1] = (*rows[-1][:3], f"{ratio['of_means']:.3f}")
-    pairs = zip(d["tokens_per_s_rounds"], g["tokens_per_s_rounds"], ratio["per_pair"], strict=True)
-    for i, (a, b, r) in enumerate(pairs):
-        add(f"  pair {i + 1} ({report['order'][2 * i]} first)", a, b, f"{r:.3f}")
-    spread = f"{ratio['median']:.3f} [{ratio['min']:.3f}, {ratio['max']:.3f}] sd {ratio['stdev']:.3f}"
-    add("ratio per pair: median [min, max] sd", "", "", spread)
+    def both(key: str, form: str) -> tuple[str, str]:
+        return form.format(**report["relay_ratio"]), form.format(**report[key])
+
     add(
-        "ratio per pair: mean, 95 % CI",
-        "",
-        "",
-        f"{ratio['mean']:.3f} [{ratio['ci95'][0]:.3f}, {ratio['ci95'][1]:.3f}]",
+        f"aggregate tokens/s, c={STREAMS}, mean",
+        tuple(p["tokens_per_s_mean"] for p in (d, r, g)),
+        both("ratio", "{of_means:.3f}"),
     )
-    ttft = d["ttft_ms"]["p50"], g["ttft_ms"]["p50"]
-    add("TTFT p50 (ms)", *ttft, f"{ttft[1] - ttft[0]:+.1f}")
-    whole = d["request_ms"]["p50"], g["request_ms"]["p50"]
-    add("whole request p50 (ms)", *whole, f"{whole[1] - whole[0]:+.1f}")
-    cpu = d["cpu_s_per_1000_tokens"], g["cpu_s_per_1000_tokens"]
-    add("gateway CPU s / 1,000 tokens", "", f"{cpu[1]['gateway']:.3f}")
-    add("vLLM CPU s / 1,000 tokens", cpu[0]["vllm"], cpu[1]["vllm"], fmt=".3f")
-    busy = [
-        " | ".join(f"{p['cpu_busy_pct'][k]:.0f}" for k in ("gateway", "vllm", "load", "others", "steal"))
-        for p in (d, g)
-    ]
-    add("CPU % gw | vLLM | load | others | steal", *busy)
+    for i in range(len(report["ratio"]["per_group"])):
+        order = report["order"][len(PATHS) * i : len(PATHS) * (i + 1)]
+        label = f"  group {i + 1} ({'-'.join(name[0] for name in order)})"
+        values = tuple(p["tokens_per_s_rounds"][i] for p in (d, r, g))
+        add(
+            label,
+            values,
+            (f"{report['relay_ratio']['per_group'][i]:.3f}", f"{report['ratio']['per_group'][i]:.3f}"),
+        )
+    add(
+        "ratio per group: median [min, max]",
+        ("", "", ""),
+        both("ratio", "{median:.3f} [{min:.3f}, {max:.3f}]"),
+    )
+    add("ratio per group: sd", ("", "", ""), both("ratio", "{stdev:.3f}"))
+    ci = "{mean:.3f} [{ci95[0]:.3f}, {ci95[1]:.3f}]"
+    add("ratio per group: mean, 95 % CI", ("", "", ""), both("ratio", ci))
+    vs_relay = report["gateway_vs_relay"]
+    add("gateway/relay per group: mean, 95 % CI", ("", "", ""), ("", ci.format(**vs_relay)))
+
+    def added(key: str) -> tuple[str, str]:
+        return (f"{r[key]['p50'] - d[key]['p50']:+.1f}", f"{g[key]['p50'] - d[key]['p50']:+.1f}")
+
+    add("TTFT p50 (ms)", tuple(p["ttft_ms"]["p50"] for p in (d, r, g)), added("ttft_ms"))
+    add("whole request p50 (ms)", tuple(p["request_ms"]["p50"] for p in (d, r, g)), added("request_ms"))
+    cpu = [p["cpu_s_per_1000_tokens"] for p in (d, r, g)]
+    add("proxy CPU s / 1,000 tokens", ("", f"{cpu[1]['relay']:.3f}", f"{cpu[2]['gateway']:.3f}"))
+    add("vLLM CPU s / 1,000 tokens", tuple(c["vllm"] for c in cpu), fmt=".3f")
+    parts = ("relay", "gateway", "vllm", "load", "others", "steal")
+    busy = tuple(" | ".join(f"{p['cpu_busy_pct'][k]:.0f}" for k in parts) for p in (d, r, g))
+    add("CPU % relay | gw | vLLM | load | others | steal", busy)
     add(
         "tokens, all requests",
-        str(d["tokens"]),
-        str(g["tokens"]),
-        "same" if report["same_tokens"] else "DIFFER",
+        tuple(str(p["tokens"]) for p in (d, r, g)),
+        ("", "same" if report["same_tokens"] else "DIFFER"),
     )
-    add("text chunks / request", d["text_chunks_per_request"], g["text_chunks_per_request"])
-    width = [max(len(row[i]) for row in rows) for i in range(4)]
+    add("text chunks / request", tuple(p["text_chunks_per_request"] for p in (d, r, g)))
+    width = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = [
-        f"{a:<{width[0]}}  {b:>{width[1]}}  {c:>{width[2]}}  {e:>{width[3]}}".rstrip() for a, b, c, e in rows
+        "  ".join(
+            [f"{row[0]:<{width[0]}}", *(f"{v:>{w}}" for v, w in zip(row[1:], width[1:], strict=True))]
+        ).rstrip()
+        for row in rows
     ]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
@@ -430,7 +476,10 @@ def main() -> int:
     ci = f"{ratio['ci95'][0]:.3f} .. {ratio['ci95'][1]:.3f}"
     head = f"target gateway >= {TARGET * 100:.0f} % of direct: {verdict}"
     print(f"\n{head} (ratio of means {ratio['of_means']:.3f});")
-    print(f"  95 % CI of the per-pair ratio {ci}, {resolved} the target")
+    print(f"  95 % CI of the per-group ratio {ci}, {resolved} the target")
+    relay = report["relay_ratio"]
+    spread = f"per group {relay['min']:.3f} .. {relay['max']:.3f}"
+    print(f"  the zero-work relay: {relay['of_means']:.3f} of direct ({spread})")
     others = max(v for p in report["paths"].values() for v in p["others_cpu_pct_rounds"])
     steal = max(v for p in report["paths"].values() for v in p["steal_cpu_pct_rounds"])
     print(f"  most CPU % of other processes + kernel in a round: {others}; most steal: {steal}")

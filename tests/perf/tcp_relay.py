@@ -58,10 +58,12 @@ def _accepts(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def tcp_relay(workdir: Path, upstream_port: int, cpu: int) -> Iterator[tuple[str, int]]:
-    """The relay pinned to ``cpu`` in front of 127.0.0.1:``upstream_port``; yield (base URL, pid)."""
+def tcp_relay(workdir: Path, upstream_port: int, cpu: int | None) -> Iterator[tuple[str, int]]:
+    """The relay in front of 127.0.0.1:``upstream_port``, pinned to ``cpu`` (None: not pinned); yield
+    (base URL, pid)."""
     port = free_port()
-    command = ["taskset", "-c", str(cpu), sys.executable, "-m", "tests.perf.tcp_relay", str(port)]
+    pinned = ["taskset", "-c", str(cpu)] if cpu is not None else []
+    command = [*pinned, sys.executable, "-m", "tests.perf.tcp_relay", str(port)]
     with (workdir / "relay.log").open("wb") as log:
         proc = subprocess.Popen([*command, str(upstream_port)], stdout=log, stderr=log)
     try:
