@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -55,6 +56,20 @@ class _GatewayServer(uvicorn.Server):
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's start-up (the app's lifespan included), then everything it left alive (modules,
+        the app, pools: ~110,000 objects) moves out of the cyclic GC's sight (:func:`gc.freeze`).
+
+        A full (generation 2) collection traverses every tracked object: ~50 ms on this heap, during
+        which the event loop serves nothing, and it runs whenever objects that outlived two younger
+        collections (those of streams in flight) grow by a quarter of the long-lived ones (CPython's
+        ``gcmodule.c``). Frozen, start-up's objects are never traversed again; they are freed as ever
+        when their reference count drops. Cyclic garbage created from then on is still collected.
+        """
+        await super().startup(sockets)
+        gc.collect()  # start-up's own garbage goes first: frozen, it would stay
+        gc.freeze()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._drain.draining or self._loop is None:
