@@ -191,7 +191,7 @@ class StreamRewriter:
             return False, 0, 0
         slot = _slot(obj)
         _check_shape(choices, slot)
-        if self._policy.passthrough or not _touches_text(obj, choices):
+        if self._policy.passthrough or not _touches_text(choices, slot):
             return False, 0, 0
         kept, reasoning_chars, content_chars = [], 0, 0
         for choice in choices:
@@ -210,9 +210,9 @@ class StreamRewriter:
         return writer
 
 
-def _touches_text(obj: dict[str, Any], choices: list[Any]) -> bool:
-    """Cheap check: could the reasoning policy change this chunk? (Otherwise it is left as is.)"""
-    slot = _slot(obj)
+def _touches_text(choices: list[Any], slot: str | None) -> bool:
+    """Cheap check: could the reasoning policy change these choices (``slot`` as :func:`_slot` says)?
+    (Otherwise the chunk is left as is.)"""
     for choice in choices:
         target = (choice.get(slot) or {}) if slot else choice
         if any(name in target for name in UPSTREAM_REASONING_FIELDS):
