@@ -320,7 +320,7 @@ def measure_real_vllm(
     model = ensure_tiny_model(CACHE_DIR / "models")
     began = time.monotonic()
     with VLLMServer(model, TINY_MODEL_NAME, DEFAULT_ARGS, log_dir=workdir) as vllm:
-        assert vllm.proc is not None
+        assert vllm.proc is not None and vllm.port is not None
         env = clean_env(
             upstream=vllm.base_url,
             served_model=TINY_MODEL_NAME,
@@ -330,7 +330,7 @@ def measure_real_vllm(
         )
         gateway = GatewayProcess(env, workdir / "gateway.log").start()
         try:
-            with tcp_relay(workdir, vllm.port or 0, cpu=None) as (relay_url, relay_pid):
+            with tcp_relay(workdir, vllm.port, cpu=None) as (relay_url, relay_pid):
                 path = "/v1/chat/completions"
                 targets = {
                     "direct": (vllm.base_url + path, {}),

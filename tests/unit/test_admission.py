@@ -74,6 +74,25 @@ async def test_cancelled_waiter_leaves_queue_and_slot_goes_to_next() -> None:
     assert admission.in_use == 0
 
 
+async def test_a_slot_freed_in_the_tick_a_waiter_is_cancelled_goes_to_the_next() -> None:
+    """Cancelling a waiting task cancels its future at once, but the waiter leaves its queue only when
+    the task next runs: a slot freed in between must skip it (not grant a cancelled future, which
+    raised into the releaser and leaked the slot)."""
+    admission = Admission(slots=1, queue_max=4, queue_timeout_s=5)
+    held = await admission.acquire("a")
+    gone = asyncio.create_task(admission.acquire("b"))
+    nxt = asyncio.create_task(admission.acquire("c"))
+    await asyncio.sleep(0)
+    gone.cancel()
+    held.release()  # same tick: the cancelled waiter is still queued
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    lease = await asyncio.wait_for(nxt, 1)
+    assert admission.in_use == 1 and admission.queue_depth == 0
+    lease.release()
+    assert admission.in_use == 0 and (await admission.acquire("d")).key == "d"
+
+
 async def test_cancelled_in_the_tick_it_was_granted_hands_the_slot_on() -> None:
     admission = Admission(slots=1, queue_max=4, queue_timeout_s=5)
     held = await admission.acquire()
