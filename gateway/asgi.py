@@ -119,24 +119,19 @@ class ClosingStreamingResponse(StreamingResponse):
                     self._last_sent = loop.time()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Stream in this task at once (no task group: its set-up and the hop to a child task held the
+        first byte ~0.17 ms at one stream), racing ``http.disconnect`` (:func:`unless_disconnected`);
+        the keep-alive watchdog is a task beside it."""
+        keep_alive = None
+        if self._keep_alive is not None:
+            keep_alive = asyncio.create_task(self._send_keep_alive(send, *self._keep_alive))
         try:
-            async with anyio.create_task_group() as group:
-
-                async def stream_then_stop() -> None:
-                    await self.stream_response(send)
-                    group.cancel_scope.cancel()
-
-                group.start_soon(stream_then_stop)
-                if self._keep_alive is not None:
-                    group.start_soon(self._send_keep_alive, send, *self._keep_alive)
-                await wait_for_disconnect(receive)
-                self.client_gone = True
-                group.cancel_scope.cancel()
-        except BaseExceptionGroup as failure:
-            if len(failure.exceptions) == 1:
-                raise failure.exceptions[0] from None
-            raise
+            await unless_disconnected(receive, lambda: self.stream_response(send))
+        except ClientDisconnectedError:
+            self.client_gone = True
         finally:
+            if keep_alive is not None:
+                keep_alive.cancel()
             with anyio.CancelScope(shield=True):
                 close = getattr(self.body_iterator, "aclose", None)
                 if close is not None:
