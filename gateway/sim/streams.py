@@ -2,7 +2,8 @@
 non-stream path, plus the streaming response that always closes what it streams.
 
 Each stage is a small async generator that closes the stage below it (``aclosing``), so a client
-disconnect (``ClosingStreamingResponse`` cancels the task streaming it) or a simulated crash frees the slot at once.
+disconnect (``ClosingStreamingResponse`` cancels the task streaming it) or a simulated crash frees
+the slot at once.
 """
 
 from __future__ import annotations
