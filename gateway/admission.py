@@ -227,10 +227,7 @@ class Admission:
             queue = self._queues[key]
             head = queue[0]
             if head.future.done():  # cancelled (client gone, queue timeout), its task not yet run: skip it
-                queue.popleft()
-                self._waiting -= 1
-                if not queue:
-                    self._drop_key(key)
+                self._discard(head)
                 continue
             if not self._eligible(key, head.max_concurrency):
                 self._turns.rotate(-1)

@@ -95,7 +95,7 @@ class RequestRecorder:
         choices = chunk.get("choices") or []
         for choice in choices:
             self._indices.add(choice.get("index", 0))
-            reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+            reason = choice.get("finish_reason")
             if isinstance(reason, str) and self.record.finish_reason is None:
                 self.record.finish_reason = reason[:32]
         if self._t_first is None and (_has_output(choices) or reasoning_chars or content_chars):
