@@ -30,6 +30,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from gateway.access_log import AccessLogMiddleware
 from gateway.admin import keys as admin_keys
 from gateway.admin import routes as admin_routes
 from gateway.admission import Admission
@@ -163,4 +164,5 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(DrainMiddleware, drain=drain)
     app.add_middleware(HeaderGuardMiddleware)  # oversized or ambiguous headers, before routing
     app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(AccessLogMiddleware)  # outermost: its line has every response's final status
     return app

@@ -13,7 +13,7 @@ from types import FrameType
 
 import uvicorn
 
-from gateway.access_log import redact_access_log_queries
+from gateway.access_log import AccessLogProtocol
 from gateway.app import create_app
 from gateway.config import Settings
 from gateway.drain import Drain
@@ -103,7 +103,7 @@ def _simulator(settings: Settings) -> tuple[_EmbeddedServer, str]:
         host="127.0.0.1",
         port=port,
         log_level="warning",
-        access_log=False,
+        http=AccessLogProtocol,  # no access lines: the gateway's Config re-enables uvicorn.access
         timeout_graceful_shutdown=_CUT_AFTER_DRAIN_S,
     )
     return _EmbeddedServer(config), f"http://127.0.0.1:{port}"
@@ -132,9 +132,12 @@ async def run_gateway(settings: Settings) -> None:
         )
     app = create_app(settings)
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, timeout_graceful_shutdown=_CUT_AFTER_DRAIN_S
+        app,
+        host=settings.host,
+        port=settings.port,
+        http=AccessLogProtocol,  # the access line is the app's, at each response's end (access_log.py)
+        timeout_graceful_shutdown=_CUT_AFTER_DRAIN_S,
     )
-    redact_access_log_queries()  # no ?api_key=… in the access log
     gateway = _GatewayServer(config, app.state.drain, settings.shutdown_grace_s)
     # uvicorn re-raises the signal it handled after a graceful shutdown, for outer handlers; ours
     # have nothing left to do, so the process ends with status 0 instead of dying by the signal.

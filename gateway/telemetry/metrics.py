@@ -1,18 +1,18 @@
 """Prometheus metrics on a per-app registry (no import-time globals, so apps can coexist in one process).
 
 Names follow ``gateway_<noun>_<unit>``; labels carry the key *name*, never the key. HTTP metrics come
-from prometheus-fastapi-instrumentator; slot and queue gauges are read live from the
-:class:`~gateway.admission.Admission` at scrape time; backend gauges are set by the
-:class:`~gateway.telemetry.backend.BackendMonitor`.
+from prometheus-fastapi-instrumentator (:mod:`gateway.telemetry.http_metrics`); slot and queue gauges
+are read live from the :class:`~gateway.admission.Admission` at scrape time; backend gauges are set by
+the :class:`~gateway.telemetry.backend.BackendMonitor`.
 """
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_fastapi_instrumentator import Instrumentator
 
 from gateway.admission import Admission
+from gateway.telemetry import http_metrics
 from gateway.telemetry.record import RequestTelemetry
 
 _SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200)
@@ -133,4 +133,4 @@ class GatewayMetrics:
 
     def instrument(self, app: FastAPI) -> None:
         """Add HTTP request metrics to ``app`` (exposed by the gateway's own ``/metrics`` route)."""
-        Instrumentator(registry=self.registry, excluded_handlers=["/metrics"]).instrument(app)
+        http_metrics.instrument(app, self.registry)
