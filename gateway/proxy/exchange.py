@@ -63,9 +63,8 @@ class Exchange:
         self.recorder.admitted(self.lease.queue_wait_s)
         if self.forwarder.wants_counters():  # one loopback scrape (ms) before the request decodes
             self._before = await self.forwarder.monitor.scrape(COUNTERS, timeout_s=1.0)
-        raw = json_codec.dumps(self.prepared.payload)
         self.upstream = await self.forwarder.upstream.open(
-            "POST", self.path, raw, {"x-request-id": self.recorder.record.request_id}
+            "POST", self.path, self.prepared.body, {"x-request-id": self.recorder.record.request_id}
         )
 
     def stream_response(self, events: AsyncIterator[bytes], outcome: RelayOutcome) -> StreamingResponse:

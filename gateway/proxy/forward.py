@@ -21,6 +21,7 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway import json_codec
 from gateway.admission import Admission, Waiter
 from gateway.asgi import ClientDisconnectedError, unless_disconnected
 from gateway.auth import Principal
@@ -46,9 +47,13 @@ log = logging.getLogger("gateway.forward")
 
 @dataclass(slots=True)
 class Prepared:
-    """A request ready to send: upstream body, reasoning policy, and what the client asked to see."""
+    """A request ready to send: the upstream body (JSON bytes, serialized before the request queues: a
+    waiting request holds one bytes object, not a tree of dicts the cyclic GC walks), its prompt size
+    estimate (tokens, :func:`estimate_prompt_tokens`), the reasoning policy, and what the client asked
+    to see."""
 
-    payload: dict[str, Any]
+    body: bytes
+    prompt_estimate: int
     policy: ReasoningPolicy
     include_usage: bool
     continuous_usage: bool
@@ -115,7 +120,8 @@ class Forwarder:
             include_reasoning=normalized.include_reasoning,
         )
         return Prepared(
-            payload,
+            json_codec.dumps(payload),
+            estimate_prompt_tokens(payload),
             policy,
             include_usage=asked.get("include_usage") is True,
             continuous_usage=asked.get("continuous_usage_stats") is True,
@@ -154,8 +160,8 @@ class Forwarder:
             recorder.record.stream = body.stream
             self.check_model(principal, body.model)
             prepared, stream = self.prepare(principal, body), body.stream
-            del body  # the payload holds what is needed: don't keep the model while queued (~2 kB each)
-            ticket = await self.limits.admit(principal, estimate_prompt_tokens(prepared.payload))
+            del body  # prepared holds what is needed: don't keep the model while queued (~2 kB each)
+            ticket = await self.limits.admit(principal, prepared.prompt_estimate)
             wants_telemetry = request.headers.get("x-gateway-telemetry") == "1"
             view = ClientView(
                 include_usage=prepared.include_usage,
