@@ -100,8 +100,15 @@ def build_output(
     ``request_key`` is everything that identifies the request's content (it seeds the filler text);
     ``instruction`` is the last user message or the prompt (searched for "count from A to B").
     With ``ignore_eos`` and ``max_tokens``, filler continues until exactly ``max_tokens`` tokens.
+
+    Only the tokens the cut keeps are generated (plus one, to tell a cut from an end): a short
+    ``max_tokens`` costs a sentence, not the whole ~150-token script. The answer and the reasoning
+    have their own random streams, so the answer is the same with thinking on or off, and every
+    output is a prefix of the same request's longer outputs.
     """
-    rng = random.Random(derive_seed(seed, "text", request_key))
+    answer_rng = random.Random(derive_seed(seed, "text", request_key))
+    thought_rng = random.Random(derive_seed(seed, "thought", request_key))
+    need = None if max_tokens is None else max_tokens + 1  # tokens worth generating
     counted = _count_request(instruction)
     if counted is not None:
         first, last = counted
@@ -111,11 +118,16 @@ def build_output(
             "separated by commas."
         )
     else:
-        answer = _filler(rng, _vary(rng, content_tokens), opener=None)
-        thought = _filler(rng, _vary(rng, reasoning_tokens), opener=rng.choice(_REASONING_OPENERS))
+        thought = []
+        if thinking:
+            count, opener = _vary(thought_rng, reasoning_tokens), thought_rng.choice(_REASONING_OPENERS)
+            thought = _filler(thought_rng, count, opener=opener, stop=need)
+        left = None if need is None else need - len(thought) - thinking
+        answer = _filler(answer_rng, _vary(answer_rng, content_tokens), opener=None, stop=left)
     script = ([*thought, THINK_END] if thinking else []) + answer
     if ignore_eos and max_tokens is not None and len(script) < max_tokens:
-        script += _filler(rng, max_tokens - len(script), opener=None, lead=" ")[: max_tokens - len(script)]
+        more = max_tokens - len(script)
+        script += _filler(answer_rng, more, opener=None, lead=" ")[:more]
     think_end = len(thought) if thinking else None
     if max_tokens is None or len(script) <= max_tokens:
         return Output(tuple(script), think_end, False, "stop")
@@ -160,10 +172,14 @@ def _count_pieces(first: int, last: int) -> list[str]:
     return out
 
 
-def _filler(rng: random.Random, count: int, *, opener: str | None, lead: str = "") -> list[str]:
-    """About ``count`` tokens of sentence-shaped filler (whole sentences, so possibly a few more)."""
+def _filler(
+    rng: random.Random, count: int, *, opener: str | None, lead: str = "", stop: int | None = None
+) -> list[str]:
+    """About ``count`` tokens of sentence-shaped filler (whole sentences, so possibly a few more);
+    with ``stop``, no sentence is begun once that many tokens are there (a prefix of the whole)."""
     out = pieces(opener) if opener else []
-    while len(out) < count:
+    until = count if stop is None else min(count, stop)
+    while len(out) < until:
         words = [rng.choice(_WORDS) for _ in range(rng.randint(5, 12))]
         sentence = " ".join(words).capitalize() + "."
         out += pieces((" " if out or lead else "") + sentence)

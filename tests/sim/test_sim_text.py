@@ -80,3 +80,23 @@ def test_split_of_parts_concatenates_to_split_of_whole(max_tokens, cuts, thinkin
     bounds = sorted({0, len(out), *(c % (len(out) + 1) for c in cuts)})
     parts = [out.split(a, b) for a, b in zip(bounds, bounds[1:], strict=False)]
     assert ("".join(p[0] for p in parts), "".join(p[1] for p in parts)) == out.split()
+
+
+@given(st.integers(1, 400), st.booleans(), st.booleans(), st.integers(0, 3))
+def test_a_cut_output_is_a_prefix_of_the_whole(max_tokens, thinking, ignore_eos, seed):
+    """Only what the cut keeps is generated, yet it is exactly the start of the longer output."""
+    whole = output("tell me a story", thinking=thinking, seed=seed, max_tokens=500, ignore_eos=ignore_eos)
+    cut = output(
+        "tell me a story", thinking=thinking, seed=seed, max_tokens=max_tokens, ignore_eos=ignore_eos
+    )
+    assert cut.tokens == whole.tokens[: len(cut)]
+    assert len(cut) == (
+        max_tokens
+        if ignore_eos
+        else min(max_tokens, len(output("tell me a story", thinking=thinking, seed=seed)))
+    )
+
+
+def test_the_answer_does_not_depend_on_thinking():
+    on, off = output("tell me a story"), output("tell me a story", thinking=False)
+    assert on.split()[1] == off.split()[1] != "" and on.split()[0] != ""
