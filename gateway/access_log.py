@@ -10,8 +10,9 @@ the response has ended rather than when it starts, and without the query string.
   client that puts its key in the URL (``?api_key=``, a habit of some SDKs) must not have it written
   to the log, and nothing the log is for needs it.
 
-:class:`AccessLogProtocol` is uvicorn's HTTP protocol without its own line; :class:`AccessLogMiddleware`
-writes ours. ``uvicorn --no-access-log`` / ``access_log=False`` still silence it (they remove the
+:class:`AccessLogProtocol` is uvicorn's HTTP protocol without its own line (``gateway.serve`` runs
+every server with it: uvicorn's own line would carry the query string); :class:`AccessLogMiddleware`
+writes ours. ``access_log=False`` in uvicorn's config still silences it (it removes the
 ``uvicorn.access`` handlers).
 """
 
@@ -37,11 +38,14 @@ class AccessLogProtocol(HttpToolsProtocol):
 
 
 class AccessLogMiddleware:
-    """Pure ASGI middleware: one ``uvicorn.access`` line per HTTP response, once its last byte is sent.
+    """Pure ASGI middleware: one ``uvicorn.access`` line per HTTP request, when the app has returned
+    (the response sent, the request's clean-up done).
 
-    The status is the one the response started with; a request that raised before any response gets
-    500 (the status Starlette's error middleware answers it with, outside this one). A request that
-    ends with no response and no error (the client left first) gets no line, as with uvicorn.
+    The status is the one the response started with: a client that left before its answer is a 499
+    (``gateway.errors``; uvicorn wrote no line then). A request that raised before any response gets
+    500, the status Starlette's error middleware answers it with, outside this one. Responses uvicorn
+    makes itself (its 503 over ``limit_concurrency``, a 500 for an app that answered nothing) never
+    reach the app and get no line.
     """
 
     def __init__(self, app: ASGIApp) -> None:

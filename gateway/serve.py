@@ -136,6 +136,9 @@ async def run_gateway(settings: Settings) -> None:
         host=settings.host,
         port=settings.port,
         http=AccessLogProtocol,  # the access line is the app's, at each response's end (access_log.py)
+        # no WebSocket route exists; uvicorn would refuse an upgrade itself and log its URL, query
+        # string (?api_key=…) included: as plain HTTP it is a 404 in the access log, path only
+        ws="none",
         timeout_graceful_shutdown=_CUT_AFTER_DRAIN_S,
     )
     gateway = _GatewayServer(config, app.state.drain, settings.shutdown_grace_s)

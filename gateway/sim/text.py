@@ -101,28 +101,28 @@ def build_output(
     ``instruction`` is the last user message or the prompt (searched for "count from A to B").
     With ``ignore_eos`` and ``max_tokens``, filler continues until exactly ``max_tokens`` tokens.
 
-    Only the tokens the cut keeps are generated (plus one, to tell a cut from an end): a short
-    ``max_tokens`` costs a sentence, not the whole ~150-token script. The answer and the reasoning
-    have their own random streams, so the answer is the same with thinking on or off, and every
-    output is a prefix of the same request's longer outputs.
+    Generation stops one token past the cut (filler goes by whole sentences: a few more), so a short
+    ``max_tokens`` costs a sentence, not the whole ~150-token script, nor 200,000 tokens for "count
+    to 100000". The answer and the reasoning have their own random streams, so the answer is the
+    same with thinking on or off, and every output is a prefix of the same request's longer outputs.
     """
     answer_rng = random.Random(derive_seed(seed, "text", request_key))
     thought_rng = random.Random(derive_seed(seed, "thought", request_key))
     need = None if max_tokens is None else max_tokens + 1  # tokens worth generating
     counted = _count_request(instruction)
-    if counted is not None:
-        first, last = counted
-        answer = _count_pieces(first, last)
+    thought: list[str] = []
+    if thinking and counted is not None:
         thought = pieces(
-            f"The user wants me to count from {first} to {last}. I will list the numbers, "
+            f"The user wants me to count from {counted[0]} to {counted[1]}. I will list the numbers, "
             "separated by commas."
         )
+    elif thinking:
+        count, opener = _vary(thought_rng, reasoning_tokens), thought_rng.choice(_REASONING_OPENERS)
+        thought = _filler(thought_rng, count, opener=opener, stop=need)
+    left = None if need is None else need - len(thought) - thinking
+    if counted is not None:
+        answer = _count_pieces(*counted, stop=left)
     else:
-        thought = []
-        if thinking:
-            count, opener = _vary(thought_rng, reasoning_tokens), thought_rng.choice(_REASONING_OPENERS)
-            thought = _filler(thought_rng, count, opener=opener, stop=need)
-        left = None if need is None else need - len(thought) - thinking
         answer = _filler(answer_rng, _vary(answer_rng, content_tokens), opener=None, stop=left)
     script = ([*thought, THINK_END] if thinking else []) + answer
     if ignore_eos and max_tokens is not None and len(script) < max_tokens:
@@ -161,11 +161,14 @@ def _count_request(text: str) -> tuple[int, int] | None:
     return first, last
 
 
-def _count_pieces(first: int, last: int) -> list[str]:
-    """Tokens of ``"first, first+1, ..., last"``: each number, then a comma token."""
+def _count_pieces(first: int, last: int, stop: int | None = None) -> list[str]:
+    """Tokens of ``"first, first+1, ..., last"``: each number, then a comma token (with ``stop``, at
+    most that many: the start of the whole)."""
     step = 1 if last >= first else -1
     out: list[str] = []
     for index, number in enumerate(range(first, last + step, step)):
+        if stop is not None and len(out) >= stop:
+            break
         if index:
             out.append(",")
         out.append(f" {number}" if index else str(number))

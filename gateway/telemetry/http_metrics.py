@@ -4,10 +4,13 @@ prometheus-fastapi-instrumentator, with the route of a static path resolved once
 The instrumentator labels each request with its route template, found before the request goes on:
 version 8.1 flattens FastAPI's included routers (``_effective_routes``) and matches the path against
 every route, on every request. That took ~0.09 ms per inference request, on the way to its first
-token (a timeline of ``POST /v1/chat/completions`` at one stream; docs/performance.md). A path that
-fully matches a route without parameters (``/v1/chat/completions``, ``/admin/keys``) always resolves
-to itself, so that answer is kept; every other path (a template such as ``/admin/keys/{key_id}``, a
-404) is resolved by the library each time, as before. The labels are the library's exactly.
+token (a timeline of ``POST /v1/chat/completions`` at one stream; docs/performance.md). When a
+method and path resolve to the path itself — a route without parameters (``/v1/chat/completions``,
+``/admin/keys``), matched whole or for another method (a 405) — that answer is kept; every other
+(a template such as ``/admin/keys/{key_id}``, a 404) is resolved by the library each time, as
+before. The labels are the library's exactly. The kept answers are bounded by the route table only
+while the app does not redirect slashes: the library answers a path one slash away from a route
+with the path itself (:func:`instrument` refuses such an app).
 """
 
 from __future__ import annotations
@@ -44,7 +47,10 @@ class StaticRouteInstrumentatorMiddleware(PrometheusInstrumentatorMiddleware):
 
 def instrument(app: FastAPI, registry: CollectorRegistry) -> None:
     """Add the HTTP request metrics middleware to ``app``, registered on ``registry`` (``/metrics``
-    itself is not counted). Call while building the app: it adds a middleware."""
+    itself is not counted). Call while building the app: it adds a middleware. Raises
+    ``ValueError`` if ``app`` redirects slashes (see the module doc)."""
+    if app.router.redirect_slashes:
+        raise ValueError("redirect_slashes must be off: '/<route>/<anything>/' would each be kept")
     Instrumentator(registry=registry, excluded_handlers=["/metrics"]).instrument(app)
     added = app.user_middleware[0]  # Starlette inserts a new middleware first
     if added.cls is not PrometheusInstrumentatorMiddleware:

@@ -44,11 +44,23 @@ def test_one_line_per_response_written_when_it_ends(gateway: GatewayProcess, mak
 
 
 def test_statuses_as_answered_and_no_query_string(gateway: GatewayProcess) -> None:
-    """Refusals are logged with their status; a key sent in the query string never reaches the log."""
+    """Refusals are logged with their status; a key sent in the query string never reaches the log,
+    a WebSocket upgrade's included (uvicorn would refuse it itself and log its whole URL)."""
     secret = "dsk-QUERYSTRINGCANARY" + "x" * 22
+    upgrade = {
+        "Upgrade": "websocket",
+        "Connection": "Upgrade",
+        "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version": "13",
+    }
     refused = httpx.get(gateway.url + "/v1/models", params={"api_key": secret})
     missing = httpx.post(gateway.url + "/v1/embeddings?x=1", json={})
-    assert (refused.status_code, missing.status_code) == (401, 404)
-    expected = ('"GET /v1/models HTTP/1.1" 401', '"POST /v1/embeddings HTTP/1.1" 404')
-    wait_until(lambda: all(line in gateway.log() for line in expected), timeout_s=10, what="both lines")
+    socket = httpx.get(gateway.url + "/v1/realtime", params={"api_key": secret}, headers=upgrade)
+    assert (refused.status_code, missing.status_code, socket.status_code) == (401, 404, 404)
+    expected = (
+        '"GET /v1/models HTTP/1.1" 401',
+        '"POST /v1/embeddings HTTP/1.1" 404',
+        '"GET /v1/realtime HTTP/1.1" 404',
+    )
+    wait_until(lambda: all(line in gateway.log() for line in expected), timeout_s=10, what="the lines")
     assert secret not in gateway.log() and "api_key" not in gateway.log()

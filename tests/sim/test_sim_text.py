@@ -82,19 +82,22 @@ def test_split_of_parts_concatenates_to_split_of_whole(max_tokens, cuts, thinkin
     assert ("".join(p[0] for p in parts), "".join(p[1] for p in parts)) == out.split()
 
 
-@given(st.integers(1, 400), st.booleans(), st.booleans(), st.integers(0, 3))
-def test_a_cut_output_is_a_prefix_of_the_whole(max_tokens, thinking, ignore_eos, seed):
-    """Only what the cut keeps is generated, yet it is exactly the start of the longer output."""
-    whole = output("tell me a story", thinking=thinking, seed=seed, max_tokens=500, ignore_eos=ignore_eos)
-    cut = output(
-        "tell me a story", thinking=thinking, seed=seed, max_tokens=max_tokens, ignore_eos=ignore_eos
-    )
+@given(
+    st.sampled_from(["tell me a story", "count to 300"]),
+    st.integers(1, 400),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 3),
+)
+def test_a_cut_output_is_a_prefix_of_the_whole(instruction, max_tokens, thinking, ignore_eos, seed):
+    """Generation stops at the cut, yet a cut output is exactly the start of the longer one."""
+    kwargs = {"thinking": thinking, "seed": seed, "ignore_eos": ignore_eos}
+    whole = output(instruction, max_tokens=1000, **kwargs)
+    cut = output(instruction, max_tokens=max_tokens, **kwargs)
     assert cut.tokens == whole.tokens[: len(cut)]
-    assert len(cut) == (
-        max_tokens
-        if ignore_eos
-        else min(max_tokens, len(output("tell me a story", thinking=thinking, seed=seed)))
-    )
+    natural = len(output(instruction, thinking=thinking, seed=seed))
+    assert len(cut) == (max_tokens if ignore_eos else min(max_tokens, natural))
+    assert cut.finish_reason == ("length" if max_tokens < natural else "stop")
 
 
 def test_the_answer_does_not_depend_on_thinking():

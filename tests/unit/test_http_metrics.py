@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 from fastapi import APIRouter, FastAPI
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_fastapi_instrumentator import Instrumentator
@@ -24,7 +25,7 @@ REQUESTS = [
 
 
 def _app(instrument: bool, registry: CollectorRegistry) -> FastAPI:
-    app = FastAPI()
+    app = FastAPI(redirect_slashes=False)  # as the gateway's (instrument refuses the default)
     router = APIRouter()  # included: the instrumentator has to flatten it (the costly part)
     router.add_api_route("/keys/rotate", lambda: {}, methods=["POST"])
     router.add_api_route("/keys/{key_id}", lambda key_id: {}, methods=["GET"])
@@ -67,3 +68,9 @@ def test_only_static_answers_are_kept() -> None:
         ("POST", "/keys/rotate"): ("/keys/rotate", True),
         ("GET", "/status"): ("/status", True),
     }
+
+
+def test_an_app_that_redirects_slashes_is_refused() -> None:
+    """There the library answers '/keys/<anything>/' with the path itself: every such path would be kept."""
+    with pytest.raises(ValueError, match="redirect_slashes"):
+        http_metrics.instrument(FastAPI(), CollectorRegistry())
