@@ -119,7 +119,8 @@ def build_output(
     elif thinking:
         count, opener = _vary(thought_rng, reasoning_tokens), thought_rng.choice(_REASONING_OPENERS)
         thought = _filler(thought_rng, count, opener=opener, stop=need)
-    left = None if need is None else need - len(thought) - thinking
+    marker = 1 if thinking else 0  # the </think> token between the two parts
+    left = None if need is None else need - len(thought) - marker
     if counted is not None:
         answer = _count_pieces(*counted, stop=left)
     else:
