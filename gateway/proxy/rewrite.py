@@ -50,11 +50,12 @@ class _ChoiceWriter:
         text_key = "content" if slot else "text"
         upstream_reasoning = None
         for name in UPSTREAM_REASONING_FIELDS:
-            value = target.pop(name, None)
-            if isinstance(value, str):
-                upstream_reasoning = (upstream_reasoning or "") + value
-        had_text = bool(target.get(text_key))
-        out = self.split.take(upstream_reasoning, target.get(text_key))
+            if name in target:
+                value = target.pop(name)
+                if isinstance(value, str):
+                    upstream_reasoning = (upstream_reasoning or "") + value
+        text = target.get(text_key)
+        out = self.split.take(upstream_reasoning, text)
         finished = choice.get("finish_reason") is not None
         if finished:
             tail = self.split.close()
@@ -63,35 +64,24 @@ class _ChoiceWriter:
             out.tool_calls.extend(tail.tool_calls)
             if choice["finish_reason"] == "stop" and self.split.tool_calls_seen:
                 choice["finish_reason"] = "tool_calls"
-        self._write_reasoning(target, out.reasoning, whole=slot == "message")
-        self._write_text(target, text_key, out.content, had_text, whole=slot == "message")
-        self._write_tool_calls(target, out)
-        sent_text = bool(out.content or out.tool_calls or (out.reasoning and self.policy.include_reasoning))
+        whole = slot == "message"
+        if self.policy.include_reasoning and (out.reasoning or whole):
+            for name in self.policy.fields:
+                target[name] = out.reasoning or None
+        if out.content:
+            target[text_key] = out.content
+        elif slot is None or whole:
+            target[text_key] = None if whole else ""  # a null message content; text is always a string
+        elif text:
+            del target[text_key]  # held back or moved to reasoning: no empty delta invented
+        if out.tool_calls:
+            self._write_tool_calls(target, out)
         if slot == "delta":
             return finished or bool(target) or choice.get("logprobs") is not None, out
-        return finished or sent_text or slot == "message" or choice.get("logprobs") is not None, out
-
-    def _write_reasoning(self, target: dict[str, Any], reasoning: str, whole: bool) -> None:
-        if not self.policy.include_reasoning:
-            return
-        if reasoning or whole:
-            for name in self.policy.fields:
-                target[name] = reasoning or None
-
-    @staticmethod
-    def _write_text(target: dict[str, Any], key: str, content: str, had_text: bool, whole: bool) -> None:
-        if key == "text":
-            target[key] = content  # text completions always carry a string
-        elif content:
-            target[key] = content
-        elif whole:
-            target[key] = None  # OpenAI: null content when the message has none
-        elif had_text:
-            del target[key]  # held back or moved to reasoning: no empty delta invented
+        sent_text = bool(out.content or out.tool_calls or (out.reasoning and self.policy.include_reasoning))
+        return finished or sent_text or whole or choice.get("logprobs") is not None, out
 
     def _write_tool_calls(self, target: dict[str, Any], out: SplitDelta) -> None:
-        if not out.tool_calls:
-            return
         calls = target.get("tool_calls") or []
         start = self.split.tool_calls_seen - len(out.tool_calls)
         calls.extend(
@@ -106,13 +96,15 @@ class _ChoiceWriter:
         target["tool_calls"] = calls
 
 
+#: Where a choice's text is, by the response's ``object``: chat ``delta``/``message``; else the choice
+#: itself (``text_completion``, whose text is under ``text``).
+_SLOTS = {"chat.completion.chunk": "delta", "chat.completion": "message"}
+#: The choice fields that must be strings (or null), by the field the text is in.
+_STRING_FIELDS = {key: (key, *UPSTREAM_REASONING_FIELDS) for key in ("content", "text")}
+
+
 def _slot(obj: dict[str, Any]) -> str | None:
-    kind = obj.get("object", "")
-    if kind == "chat.completion.chunk":
-        return "delta"
-    if kind == "chat.completion":
-        return "message"
-    return None
+    return _SLOTS.get(obj.get("object"))  # type: ignore[arg-type]
 
 
 #: Called with each parsed upstream chunk (after the split), whether it is the final usage chunk, and its
@@ -124,19 +116,33 @@ class MalformedChunkError(ValueError):
     """An upstream chunk or body whose choices don't have OpenAI's shape."""
 
 
-def _check_shape(choices: list[Any], slot: str | None) -> None:
+def _check_shape(choices: list[Any], slot: str | None) -> bool:
+    """Raise :class:`MalformedChunkError` unless every choice is OpenAI-shaped (``slot`` as :func:`_slot`
+    says); return whether the reasoning policy could change any of them (a reasoning field, text, or
+    a finish reason), so a chunk it can't change is left as is."""
     text_key = "content" if slot else "text"
+    string_fields = _STRING_FIELDS[text_key]
+    touches = False
     for choice in choices:
         if not isinstance(choice, dict) or not isinstance(choice.get("index", 0), int):
             raise MalformedChunkError("a choice is not an object with an integer index")
         target = choice.get(slot) if slot else choice
         if target is None:
+            touches = touches or choice.get("finish_reason") is not None
             continue
         if not isinstance(target, dict):
             raise MalformedChunkError(f"choice {slot} is not an object")
-        for name in (text_key, *UPSTREAM_REASONING_FIELDS):
-            if target.get(name) is not None and not isinstance(target[name], str):
+        for name in string_fields:
+            value = target.get(name)
+            if value is not None and not isinstance(value, str):
                 raise MalformedChunkError(f"choice {name} is not a string")
+        touches = (
+            touches
+            or bool(target.get(text_key))
+            or choice.get("finish_reason") is not None
+            or any(name in target for name in UPSTREAM_REASONING_FIELDS)
+        )
+    return touches
 
 
 class StreamRewriter:
@@ -181,7 +187,9 @@ class StreamRewriter:
         changed = self._view.apply_chunk(obj, final) or changed
         if not changed:
             return [event]
-        if not final and not obj.get("choices"):
+        if obj.get("choices"):
+            return [_encode(obj)]
+        if not final:
             return []  # its text is held back; its usage is cumulative and rides on the next chunk
         return [] if self._view.says_nothing(obj) else [_encode(obj)]
 
@@ -190,8 +198,7 @@ class StreamRewriter:
         if not choices:
             return False, 0, 0
         slot = _slot(obj)
-        _check_shape(choices, slot)
-        if self._policy.passthrough or not _touches_text(choices, slot):
+        if not _check_shape(choices, slot) or self._policy.passthrough:
             return False, 0, 0
         kept, reasoning_chars, content_chars = [], 0, 0
         for choice in choices:
@@ -208,18 +215,6 @@ class StreamRewriter:
         if writer is None:
             writer = self._choices[index] = _ChoiceWriter(self._policy, self._traits)
         return writer
-
-
-def _touches_text(choices: list[Any], slot: str | None) -> bool:
-    """Cheap check: could the reasoning policy change these choices (``slot`` as :func:`_slot` says)?
-    (Otherwise the chunk is left as is.)"""
-    for choice in choices:
-        target = (choice.get(slot) or {}) if slot else choice
-        if any(name in target for name in UPSTREAM_REASONING_FIELDS):
-            return True
-        if target.get("content" if slot else "text") or choice.get("finish_reason") is not None:
-            return True
-    return False
 
 
 def rewrite_body(body: dict[str, Any], policy: ReasoningPolicy, traits: UpstreamTraits) -> tuple[int, int]:

@@ -63,7 +63,9 @@ class ChoiceSplit:
         if upstream_reasoning:
             out.reasoning += upstream_reasoning
         if text:
-            self._merge(out, self._splitter.feed(text))
+            calls = len(out.tool_calls)
+            self._splitter.feed(text, out)
+            self.tool_calls_seen += len(out.tool_calls) - calls
         return out
 
     def close(self) -> SplitDelta:

@@ -129,9 +129,11 @@ class ReasoningSplitter:
         self.tool_calls_seen = 0
         self.incomplete_tool_call = False
 
-    def feed(self, text: str) -> SplitDelta:
-        """Consume the next piece of output text; return what can be released now."""
-        out = SplitDelta()
+    def feed(self, text: str, out: SplitDelta | None = None) -> SplitDelta:
+        """Consume the next piece of output text; return what can be released now, appended to ``out``
+        if given (the caller's delta: one object per chunk, not one per stage)."""
+        if out is None:
+            out = SplitDelta()
         if not self._held and not _MAY_START.search(text):  # most pieces: no marker can start in them
             self._emit(text, out)
             return out
