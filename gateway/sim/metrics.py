@@ -75,52 +75,54 @@ class _SchedulerGauges(Collector):
 
 
 class SimMetrics:
-    """The simulator's metrics; implements the engine's ``EngineObserver``."""
+    """The simulator's metrics; implements the engine's ``EngineObserver``.
+
+    Every series but the per-position and per-reason ones has the one label ``model_name``, so each
+    is bound to it once here, as vLLM does (``create_metric_per_engine`` in vllm/v1/metrics/utils.py:
+    every series is exposed from the start, at 0), not looked up with ``labels()`` at each update.
+    """
 
     def __init__(self, model_name: str, scheduler: Scheduler, kv_cache_tokens: int) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_SchedulerGauges(scheduler, model_name, kv_cache_tokens))
-        labels = ["model_name"]
+        registry, labels = self.registry, ["model_name"]
 
-        def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
-            return Counter(name, doc, [*labels, *extra], registry=self.registry)
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, labels, registry=registry).labels(model_name)
 
         def histogram(name: str, doc: str) -> Histogram:
-            return Histogram(name, doc, labels, buckets=_LATENCY_BUCKETS, registry=self.registry)
+            return Histogram(name, doc, labels, buckets=_LATENCY_BUCKETS, registry=registry).labels(
+                model_name
+            )
 
         self._model = model_name
-        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
-        self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
-        self.request_success = counter(
-            "vllm:request_success", "Count of successfully processed requests.", ("finished_reason",)
+        self._prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        self._generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        self._success_family = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            [*labels, "finished_reason"],
+            registry=registry,
         )
-        self.drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
-        self.draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
-        self.accepted_tokens = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
-        self.accepted_per_pos = counter(
+        self._success = {reason: self._success_family.labels(model_name, reason) for reason in FINISH_REASONS}
+        self._drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
+        self._draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
+        self._accepted_tokens = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
+        self._per_pos_family = Counter(
             "vllm:spec_decode_num_accepted_tokens_per_pos",
             "Accepted tokens per draft position.",
-            ("position",),
+            [*labels, "position"],
+            registry=registry,
         )
-        self.ttft = histogram("vllm:time_to_first_token_seconds", "Time to first token, seconds.")
-        self.itl = histogram("vllm:inter_token_latency_seconds", "Inter-token latency, seconds.")
-        self.e2e = histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency, seconds.")
-        self.aborted = counter(
+        self._accepted_per_pos: list[Counter] = []  # by position, bound as positions first appear
+        self._ttft = histogram("vllm:time_to_first_token_seconds", "Time to first token, seconds.")
+        self._itl = histogram("vllm:inter_token_latency_seconds", "Inter-token latency, seconds.")
+        self._e2e = histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency, seconds.")
+        self._aborted = counter(
             "dspark_sim_requests_aborted",
             "Simulator only: requests aborted by their client (disconnect while waiting or decoding).",
         )
-        self.queue = histogram("vllm:request_queue_time_seconds", "Time spent in WAITING phase, seconds.")
-        for reason in FINISH_REASONS:
-            self.request_success.labels(model_name, reason)
-        for series in (
-            self.prompt_tokens,
-            self.generation_tokens,
-            self.drafts,
-            self.draft_tokens,
-            self.accepted_tokens,
-            self.aborted,
-        ):
-            series.labels(model_name)
+        self._queue = histogram("vllm:request_queue_time_seconds", "Time spent in WAITING phase, seconds.")
 
     def render(self) -> bytes:
         """Prometheus text exposition of everything above."""
@@ -129,29 +131,35 @@ class SimMetrics:
     # EngineObserver
     def on_prefill(self, seq: Sequence) -> None:
         """Prompt processed; first token due now."""
-        self.prompt_tokens.labels(self._model).inc(seq.prompt_tokens)
+        self._prompt_tokens.inc(seq.prompt_tokens)
         if seq.first_token is not None:
-            self.ttft.labels(self._model).observe(seq.first_token - seq.arrival)
+            self._ttft.observe(seq.first_token - seq.arrival)
         if seq.scheduled is not None:
-            self.queue.labels(self._model).observe(seq.scheduled - seq.arrival)
+            self._queue.observe(seq.scheduled - seq.arrival)
 
     def on_step(self, seq: Sequence, step: Step) -> None:
         """One engine step emitted ``step.tokens`` tokens."""
-        self.generation_tokens.labels(self._model).inc(step.tokens)
+        self._generation_tokens.inc(step.tokens)
         if len(seq.step_times) >= 2:
-            self.itl.labels(self._model).observe(seq.step_times[-1] - seq.step_times[-2])
+            self._itl.observe(seq.step_times[-1] - seq.step_times[-2])
         if step.drafted:
-            self.drafts.labels(self._model).inc()
-            self.draft_tokens.labels(self._model).inc(step.drafted)
-            self.accepted_tokens.labels(self._model).inc(step.accepted)
+            self._drafts.inc()
+            self._draft_tokens.inc(step.drafted)
+            self._accepted_tokens.inc(step.accepted)
+            per_pos = self._accepted_per_pos
+            while len(per_pos) < step.accepted:
+                per_pos.append(self._per_pos_family.labels(self._model, str(len(per_pos))))
             for position in range(step.accepted):
-                self.accepted_per_pos.labels(self._model, str(position)).inc()
+                per_pos[position].inc()
 
     def on_finish(self, seq: Sequence, reason: str) -> None:
         """The sequence left the engine (``reason``: stop, length or abort)."""
         if reason == "abort":
-            self.aborted.labels(self._model).inc()
+            self._aborted.inc()
             return
-        self.request_success.labels(self._model, reason).inc()
+        child = self._success.get(reason)
+        if child is None:
+            child = self._success[reason] = self._success_family.labels(self._model, reason)
+        child.inc()
         if seq.last_token is not None:
-            self.e2e.labels(self._model).observe(seq.last_token - seq.arrival)
+            self._e2e.observe(seq.last_token - seq.arrival)
