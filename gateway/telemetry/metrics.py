@@ -19,6 +19,8 @@ _SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 
 _TOKENS_PER_S = (1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 120, 150, 200, 300)
 _RATE = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
 _LENGTH = (1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5, 6)
+#: The per-request token counts of a record, by ``gateway_tokens_total``'s ``kind``.
+_TOKEN_KINDS = ("prompt", "completion", "cached", "reasoning")
 
 
 class GatewayMetrics:
@@ -38,6 +40,7 @@ class GatewayMetrics:
         Gauge("gateway_queue_depth", "Requests waiting for a slot", registry=registry).set_function(
             lambda: admission.queue_depth
         )
+        self._series: dict[tuple[str, str], _KeySeries] = {}  # bounded by the key table (model: 2 values)
         self.requests = Counter(
             "gateway_requests", "Inference requests by final status", (*labels, "status"), registry=registry
         )
@@ -108,29 +111,66 @@ class GatewayMetrics:
 
     def observe(self, record: RequestTelemetry) -> None:
         """Record one finished request."""
-        model, key = record.model, record.key_name
-        self.requests.labels(model, key, str(record.status)).inc()
-        for kind in ("prompt", "completion", "cached", "reasoning"):
-            count = getattr(record, f"{kind}_tokens")
-            if count:
-                self.tokens.labels(model, key, kind).inc(count)
-        for histogram, value in (
-            (self.ttft, record.ttft_s),
-            (self.queue_wait, record.queue_wait_s),
-            (self.decode, record.decode_tokens_per_s),
-            (self.e2e, record.e2e_s),
-        ):
-            if value is not None:
-                histogram.labels(model, key).observe(value)
-        spec = record.spec
-        if spec is not None:
-            if spec.acceptance_rate is not None:
-                self.acceptance.labels(model, key, spec.source).observe(spec.acceptance_rate)
-            if spec.mean_acceptance_length is not None:
-                self.acceptance_length.labels(model, key, spec.source).observe(spec.mean_acceptance_length)
+        series = self._series.get((record.model, record.key_name))
+        if series is None:
+            series = self._series[(record.model, record.key_name)] = _KeySeries(
+                self, record.model, record.key_name
+            )
+        series.observe(record)
         for name in record.clamped:
             self.clamped.labels(name).inc()
 
     def instrument(self, app: FastAPI) -> None:
         """Add HTTP request metrics to ``app`` (exposed by the gateway's own ``/metrics`` route)."""
         http_metrics.instrument(app, self.registry)
+
+
+class _KeySeries:
+    """One (model, key)'s series of :class:`GatewayMetrics`, bound once: ``labels()`` hashes its label
+    values at every call (~10 per request; its own families' children are kept the same way)."""
+
+    def __init__(self, metrics: GatewayMetrics, model: str, key: str) -> None:
+        self._labels = (model, key)
+        self._metrics = metrics
+        self._requests: dict[int, Counter] = {}  # by status
+        # by spec source: (acceptance rate, mean acceptance length)
+        self._spec: dict[str, tuple[Histogram, Histogram]] = {}
+        self._tokens = [(kind, metrics.tokens.labels(model, key, kind)) for kind in _TOKEN_KINDS]
+        self._timings = [
+            (name, histogram.labels(model, key))
+            for name, histogram in (
+                ("ttft_s", metrics.ttft),
+                ("queue_wait_s", metrics.queue_wait),
+                ("decode_tokens_per_s", metrics.decode),
+                ("e2e_s", metrics.e2e),
+            )
+        ]
+
+    def observe(self, record: RequestTelemetry) -> None:
+        """Count ``record`` in this model's and key's series."""
+        requests = self._requests.get(record.status)
+        if requests is None:
+            requests = self._requests[record.status] = self._metrics.requests.labels(
+                *self._labels, str(record.status)
+            )
+        requests.inc()
+        for kind, counter in self._tokens:
+            count = getattr(record, f"{kind}_tokens")
+            if count:
+                counter.inc(count)
+        for name, histogram in self._timings:
+            value = getattr(record, name)
+            if value is not None:
+                histogram.observe(value)
+        spec = record.spec
+        if spec is not None:
+            bound = self._spec.get(spec.source)
+            if bound is None:
+                bound = self._spec[spec.source] = (
+                    self._metrics.acceptance.labels(*self._labels, spec.source),
+                    self._metrics.acceptance_length.labels(*self._labels, spec.source),
+                )
+            if spec.acceptance_rate is not None:
+                bound[0].observe(spec.acceptance_rate)
+            if spec.mean_acceptance_length is not None:
+                bound[1].observe(spec.mean_acceptance_length)
