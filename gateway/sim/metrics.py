@@ -90,6 +90,9 @@ class SimMetrics:
         def counter(name: str, doc: str) -> Counter:
             return Counter(name, doc, labels, registry=registry).labels(model_name)
 
+        def by(name: str, doc: str, label: str) -> Counter:  # a counter with one more label
+            return Counter(name, doc, [*labels, label], registry=registry)
+
         def histogram(name: str, doc: str) -> Histogram:
             return Histogram(name, doc, labels, buckets=_LATENCY_BUCKETS, registry=registry).labels(
                 model_name
@@ -98,21 +101,15 @@ class SimMetrics:
         self._model = model_name
         self._prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         self._generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
-        self._success_family = Counter(
-            "vllm:request_success",
-            "Count of successfully processed requests.",
-            [*labels, "finished_reason"],
-            registry=registry,
+        self._success_family = by(
+            "vllm:request_success", "Count of successfully processed requests.", "finished_reason"
         )
         self._success = {reason: self._success_family.labels(model_name, reason) for reason in FINISH_REASONS}
         self._drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
         self._draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
         self._accepted_tokens = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
-        self._per_pos_family = Counter(
-            "vllm:spec_decode_num_accepted_tokens_per_pos",
-            "Accepted tokens per draft position.",
-            [*labels, "position"],
-            registry=registry,
+        self._per_pos_family = by(
+            "vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.", "position"
         )
         self._accepted_per_pos: list[Counter] = []  # by position, bound as positions first appear
         self._ttft = histogram("vllm:time_to_first_token_seconds", "Time to first token, seconds.")
