@@ -143,17 +143,25 @@ def _overhead(workdir: Path, plan: overhead.Plan, litellm: bool) -> dict[str, An
     return figures
 
 
-def _error_count(report: dict[str, Any]) -> int:
+def _error_counts(report: dict[str, Any]) -> dict[str, int]:
+    """Failed requests by path (``direct``, ``relay``, ``gateway``, ``litellm``, ``queue``, ``vllm``)."""
     figures = report["overhead"]
-    errors = [lvl[n]["error_count"] for lvl in figures["levels"].values() for n in lvl]
-    errors += [figures[p][n]["error_count"] for p in ("throughput", "rps") for n in figures[p]]
-    return sum(errors) + report["queue_scale"]["error_count"]
+    counts: dict[str, int] = {}
+    phases = [*figures["levels"].values(), figures["throughput"], figures["rps"]]
+    for phase in phases:
+        for name, figure in phase.items():
+            counts[name] = counts.get(name, 0) + figure["error_count"]
+    counts["queue"] = report["queue_scale"]["error_count"]
+    counts["vllm"] = int("real_vllm_error" in report)
+    return {name: count for name, count in counts.items() if count}
 
 
 def main() -> int:
     """Run every part; print the tables and the targets; write the JSON report if asked.
 
-    Exit 1 on request errors (a real-vLLM request failing included)."""
+    Exit 1 on a failed request of the gateway, the direct or relay paths, the queue or real vLLM;
+    LiteLLM's failures are reported (its 500s under 256 streams are part of the comparison) but are not
+    this benchmark's."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -221,10 +229,10 @@ def main() -> int:
     print(f"  most CPU used by other processes + kernel in an overhead phase: {others:.0f} %")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
-    errors = _error_count(report) + ("real_vllm_error" in report)
+    errors = _error_counts(report)
     if errors:
-        print(f"request errors: {errors} (see the JSON)", file=sys.stderr)
-    return 1 if errors else 0
+        print(f"failed requests by path: {errors} (see the JSON)", file=sys.stderr)
+    return 1 if set(errors) - {"litellm"} else 0
 
 
 if __name__ == "__main__":
