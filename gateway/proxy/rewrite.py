@@ -104,7 +104,8 @@ _STRING_FIELDS = {key: (key, *UPSTREAM_REASONING_FIELDS) for key in ("content", 
 
 
 def _slot(obj: dict[str, Any]) -> str | None:
-    return _SLOTS.get(obj.get("object"))  # type: ignore[arg-type]
+    kind = obj.get("object")
+    return _SLOTS.get(kind) if isinstance(kind, str) else None  # any other JSON value: a text completion
 
 
 #: Called with each parsed upstream chunk (after the split), whether it is the final usage chunk, and its

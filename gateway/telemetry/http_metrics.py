@@ -1,6 +1,6 @@
-"""HTTP request metrics (``http_requests_total`` and ``http_request_duration_seconds``, by handler, method
-and status) from prometheus-fastapi-instrumentator, with the route of a static path resolved once
-instead of per request.
+"""HTTP request metrics (``http_requests_total`` by handler, method and status;
+``http_request_duration_seconds`` by handler and method) from prometheus-fastapi-instrumentator, with
+the route of a static path resolved once instead of per request.
 
 The instrumentator labels each request with its route template, found before the request goes on:
 version 8.1 flattens FastAPI's included routers (``_effective_routes``) and matches the path against
@@ -60,7 +60,8 @@ def instrument(app: FastAPI, registry: CollectorRegistry) -> None:
     # the two series an HTTP dashboard reads; the library's default set adds request and response
     # size summaries and a second, unlabelled latency histogram: ~40 µs more per request, read by nothing
     instrumentator.add(
-        metrics.requests(registry=registry), metrics.latency(buckets=_BUCKETS, registry=registry)
+        metrics.requests(registry=registry),
+        metrics.latency(should_include_status=False, buckets=_BUCKETS, registry=registry),
     )
     instrumentator.instrument(app)
     added = app.user_middleware[0]  # Starlette inserts a new middleware first

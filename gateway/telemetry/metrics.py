@@ -8,6 +8,8 @@ the :class:`~gateway.telemetry.backend.BackendMonitor`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -126,51 +128,40 @@ class GatewayMetrics:
 
 
 class _KeySeries:
-    """One (model, key)'s series of :class:`GatewayMetrics`, bound once: ``labels()`` hashes its label
-    values at every call (~10 per request; its own families' children are kept the same way)."""
+    """One (model, key)'s series of :class:`GatewayMetrics`, each bound the first time it is used (as
+    ``labels()`` would create it: a series nothing was recorded in stays absent) and then kept:
+    ``labels()`` hashes its label values under a lock at every call, ~10 times per request."""
 
     def __init__(self, metrics: GatewayMetrics, model: str, key: str) -> None:
         self._labels = (model, key)
         self._metrics = metrics
-        self._requests: dict[int, Counter] = {}  # by status
-        # by spec source: (acceptance rate, mean acceptance length)
-        self._spec: dict[str, tuple[Histogram, Histogram]] = {}
-        self._tokens = [(kind, metrics.tokens.labels(model, key, kind)) for kind in _TOKEN_KINDS]
-        self._timings = [
-            (name, histogram.labels(model, key))
-            for name, histogram in (
-                ("ttft_s", metrics.ttft),
-                ("queue_wait_s", metrics.queue_wait),
-                ("decode_tokens_per_s", metrics.decode),
-                ("e2e_s", metrics.e2e),
-            )
-        ]
+        self._children: dict[tuple[Counter | Histogram, tuple[str, ...]], Any] = {}
+
+    def _child(self, family: Counter | Histogram, *extra: str) -> Any:
+        child = self._children.get((family, extra))
+        if child is None:
+            child = self._children[(family, extra)] = family.labels(*self._labels, *extra)
+        return child
 
     def observe(self, record: RequestTelemetry) -> None:
         """Count ``record`` in this model's and key's series."""
-        requests = self._requests.get(record.status)
-        if requests is None:
-            requests = self._requests[record.status] = self._metrics.requests.labels(
-                *self._labels, str(record.status)
-            )
-        requests.inc()
-        for kind, counter in self._tokens:
+        metrics = self._metrics
+        self._child(metrics.requests, str(record.status)).inc()
+        for kind in _TOKEN_KINDS:
             count = getattr(record, f"{kind}_tokens")
             if count:
-                counter.inc(count)
-        for name, histogram in self._timings:
-            value = getattr(record, name)
+                self._child(metrics.tokens, kind).inc(count)
+        for histogram, value in (
+            (metrics.ttft, record.ttft_s),
+            (metrics.queue_wait, record.queue_wait_s),
+            (metrics.decode, record.decode_tokens_per_s),
+            (metrics.e2e, record.e2e_s),
+        ):
             if value is not None:
-                histogram.observe(value)
+                self._child(histogram).observe(value)
         spec = record.spec
         if spec is not None:
-            bound = self._spec.get(spec.source)
-            if bound is None:
-                bound = self._spec[spec.source] = (
-                    self._metrics.acceptance.labels(*self._labels, spec.source),
-                    self._metrics.acceptance_length.labels(*self._labels, spec.source),
-                )
             if spec.acceptance_rate is not None:
-                bound[0].observe(spec.acceptance_rate)
+                self._child(metrics.acceptance, spec.source).observe(spec.acceptance_rate)
             if spec.mean_acceptance_length is not None:
-                bound[1].observe(spec.mean_acceptance_length)
+                self._child(metrics.acceptance_length, spec.source).observe(spec.mean_acceptance_length)

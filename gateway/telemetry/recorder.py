@@ -32,7 +32,7 @@ def _has_output(choices: list[Any]) -> bool:
 
 def _int(value: Any) -> int:
     """A token count from upstream JSON: non-negative int, else 0."""
-    return value if type(value) is int and value >= 0 else 0  # a bool is no count (type, not isinstance)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 class RequestRecorder:
