@@ -187,6 +187,18 @@ def test_malformed_upstream_chunks_are_refused() -> None:
         )
 
 
+def test_an_object_field_that_is_not_a_string_reads_as_a_text_completion() -> None:
+    """Regression: any ``object`` other than the two chat names (a list or an object too) means a
+    text completion, whose text is under ``text``; it once raised ``TypeError`` (unhashable)."""
+    for kind in ([], {}, None, 3):
+        parsed, _ = run([event({"object": kind, "choices": [{"index": 0, "text": "a</think>b"}]})])
+        assert parsed[0]["choices"][0]["text"] == "b"
+        assert parsed[0]["choices"][0]["reasoning_content"] == "a"
+        body = {"object": kind, "choices": [{"index": 0, "text": "a</think>b"}]}
+        assert rewrite_body(body, ReasoningPolicy("gateway", True), UpstreamTraits()) == (1, 1)
+        assert body["choices"][0]["text"] == "b"
+
+
 def test_steps_are_counted_when_reasoning_is_hidden() -> None:
     """Regression: with include_reasoning=false, reasoning-only chunks are dropped for the client but
     their tokens still count as engine steps."""
