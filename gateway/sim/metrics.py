@@ -13,6 +13,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway.metric_series import BoundSeries
+
 from .engine import Scheduler, Sequence, Step
 
 FINISH_REASONS = ("stop", "length", "abort")
@@ -79,7 +81,8 @@ class SimMetrics:
 
     Every series but the per-position and per-reason ones has the one label ``model_name``, so each
     is bound to it once here, as vLLM does (``create_metric_per_engine`` in vllm/v1/metrics/utils.py:
-    every series is exposed from the start, at 0), not looked up with ``labels()`` at each update.
+    every series is exposed from the start, at 0), not looked up with ``labels()`` at each update;
+    the other two are kept by :class:`~gateway.metric_series.BoundSeries` as they first appear.
     """
 
     def __init__(self, model_name: str, scheduler: Scheduler, kv_cache_tokens: int) -> None:
@@ -98,20 +101,20 @@ class SimMetrics:
                 model_name
             )
 
-        self._model = model_name
         self._prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         self._generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
         self._success_family = by(
             "vllm:request_success", "Count of successfully processed requests.", "finished_reason"
         )
-        self._success = {reason: self._success_family.labels(model_name, reason) for reason in FINISH_REASONS}
+        self._bound = BoundSeries(model_name)  # the per-reason and per-position families
+        for reason in FINISH_REASONS:
+            self._bound(self._success_family, reason)  # exposed from the start, at 0
         self._drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
         self._draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
         self._accepted_tokens = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
         self._per_pos_family = by(
             "vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.", "position"
         )
-        self._accepted_per_pos: list[Counter] = []  # by position, bound as positions first appear
         self._ttft = histogram("vllm:time_to_first_token_seconds", "Time to first token, seconds.")
         self._itl = histogram("vllm:inter_token_latency_seconds", "Inter-token latency, seconds.")
         self._e2e = histogram("vllm:e2e_request_latency_seconds", "End-to-end request latency, seconds.")
@@ -143,20 +146,14 @@ class SimMetrics:
             self._drafts.inc()
             self._draft_tokens.inc(step.drafted)
             self._accepted_tokens.inc(step.accepted)
-            per_pos = self._accepted_per_pos
-            while len(per_pos) < step.accepted:
-                per_pos.append(self._per_pos_family.labels(self._model, str(len(per_pos))))
             for position in range(step.accepted):
-                per_pos[position].inc()
+                self._bound(self._per_pos_family, str(position)).inc()
 
     def on_finish(self, seq: Sequence, reason: str) -> None:
         """The sequence left the engine (``reason``: stop, length or abort)."""
         if reason == "abort":
             self._aborted.inc()
             return
-        child = self._success.get(reason)
-        if child is None:
-            child = self._success[reason] = self._success_family.labels(self._model, reason)
-        child.inc()
+        self._bound(self._success_family, reason).inc()
         if seq.last_token is not None:
             self._e2e.observe(seq.last_token - seq.arrival)

@@ -8,12 +8,11 @@ the :class:`~gateway.telemetry.backend.BackendMonitor`.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gateway.admission import Admission
+from gateway.metric_series import BoundSeries
 from gateway.telemetry import http_metrics
 from gateway.telemetry.record import RequestTelemetry
 
@@ -42,7 +41,7 @@ class GatewayMetrics:
         Gauge("gateway_queue_depth", "Requests waiting for a slot", registry=registry).set_function(
             lambda: admission.queue_depth
         )
-        self._series: dict[tuple[str, str], _KeySeries] = {}  # bounded by the key table (model: 2 values)
+        self._series: dict[tuple[str, str], BoundSeries] = {}  # by (model, key): bounded by the key table
         self.requests = Counter(
             "gateway_requests", "Inference requests by final status", (*labels, "status"), registry=registry
         )
@@ -113,55 +112,32 @@ class GatewayMetrics:
 
     def observe(self, record: RequestTelemetry) -> None:
         """Record one finished request."""
-        series = self._series.get((record.model, record.key_name))
-        if series is None:
-            series = self._series[(record.model, record.key_name)] = _KeySeries(
-                self, record.model, record.key_name
-            )
-        series.observe(record)
+        model, key = record.model, record.key_name
+        bound = self._series.get((model, key))
+        if bound is None:
+            bound = self._series[(model, key)] = BoundSeries(model, key)
+        bound(self.requests, str(record.status)).inc()
+        for kind in _TOKEN_KINDS:
+            count = getattr(record, f"{kind}_tokens")
+            if count:
+                bound(self.tokens, kind).inc(count)
+        for histogram, value in (
+            (self.ttft, record.ttft_s),
+            (self.queue_wait, record.queue_wait_s),
+            (self.decode, record.decode_tokens_per_s),
+            (self.e2e, record.e2e_s),
+        ):
+            if value is not None:
+                bound(histogram).observe(value)
+        spec = record.spec
+        if spec is not None:
+            if spec.acceptance_rate is not None:
+                bound(self.acceptance, spec.source).observe(spec.acceptance_rate)
+            if spec.mean_acceptance_length is not None:
+                bound(self.acceptance_length, spec.source).observe(spec.mean_acceptance_length)
         for name in record.clamped:
             self.clamped.labels(name).inc()
 
     def instrument(self, app: FastAPI) -> None:
         """Add HTTP request metrics to ``app`` (exposed by the gateway's own ``/metrics`` route)."""
         http_metrics.instrument(app, self.registry)
-
-
-class _KeySeries:
-    """One (model, key)'s series of :class:`GatewayMetrics`, each bound the first time it is used (as
-    ``labels()`` would create it: a series nothing was recorded in stays absent) and then kept:
-    ``labels()`` hashes its label values under a lock at every call, ~10 times per request."""
-
-    def __init__(self, metrics: GatewayMetrics, model: str, key: str) -> None:
-        self._labels = (model, key)
-        self._metrics = metrics
-        self._children: dict[tuple[Counter | Histogram, tuple[str, ...]], Any] = {}
-
-    def _child(self, family: Counter | Histogram, *extra: str) -> Any:
-        child = self._children.get((family, extra))
-        if child is None:
-            child = self._children[(family, extra)] = family.labels(*self._labels, *extra)
-        return child
-
-    def observe(self, record: RequestTelemetry) -> None:
-        """Count ``record`` in this model's and key's series."""
-        metrics = self._metrics
-        self._child(metrics.requests, str(record.status)).inc()
-        for kind in _TOKEN_KINDS:
-            count = getattr(record, f"{kind}_tokens")
-            if count:
-                self._child(metrics.tokens, kind).inc(count)
-        for histogram, value in (
-            (metrics.ttft, record.ttft_s),
-            (metrics.queue_wait, record.queue_wait_s),
-            (metrics.decode, record.decode_tokens_per_s),
-            (metrics.e2e, record.e2e_s),
-        ):
-            if value is not None:
-                self._child(histogram).observe(value)
-        spec = record.spec
-        if spec is not None:
-            if spec.acceptance_rate is not None:
-                self._child(metrics.acceptance, spec.source).observe(spec.acceptance_rate)
-            if spec.mean_acceptance_length is not None:
-                self._child(metrics.acceptance_length, spec.source).observe(spec.mean_acceptance_length)
