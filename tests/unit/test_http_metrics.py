@@ -44,16 +44,23 @@ async def _send(app: FastAPI) -> None:
             await client.request(method, path)
 
 
-async def _requests_total(instrument: bool) -> list[str]:
+async def _series(instrument: bool, name: str) -> list[str]:
     registry = CollectorRegistry()
     await _send(_app(instrument, registry))
     exposition = generate_latest(registry).decode()
-    return sorted(line for line in exposition.splitlines() if line.startswith("http_requests_total{"))
+    return sorted(line for line in exposition.splitlines() if line.startswith(name + "{"))
+
+
+async def _requests_total(instrument: bool) -> list[str]:
+    return await _series(instrument, "http_requests_total")
 
 
 def test_labels_match_the_instrumentators_own() -> None:
     ours, theirs = asyncio.run(_requests_total(True)), asyncio.run(_requests_total(False))
     assert ours == theirs
+    # the latency histogram kept from the library's default set keeps its labels (handler, method)
+    durations = [asyncio.run(_series(kept, "http_request_duration_seconds_count")) for kept in (True, False)]
+    assert durations[0] == durations[1] != []
     assert 'http_requests_total{handler="/keys/rotate",method="POST",status="2xx"} 2.0' in ours
     assert 'http_requests_total{handler="/keys/{key_id}",method="GET",status="2xx"} 4.0' in ours
 
