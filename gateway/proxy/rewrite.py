@@ -46,7 +46,11 @@ class _ChoiceWriter:
         Returns whether anything is left to send for this choice (False: its text is held back), and
         the split it released.
         """
-        target: dict[str, Any] = (choice.setdefault(slot, {}) or {}) if slot else choice
+        target: dict[str, Any] = choice
+        if slot:
+            target = choice.get(slot)  # type: ignore[assignment]  # _check_shape: a dict or None
+            if not target:  # an empty or null delta/message still carries what a finish releases
+                target = choice[slot] = {}
         text_key = "content" if slot else "text"
         upstream_reasoning = None
         for name in UPSTREAM_REASONING_FIELDS:

@@ -115,6 +115,20 @@ def test_state_is_kept_per_choice_index() -> None:
     }
 
 
+@pytest.mark.parametrize("final_delta", [{}, None], ids=["empty delta", "null delta"])
+def test_text_held_back_comes_out_on_a_finish_chunk_without_text(final_delta) -> None:
+    # vLLM ends a stream with {"delta": {}, "finish_reason": ...} when the last step added no text; what
+    # the splitter held (a possible marker start) must come out there, not be written to a lost dict
+    last = chunk(finish="stop")
+    last["choices"][0]["delta"] = final_delta
+    for policy in ({"thinking": False}, {"thinking": True}):
+        parsed, _ = run([event(chunk(content="1 <")), event(last)], **policy)
+        field = "content" if not policy["thinking"] else "reasoning"
+        text = "".join(c["choices"][0]["delta"].get(field) or "" for c in parsed)
+        assert text == "1 <", policy
+        assert parsed[-1]["choices"][0]["finish_reason"] == "stop"
+
+
 def test_upstream_split_is_kept_and_learnt() -> None:
     traits = UpstreamTraits()
     policy = ReasoningPolicy(mode="auto", thinking=True)
