@@ -99,7 +99,8 @@ def build_output(
 
     ``request_key`` is everything that identifies the request's content (it seeds the filler text);
     ``instruction`` is the last user message or the prompt (searched for "count from A to B").
-    With ``ignore_eos`` and ``max_tokens``, filler continues until exactly ``max_tokens`` tokens.
+    With ``ignore_eos`` and ``max_tokens``, filler continues until exactly ``max_tokens`` tokens, and
+    the finish reason is ``length``, as vLLM's: with EOS ignored only the limit ends the sequence.
 
     Generation stops one token past the cut (filler goes by whole sentences: a few more), so a short
     ``max_tokens`` costs a sentence, not the whole ~150-token script, nor 200,000 tokens for "count
@@ -130,7 +131,7 @@ def build_output(
         more = max_tokens - len(script)
         script += _filler(answer_rng, more, opener=None, lead=" ")[:more]
     think_end = len(thought) if thinking else None
-    if max_tokens is None or len(script) <= max_tokens:
+    if max_tokens is None or len(script) < max_tokens or (len(script) == max_tokens and not ignore_eos):
         return Output(tuple(script), think_end, False, "stop")
     cut = tuple(script[:max_tokens])
     if think_end is not None and max_tokens <= think_end:

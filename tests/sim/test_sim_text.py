@@ -59,9 +59,14 @@ def test_deterministic_and_seed_sensitive():
     assert output("tell me a story").tokens != output("tell me another story").tokens
 
 
-def test_ignore_eos_fills_to_max_tokens():
+def test_ignore_eos_fills_to_max_tokens_and_ends_by_length():
+    # vLLM: with EOS ignored only max_tokens ends the sequence, and it reports "length"
     out = output("count to 3", max_tokens=200, ignore_eos=True)
-    assert len(out) == 200 and out.finish_reason == "stop"
+    assert len(out) == 200 and out.finish_reason == "length"
+    natural = len(output("count to 3"))
+    exact = output("count to 3", max_tokens=natural, ignore_eos=True)
+    assert len(exact) == natural and exact.finish_reason == "length"
+    assert output("count to 3", max_tokens=natural).finish_reason == "stop"  # EOS came at the limit
 
 
 def test_prompt_estimate_grows_with_text():
@@ -97,7 +102,7 @@ def test_a_cut_output_is_a_prefix_of_the_whole(instruction, max_tokens, thinking
     assert cut.tokens == whole.tokens[: len(cut)]
     natural = len(output(instruction, thinking=thinking, seed=seed))
     assert len(cut) == (max_tokens if ignore_eos else min(max_tokens, natural))
-    assert cut.finish_reason == ("length" if max_tokens < natural else "stop")
+    assert cut.finish_reason == ("length" if ignore_eos or max_tokens < natural else "stop")
 
 
 def test_the_answer_does_not_depend_on_thinking():
