@@ -143,9 +143,10 @@ def _check_shape(choices: list[Any], slot: str | None) -> bool:
                 raise MalformedChunkError(f"choice {name} is not a string")
         touches = (
             touches
+            or "reasoning" in target  # UPSTREAM_REASONING_FIELDS, spelt out: any() over them cost more
+            or "reasoning_content" in target
             or bool(target.get(text_key))
             or choice.get("finish_reason") is not None
-            or any(name in target for name in UPSTREAM_REASONING_FIELDS)
         )
     return touches
 
@@ -164,6 +165,7 @@ class StreamRewriter:
         self._traits = traits
         self._view = view
         self._observe = observe
+        self._passthrough = policy.passthrough
         self._choices: dict[int, _ChoiceWriter] = {}
 
     def step(self, event: bytes, data: bytes | None) -> list[bytes]:
@@ -187,7 +189,7 @@ class StreamRewriter:
         if choices is not None and not isinstance(choices, list):
             raise MalformedChunkError("choices is not a list")
         final = not choices  # vLLM's usage chunk: choices == []
-        changed, reasoning_chars, content_chars = self._split(obj)
+        changed, reasoning_chars, content_chars = self._split(obj, choices) if choices else (False, 0, 0)
         self._observe(obj, final, reasoning_chars, content_chars)
         changed = self._view.apply_chunk(obj, final) or changed
         if not changed:
@@ -198,16 +200,16 @@ class StreamRewriter:
             return []  # its text is held back; its usage is cumulative and rides on the next chunk
         return [] if self._view.says_nothing(obj) else [_encode(obj)]
 
-    def _split(self, obj: dict[str, Any]) -> tuple[bool, int, int]:
-        choices = obj.get("choices")
-        if not choices:
-            return False, 0, 0
+    def _split(self, obj: dict[str, Any], choices: list[Any]) -> tuple[bool, int, int]:
         slot = _slot(obj)
-        if not _check_shape(choices, slot) or self._policy.passthrough:
+        if not _check_shape(choices, slot) or self._passthrough:
             return False, 0, 0
         kept, reasoning_chars, content_chars = [], 0, 0
+        writers = self._choices
         for choice in choices:
-            keep, out = self._writer(choice.get("index", 0)).rewrite(choice, slot)
+            index = choice.get("index", 0)
+            writer = writers.get(index) or self._writer(index)
+            keep, out = writer.rewrite(choice, slot)
             reasoning_chars += len(out.reasoning)
             content_chars += len(out.content)
             if keep:
@@ -216,9 +218,7 @@ class StreamRewriter:
         return True, reasoning_chars, content_chars
 
     def _writer(self, index: int) -> _ChoiceWriter:
-        writer = self._choices.get(index)
-        if writer is None:
-            writer = self._choices[index] = _ChoiceWriter(self._policy, self._traits)
+        writer = self._choices[index] = _ChoiceWriter(self._policy, self._traits)
         return writer
 
 
