@@ -35,13 +35,18 @@ class HeaderGuardMiddleware:
 
     def check(self, scope: Scope) -> GatewayError | None:
         """The error to answer ``scope``'s request with, or None if its headers are acceptable."""
-        headers: list[tuple[bytes, bytes]] = scope["headers"]
-        if sum(len(name) + len(value) + 4 for name, value in headers) > self.max_bytes:
+        size = hosts = authorizations = 0
+        for name, value in scope["headers"]:  # one pass: this runs on every request
+            size += len(name) + len(value) + 4
+            if name == b"host":
+                hosts += 1
+            elif name == b"authorization":
+                authorizations += 1
+        if size > self.max_bytes:
             message = f"The request headers are larger than {self.max_bytes} bytes."
             return GatewayError(431, message, code="request_headers_too_large")
-        hosts = sum(name == b"host" for name, _ in headers)
         if hosts > 1 or (hosts == 0 and scope.get("http_version") == "1.1"):
             return GatewayError(400, "Exactly one Host header is required.", code="invalid_request")
-        if sum(name == b"authorization" for name, _ in headers) > 1:
+        if authorizations > 1:
             return GatewayError(400, "More than one Authorization header.", code="invalid_request")
         return None

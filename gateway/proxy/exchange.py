@@ -131,8 +131,10 @@ class Exchange:
         async for event in self.relay(outcome):
             yield event
 
-    async def read_body(self) -> Response:
-        """Non-stream: the whole upstream body, rewritten, with telemetry recorded."""
+    async def answer(self, entry: Lease | Waiter) -> Response:
+        """Non-stream: admit and open, then the whole upstream body, rewritten, with telemetry recorded
+        (the caller watches for a disconnect once around all of it)."""
+        await self.admit_and_open(entry)
         assert self.upstream is not None
         content = await self.upstream.read()
         await self.release_slot()

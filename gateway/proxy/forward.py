@@ -176,10 +176,10 @@ class Forwarder:
             if stream and isinstance(entry, Waiter) and not entry.future.done():
                 return exchange.stream_response(exchange.queued_events(entry, outcome), outcome)
             opened = exchange
-            await unless_disconnected(request.receive, lambda: opened.admit_and_open(entry))
             if stream:
+                await unless_disconnected(request.receive, lambda: opened.admit_and_open(entry))
                 return exchange.stream_response(exchange.relay(outcome), outcome)
-            return await unless_disconnected(request.receive, opened.read_body)
+            return await unless_disconnected(request.receive, lambda: opened.answer(entry))
         except GatewayError as exc:
             await self._fail(exchange, recorder, exc.status, client_gone=False)
             raise
