@@ -9,10 +9,13 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.orm import DeclarativeBase
+
+from gateway import json_codec
 
 
 class Base(DeclarativeBase):
@@ -24,6 +27,11 @@ def utc(value: datetime | None) -> datetime | None:
     if value is None or value.tzinfo is not None:
         return value
     return value.replace(tzinfo=UTC)
+
+
+def _json_text(value: Any) -> str:
+    """JSON columns' serializer: orjson's compact form (the usage ledger writes two per row)."""
+    return json_codec.dumps(value).decode()
 
 
 def _ensure_sqlite_folder(url: str) -> None:
@@ -39,7 +47,7 @@ async def open_engine(url: str) -> AsyncEngine:
     from gateway.telemetry import ledger  # noqa: F401
 
     await asyncio.to_thread(_ensure_sqlite_folder, url)
-    engine = create_async_engine(url)
+    engine = create_async_engine(url, json_serializer=_json_text)
     async with engine.begin() as conn:
         await conn.run_sync(Base.metadata.create_all)
     return engine

@@ -61,12 +61,17 @@ class UsageRow(Base):
 
 
 _COLUMNS = [c.name for c in UsageRow.__table__.columns if c.name != "id"]
+#: The columns that are a record's attributes as they are (the two JSON columns are not).
+_SCALARS = tuple(name for name in _COLUMNS if name not in ("spec", "spec_candidates"))
+#: One statement object for every flush (a statement is immutable; built once, not per flush).
+_INSERT = insert(UsageRow)
 
 
 def _row(record: RequestTelemetry) -> dict[str, Any]:
-    values = record.as_record()
-    values["arrived_at"] = record.arrived_at
-    return {name: values.get(name) for name in _COLUMNS}
+    row = {name: getattr(record, name) for name in _SCALARS}
+    row["spec"] = record.spec.as_dict() if record.spec else None
+    row["spec_candidates"] = [stats.as_dict() for stats in record.spec_candidates]
+    return row
 
 
 class UsageLedger:
@@ -105,7 +110,7 @@ class UsageLedger:
                 # one transaction, but statements of at most _STATEMENT_ROWS rows: binding a row costs
                 # ~50 µs of the event loop's time, and the loop serves requests between statements
                 for start in range(0, len(batch), _STATEMENT_ROWS):
-                    await conn.execute(insert(UsageRow), batch[start : start + _STATEMENT_ROWS])
+                    await conn.execute(_INSERT, batch[start : start + _STATEMENT_ROWS])
             return len(batch)
         except Exception:
             log.warning("usage ledger batch of %d failed; retrying row by row", len(batch))
@@ -113,7 +118,7 @@ class UsageLedger:
         for index, row in enumerate(batch):
             try:
                 async with self._engine.begin() as conn:
-                    await conn.execute(insert(UsageRow), [row])
+                    await conn.execute(_INSERT, [row])
                 written += 1
             except Exception:
                 if written == 0 and index == 0 and not await self._reachable():

@@ -25,7 +25,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 Source = Literal["backend", "stream", "metrics_delta"]
@@ -50,10 +50,12 @@ class SpecStats:
 
     def as_dict(self) -> dict[str, Any]:
         """The client-facing ``spec`` object (``exact`` only for ``metrics_delta``)."""
-        out = asdict(self)
-        if self.source != "metrics_delta":
-            out.pop("exact")
-        return out
+        names = _FIELDS if self.source == "metrics_delta" else _FIELDS_INEXACT
+        return {name: getattr(self, name) for name in names}  # asdict's deep copy: scalars need none
+
+
+_FIELDS = tuple(f.name for f in fields(SpecStats))
+_FIELDS_INEXACT = tuple(name for name in _FIELDS if name != "exact")
 
 
 def _ratio(num: float, den: float) -> float | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from gateway.db import open_engine
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.record import RequestTelemetry
+from gateway.telemetry.spec import SpecStats
 
 
 def record(request_id: str) -> RequestTelemetry:
@@ -32,3 +33,28 @@ async def test_close_while_the_writer_is_mid_batch_keeps_the_batch(tmp_path: Pat
         rows = await ledger.recent(10)
         await engine.dispose()
         assert [row["request_id"] for row in rows] == [f"r{round_}"], f"round {round_}"
+
+
+async def test_a_row_reads_back_as_the_record_wrote_it(tmp_path: Path) -> None:
+    """Every column, the two JSON ones included (``spec`` and its candidates), round-trips."""
+    engine = await open_engine(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+    ledger = UsageLedger(engine, flush_interval_s=60)
+    stream = SpecStats("stream", 4, 9, 20, 0.45, 3.25)
+    delta = SpecStats("metrics_delta", 4, 8, 20, 0.4, 3.0, exact=False)
+    wrote = RequestTelemetry(
+        request_id="r1", key_id="key_1", key_name="team", model="m", route="/v1/chat/completions",
+        stream=True, arrived_at=datetime(2026, 11, 30, 12, 0, 1, 250000, tzinfo=UTC), status=200,
+        queue_wait_s=0.5, upstream_ttft_s=0.25, ttft_s=0.75, decode_tokens_per_s=95.5, e2e_s=2.0,
+        prompt_tokens=12, completion_tokens=13, cached_tokens=4, reasoning_tokens=6, finish_reason="length",
+        client_disconnected=True, spec=stream, spec_candidates=[stream, delta],
+    )  # fmt: skip
+    ledger.add(wrote)
+    assert await ledger.flush() == 1
+    (row,) = await ledger.recent(1)
+    await engine.dispose()
+    expected = wrote.as_record()
+    assert row == {name: expected[name] for name in row}
+    assert row["spec"] == {"source": "stream", "steps": 4, "accepted_tokens": 9, "draft_tokens": 20,
+                           "acceptance_rate": 0.45, "mean_acceptance_length": 3.25}  # fmt: skip
+    assert row["spec_candidates"][1]["exact"] is False  # kept for metrics_delta only
+    assert row["arrived_at"] == "2026-11-30T12:00:01.250000+00:00"
