@@ -5,9 +5,9 @@ Every sink reads the same record once; none of them sees prompt text or the key.
 
 from __future__ import annotations
 
-import json
 import logging
 
+from gateway import json_codec
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.telemetry.record import RequestTelemetry
@@ -28,7 +28,7 @@ class TelemetrySinks:
         self.ledger.add(record)
         if access_log.isEnabledFor(logging.INFO):
             access_log.info(
-                json.dumps(
+                json_codec.dumps(
                     {
                         "request_id": record.request_id,
                         "key": record.key_name,
@@ -43,5 +43,5 @@ class TelemetrySinks:
                         "e2e_s": record.e2e_s,
                         "client_disconnected": record.client_disconnected,
                     }
-                )
+                ).decode()
             )
