@@ -1,4 +1,5 @@
-"""The serving process: what start-up left alive is frozen out of the cyclic GC's sight."""
+"""The serving process: what start-up left alive is frozen out of the cyclic GC's sight, and full
+collections are spaced out."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from gateway.drain import Drain
-from gateway.serve import _GatewayServer
+from gateway.serve import FULL_COLLECTION_EVERY, _GatewayServer
 
 
 async def _app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -23,6 +24,8 @@ async def test_start_up_leaves_the_heap_frozen() -> None:
     generation (``gc.get_freeze_count``), and a collection sees only what requests create."""
     gc.unfreeze()
     assert gc.get_freeze_count() == 0
+    before = gc.get_threshold()
+    assert before[2] != FULL_COLLECTION_EVERY
     config = uvicorn.Config(_app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
     server = _GatewayServer(config, Drain(), grace_s=1.0)
     serving = asyncio.create_task(server.serve())
@@ -31,7 +34,9 @@ async def test_start_up_leaves_the_heap_frozen() -> None:
             while not server.started:  # noqa: ASYNC110 (uvicorn offers a flag, no event)
                 await asyncio.sleep(0.01)
         assert gc.get_freeze_count() > 10_000  # this test process's modules, at least
+        assert gc.get_threshold() == (*before[:2], FULL_COLLECTION_EVERY)  # only full collections spaced
     finally:
         server.should_exit = True
         await serving
         gc.unfreeze()
+        gc.set_threshold(*before)
