@@ -10,10 +10,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from gateway import json_codec
 from gateway.admin.routes import require_admin
 from gateway.auth import KeyExistsError, KeyNotFoundError, KeyStore, Principal
 from gateway.errors import GatewayError
@@ -36,6 +37,18 @@ class KeyLimits(BaseModel):
     priority: int | None = Field(default=None, ge=1, le=100, description="Weight in the fair queue")
     default_thinking: Thinking | None = Field(default=None, description="Default thinking mode")
     metadata: dict[str, Any] | None = Field(default=None, description="Free-form labels (team, owner …)")
+
+    @field_validator("metadata")
+    @classmethod
+    def _storable(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Refuse metadata the key store can't write as JSON text: a lone UTF-16 surrogate
+        (``"\\ud800"``), which a JSON body may carry but UTF-8 can't (a 400, not a failed write)."""
+        if value is not None:
+            try:
+                json_codec.dumps(value)
+            except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+                raise ValueError("metadata must be JSON text without lone surrogate characters") from exc
+        return value
 
 
 class KeyCreate(KeyLimits):
