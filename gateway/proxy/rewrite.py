@@ -208,7 +208,7 @@ class StreamRewriter:
         writers = self._choices
         for choice in choices:
             index = choice.get("index", 0)
-            writer = writers.get(index) or self._writer(index)
+            writer = writers.get(index) or self._new_writer(index)
             keep, out = writer.rewrite(choice, slot)
             reasoning_chars += len(out.reasoning)
             content_chars += len(out.content)
@@ -217,7 +217,7 @@ class StreamRewriter:
         obj["choices"] = kept
         return True, reasoning_chars, content_chars
 
-    def _writer(self, index: int) -> _ChoiceWriter:
+    def _new_writer(self, index: int) -> _ChoiceWriter:
         writer = self._choices[index] = _ChoiceWriter(self._policy, self._traits)
         return writer
 
