@@ -38,10 +38,10 @@ class SSEDecoder:
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes; return the events completed by them, in order."""
         buffer = self._buffer
-        if not buffer and 0 <= data.find(b"\n\n") == len(data) - 2 and b"\r" not in data:
-            self._scanned = 0  # the usual read: exactly one whole event, LF line ends, nothing pending
-            return [data]
         if not buffer and b"\r" not in data:  # LF line ends and nothing pending: split
+            if 0 <= data.find(b"\n\n") == len(data) - 2:  # the usual read: exactly one whole event
+                self._scanned = 0
+                return [data]
             *complete, rest = data.split(b"\n\n")
             buffer += rest
             self._scanned = len(rest)
