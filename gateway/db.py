@@ -29,8 +29,11 @@ def utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC)
 
 
-def _json_text(value: Any) -> str:
-    """JSON columns' serializer: orjson's compact form (the usage ledger writes two per row)."""
+def json_column_text(value: Any) -> str:
+    """JSON columns' serializer: orjson's compact form (the usage ledger writes two per row).
+
+    Raises ``UnicodeEncodeError`` (a ``ValueError``) for a lone UTF-16 surrogate, which a JSON body may
+    carry but UTF-8 text can't, and ``TypeError`` for a value JSON has no form for."""
     return json_codec.dumps(value).decode()
 
 
@@ -47,7 +50,7 @@ async def open_engine(url: str) -> AsyncEngine:
     from gateway.telemetry import ledger  # noqa: F401
 
     await asyncio.to_thread(_ensure_sqlite_folder, url)
-    engine = create_async_engine(url, json_serializer=_json_text)
+    engine = create_async_engine(url, json_serializer=json_column_text)
     async with engine.begin() as conn:
         await conn.run_sync(Base.metadata.create_all)
     return engine
