@@ -72,9 +72,10 @@ class _GatewayServer(uvicorn.Server):
         Full collections are also spaced out: one per :data:`FULL_COLLECTION_EVERY` generation-1
         collections instead of CPython's 10 (the other condition, long-lived objects grown by a
         quarter, still holds). While 5,000 clients queue, the heap grows by ~100 tracked objects per
-        request, and the default made 9 full collections of 38–213 ms (540–800 ms of a 1.7–2.5 s ramp
-        with the loop stopped); with 100, one of 51–63 ms, at the same peak RSS (``queue_scale``, 3
-        runs each, ``gc.callbacks``). Cyclic garbage that reached the oldest generation waits longer.
+        request, and the default made 9 full collections (median 38–57 ms, longest 170–213 ms; 544–796
+        ms in all of a 1.7–2.5 s ramp with the loop stopped); with 100, one of 51–63 ms, at the same
+        peak RSS (``queue_scale``, 3 runs each, ``gc.callbacks``). Cyclic garbage that reached the
+        oldest generation waits longer.
         """
         await super().startup(sockets)
         gc.collect()  # start-up's own garbage goes first: frozen, it would stay
