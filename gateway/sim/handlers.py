@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
+from gateway import json_codec
 from gateway.asgi import ClientDisconnectedError, ClosingStreamingResponse, unless_disconnected
 
 from . import render, streams
@@ -31,6 +32,15 @@ from .state import SimState
 from .text import THINK_START, Output, build_output, derive_seed, estimate_prompt_tokens
 
 SSE_MEDIA_TYPE = "text/event-stream"
+
+
+class FastJSONResponse(JSONResponse):
+    """``JSONResponse`` encoded by :mod:`gateway.json_codec` (orjson): the same compact UTF-8 bytes as
+    Starlette's ``json.dumps`` up to float spelling, several times faster on a completion body."""
+
+    def render(self, content: Any) -> bytes:
+        """``content`` as compact JSON bytes."""
+        return json_codec.dumps(content)
 
 
 async def chat_completions(request: Request) -> Response:
@@ -117,7 +127,7 @@ async def _chat(request: Request, body: ChatRequest) -> Response:
     if body.stream:
         return _stream(streams.chat_events(sim.engine, gen), faults)
     await streams.run_to_end(sim.engine, gen)
-    return JSONResponse(
+    return FastJSONResponse(
         render.chat_response(
             gen.envelope,
             output,
@@ -151,7 +161,7 @@ async def _completion(request: Request, body: CompletionRequest) -> Response:
     if body.stream:
         return _stream(streams.completion_events(sim.engine, gen), faults)
     await streams.run_to_end(sim.engine, gen)
-    return JSONResponse(
+    return FastJSONResponse(
         render.completion_response(gen.envelope, output, prompt_tokens=prompt_tokens, metrics=gen.metrics())
     )
 

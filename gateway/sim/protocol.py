@@ -6,10 +6,11 @@ OpenAI SDK or the gateway adds. Only what the simulator reads is modelled.
 
 from __future__ import annotations
 
-import json
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gateway import json_codec
 
 from .errors import SimError
 
@@ -129,8 +130,8 @@ RequestT = TypeVar("RequestT", bound=_GenerationRequest)
 def parse_body(raw: bytes, model: type[RequestT]) -> RequestT:
     """Decode JSON and validate it into ``model``; any failure is a 400 ``SimError``."""
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json_codec.loads(raw)
+    except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise SimError(400, f"Invalid JSON body: {exc}") from None
     if not isinstance(data, dict):
         raise SimError(400, "Request body must be a JSON object")

@@ -8,9 +8,10 @@ reasoning parser, a step that crosses ``</think>`` yields one delta with both ``
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
+
+from gateway import json_codec
 
 from .engine import Sequence, Step
 from .text import Output
@@ -32,8 +33,7 @@ def sse(payload: dict[str, Any] | str) -> bytes:
     """One SSE event: ``data: <compact json>\\n\\n`` (or the literal string, for ``[DONE]``)."""
     if isinstance(payload, str):
         return f"data: {payload}\n\n".encode()
-    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
-    return f"data: {text}\n\n".encode()
+    return b"data: " + json_codec.dumps(payload) + b"\n\n"
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:

@@ -17,17 +17,18 @@ every process on the machine shares (comparable with another process's ``time.mo
 ``output_tokens`` is what was emitted; ``reason`` is "stop", "length" or "abort" (client gone).
 A sequence cancelled while stalled (``#sim:stall``) never reached the engine and has no line.
 
-Cost: a dict and a ``json.dumps`` per sequence into a list; the lines are written to the file (opened
+Cost: a dict and an orjson encoding per sequence into a list; the lines are written to the file (opened
 for appending) in one write at most ``flush_interval_s`` after the first unwritten one, and at shutdown.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
 from typing import IO
+
+from gateway import json_codec
 
 from .engine import EngineObserver, Sequence, Step
 
@@ -62,7 +63,7 @@ class SequenceTrace:
             "output_tokens": seq.generated,
             "reason": reason,
         }
-        self._pending.append(json.dumps(line) + "\n")
+        self._pending.append(json_codec.dumps(line).decode() + "\n")
         if self._timer is not None:
             return
         try:

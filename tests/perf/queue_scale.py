@@ -484,11 +484,13 @@ def table(report: dict[str, Any]) -> str:
         ("drain: gateway CPU ms / request", f"{drain['cpu_ms_per_1']['gateway']:.2f}"),
         (
             "drain: s runnable but off-CPU gw | sim | load",
-            " | ".join(f"{v:.2f}" for v in drain["runnable_waiting_s"].values()),
+            " | ".join(f"{drain['runnable_waiting_s'][n]:.2f}" for n in ("gateway", "simulator", "load")),
         ),
         (
             "drain: CPU busy % gw | sim | load | others",
-            " | ".join(f"{v:.0f}" for v in drain["cpu_busy_pct"].values()),
+            " | ".join(
+                f"{drain['cpu_busy_pct'][name]:.0f}" for name in ("gateway", "simulator", "load", "others")
+            ),
         ),
         ("fairness window (admissions)", f"{fair['window_admissions']}"),
         ("Jain's index in window", f"{fair['jain_index']:.4f}"),

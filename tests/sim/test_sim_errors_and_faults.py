@@ -30,6 +30,16 @@ def test_unknown_model_is_404(sim):
         sdk(sim.base_url).chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": "hi"}])
 
 
+def test_router_errors_are_fastapis_json(sim):
+    """vLLM's server is FastAPI: an unknown path or a wrong method answers ``{"detail": ...}`` JSON, and
+    a gateway reads that shape (gateway/proxy/upstream.py); the simulator's Starlette app does too."""
+    missing = httpx.post(sim.base_url + "/v1/responses", json={})
+    assert (missing.status_code, missing.json()) == (404, {"detail": "Not Found"})
+    wrong = httpx.get(sim.base_url + CHAT)
+    assert (wrong.status_code, wrong.json()) == (405, {"detail": "Method Not Allowed"})
+    assert wrong.headers["allow"] == "POST" and wrong.headers["x-dspark-simulator"] == "1"
+
+
 def test_prompt_over_context_is_400(new_sim):
     server = new_sim(max_model_len=100)
     response = httpx.post(server.base_url + CHAT, json=chat_body("z" * 1000))
