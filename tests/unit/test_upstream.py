@@ -7,11 +7,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import select
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
+from gateway.admission import Admission
 from gateway.errors import GatewayError
+from gateway.proxy.exchange import hand_on
 from gateway.proxy.relay import RelayOutcome, relay_events
 from gateway.proxy.upstream import Upstream, build_session
 
@@ -182,3 +186,60 @@ async def test_the_relay_reports_done_as_soon_as_it_arrives() -> None:
     assert done_while_open == [True] and upstream_closed.is_set()
     assert b"".join(relayed) == b'data: {"n": 1}\n\ndata: [DONE]\n\n'
     assert outcome.done and outcome.error is None
+
+
+async def test_a_handed_on_slot_has_the_next_request_at_the_backend_when_the_releaser_resumes() -> None:
+    """``hand_on`` (the proxy's early release): when it returns, the request that was waiting for the
+    slot has written its whole request (headers and body) on its pooled upstream connection, so the
+    backend starts it before the releaser rewrites and sends its own answer. The backend here is a
+    plain socket outside the event loop: ``select`` sees the bytes the moment they are written."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    session = build_session(5.0, 5.0, 4)
+    upstream = Upstream(f"http://127.0.0.1:{port}", session)
+    answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+    try:
+        warm = asyncio.create_task(upstream.open("POST", "/v1/chat/completions", b'{"n":1}'))
+        while True:  # aiohttp connects in the loop: accept once it has
+            with contextlib.suppress(BlockingIOError):
+                backend, _ = listener.accept()
+                break
+            await asyncio.sleep(0.005)
+        with backend:
+            received = b""
+            while not received.endswith(b'{"n":1}'):
+                await asyncio.sleep(0.005)
+                with contextlib.suppress(BlockingIOError):
+                    received += backend.recv(65536, socket.MSG_DONTWAIT)
+            backend.sendall(answer)
+            first = await warm
+            assert await first.read() == b"{}"
+            first.close()  # the connection goes back to the pool
+
+            admission = Admission(slots=1, queue_max=4, queue_timeout_s=5)
+            held = await admission.acquire()
+
+            async def next_request() -> bytes:
+                (await admission.acquire()).release()
+                response = await upstream.open("POST", "/v1/chat/completions", b'{"n":2}')
+                try:
+                    return await response.read()
+                finally:
+                    response.close()
+
+            waiting = asyncio.create_task(next_request())
+            await asyncio.sleep(0)
+            assert admission.queue_depth == 1
+            await hand_on(held)
+            written = bool(select.select([backend], [], [], 0)[0])
+            if not written:
+                waiting.cancel()
+            assert written, "the next request was not written yet"
+            head, _, body = backend.recv(65536).partition(b"\r\n\r\n")
+            assert head.startswith(b"POST /v1/chat/completions HTTP/1.1") and body == b'{"n":2}'
+            backend.sendall(answer)
+            assert await waiting == b"{}"
+    finally:
+        listener.close()
+        await session.close()
