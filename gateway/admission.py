@@ -90,11 +90,19 @@ class Lease:
     def released(self) -> bool:
         return self._released
 
-    def release(self) -> None:
-        """Give the slot back (to the next waiter, if any). Safe to call more than once."""
-        if not self._released:
-            self._released = True
-            self._admission._unhold(self, time.monotonic() - self.granted_at)
+    def release(self) -> bool:
+        """Give the slot back (to the next waiter, if any). Safe to call more than once.
+
+        Returns True if this call handed the slot straight to a waiting request (whose task resumes
+        in the next event-loop step), False if the slot went back to the pool or was already released.
+        """
+        if self._released:
+            return False
+        self._released = True
+        admission = self._admission
+        in_use = admission.in_use
+        admission._unhold(self, time.monotonic() - self.granted_at)
+        return admission.in_use >= in_use
 
 
 class Admission:

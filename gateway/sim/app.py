@@ -12,7 +12,7 @@ All state is built here and kept on ``app.state.sim``; nothing is created at imp
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
@@ -69,13 +69,21 @@ def create_sim_app(config: SimConfig | None = None) -> Starlette:
             _app.state.sim.close()
 
     app = Starlette(
-        routes=[Route(path, endpoint, methods=methods) for path, endpoint, methods in ROUTES],
+        routes=[_route(path, endpoint, methods) for path, endpoint, methods in ROUTES],
         middleware=[Middleware(SimulatorMiddleware)],
         exception_handlers={SimError: sim_error_handler, HTTPException: http_error_handler},
         lifespan=lifespan,
     )
     app.state.sim = SimState.build(config)
     return app
+
+
+def _route(path: str, endpoint: Callable[[Request], Awaitable[Response]], methods: list[str]) -> Route:
+    """A route answering exactly ``methods``, as FastAPI's (and vLLM's) do: Starlette's ``Route`` adds
+    HEAD to every GET route, so ``HEAD /health`` would answer 200 where vLLM answers 405."""
+    route = Route(path, endpoint, methods=methods)
+    route.methods = set(methods)
+    return route
 
 
 async def http_error_handler(_request: Request, exc: Exception) -> Response:

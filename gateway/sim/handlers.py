@@ -36,7 +36,8 @@ SSE_MEDIA_TYPE = "text/event-stream"
 
 class FastJSONResponse(JSONResponse):
     """``JSONResponse`` encoded by :mod:`gateway.json_codec` (orjson): the same compact UTF-8 bytes as
-    Starlette's ``json.dumps`` up to float spelling, several times faster on a completion body."""
+    Starlette's ``json.dumps`` up to float spelling (a NaN would be ``null`` where Starlette refuses
+    it; the simulator writes none), several times faster on a completion body."""
 
     def render(self, content: Any) -> bytes:
         """``content`` as compact JSON bytes."""

@@ -3,9 +3,8 @@
 For benchmarks that must see what happened *at the slot*, e.g. how long a slot stays idle between one
 sequence finishing and the next one arriving. Each line::
 
-    {"request_id": "chatcmpl-<x-request-id>-<8 hex>", "arrival": 1234.5, "scheduled": 1234.5,
-     "first_token": 1234.5, "finish": 1234.6, "prompt_tokens": 20, "output_tokens": 4,
-     "reason": "length"}
+    {"request_id":"chatcmpl-<x-request-id>-<8 hex>","arrival":1234.5,"scheduled":1234.5,
+     "first_token":1234.5,"finish":1234.6,"prompt_tokens":20,"output_tokens":4,"reason":"length"}
 
 Times are ``time.monotonic()`` seconds of the simulator process, i.e. Linux ``CLOCK_MONOTONIC``, which
 every process on the machine shares (comparable with another process's ``time.monotonic()``):

@@ -38,6 +38,8 @@ def test_router_errors_are_fastapis_json(sim):
     wrong = httpx.get(sim.base_url + CHAT)
     assert (wrong.status_code, wrong.json()) == (405, {"detail": "Method Not Allowed"})
     assert wrong.headers["allow"] == "POST" and wrong.headers["x-dspark-simulator"] == "1"
+    head = httpx.head(sim.base_url + "/health")  # FastAPI's GET routes take no HEAD
+    assert (head.status_code, head.headers["allow"]) == (405, "GET")
 
 
 def test_prompt_over_context_is_400(new_sim):

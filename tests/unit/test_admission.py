@@ -131,6 +131,21 @@ async def test_a_granted_waiter_resumes_in_the_next_loop_step() -> None:
     assert admission.in_use == 0
 
 
+async def test_release_says_whether_it_handed_the_slot_to_a_waiter() -> None:
+    """``Lease.release()`` is True only when the slot went straight to a waiting request: the proxy
+    then yields so that request reaches the backend first, and otherwise does not wait at all."""
+    admission = Admission(slots=1, queue_max=4, queue_timeout_s=5)
+    alone = await admission.acquire()
+    assert alone.release() is False  # nobody waiting: back to the pool
+    held = await admission.acquire()
+    waiter = asyncio.create_task(admission.acquire())
+    await asyncio.sleep(0)
+    assert held.release() is True
+    assert held.release() is False  # already released
+    (await waiter).release()
+    assert admission.in_use == 0
+
+
 async def test_release_is_idempotent() -> None:
     admission = Admission(slots=2, queue_max=0, queue_timeout_s=1)
     lease = await admission.acquire()

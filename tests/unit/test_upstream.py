@@ -10,6 +10,7 @@ import json
 import select
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 
@@ -19,6 +20,7 @@ from gateway.proxy.exchange import hand_on
 from gateway.proxy.relay import RelayOutcome, relay_events
 from gateway.proxy.upstream import Upstream, build_session
 
+T = TypeVar("T")
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 VLLM_400 = {
     "error": {
@@ -199,19 +201,22 @@ async def test_a_handed_on_slot_has_the_next_request_at_the_backend_when_the_rel
     session = build_session(5.0, 5.0, 4)
     upstream = Upstream(f"http://127.0.0.1:{port}", session)
     answer = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+    waiting: asyncio.Task[bytes] | None = None
+
+    async def poll(attempt: Callable[[], T]) -> T:
+        for _ in range(1000):  # 5 s
+            with contextlib.suppress(BlockingIOError):
+                return attempt()
+            await asyncio.sleep(0.005)
+        raise AssertionError("the client did not get this far in 5 s")
+
     try:
         warm = asyncio.create_task(upstream.open("POST", "/v1/chat/completions", b'{"n":1}'))
-        while True:  # aiohttp connects in the loop: accept once it has
-            with contextlib.suppress(BlockingIOError):
-                backend, _ = listener.accept()
-                break
-            await asyncio.sleep(0.005)
+        backend, _ = await poll(listener.accept)  # aiohttp connects in the loop
         with backend:
             received = b""
             while not received.endswith(b'{"n":1}'):
-                await asyncio.sleep(0.005)
-                with contextlib.suppress(BlockingIOError):
-                    received += backend.recv(65536, socket.MSG_DONTWAIT)
+                received += await poll(lambda: backend.recv(65536, socket.MSG_DONTWAIT))
             backend.sendall(answer)
             first = await warm
             assert await first.read() == b"{}"
@@ -232,14 +237,15 @@ async def test_a_handed_on_slot_has_the_next_request_at_the_backend_when_the_rel
             await asyncio.sleep(0)
             assert admission.queue_depth == 1
             await hand_on(held)
-            written = bool(select.select([backend], [], [], 0)[0])
-            if not written:
-                waiting.cancel()
-            assert written, "the next request was not written yet"
+            assert select.select([backend], [], [], 0)[0], "the next request was not written yet"
             head, _, body = backend.recv(65536).partition(b"\r\n\r\n")
             assert head.startswith(b"POST /v1/chat/completions HTTP/1.1") and body == b'{"n":2}'
             backend.sendall(answer)
             assert await waiting == b"{}"
     finally:
+        if waiting is not None and not waiting.done():
+            waiting.cancel()
+            with contextlib.suppress(BaseException):
+                await waiting
         listener.close()
         await session.close()
