@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -29,14 +28,6 @@ def utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC)
 
 
-def json_column_text(value: Any) -> str:
-    """JSON columns' serializer: orjson's compact form (the usage ledger writes two per row).
-
-    Raises ``UnicodeEncodeError`` (a ``ValueError``) for a lone UTF-16 surrogate, which a JSON body may
-    carry but UTF-8 text can't, and ``TypeError`` for a value JSON has no form for."""
-    return json_codec.dumps(value).decode()
-
-
 def _ensure_sqlite_folder(url: str) -> None:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
@@ -50,7 +41,9 @@ async def open_engine(url: str) -> AsyncEngine:
     from gateway.telemetry import ledger  # noqa: F401
 
     await asyncio.to_thread(_ensure_sqlite_folder, url)
-    engine = create_async_engine(url, json_serializer=json_column_text)
+    # JSON columns in orjson's compact form (the usage ledger writes two per row); a lone UTF-16
+    # surrogate raises UnicodeEncodeError, so the admin API refuses such key metadata up front
+    engine = create_async_engine(url, json_serializer=json_codec.dumps_text)
     async with engine.begin() as conn:
         await conn.run_sync(Base.metadata.create_all)
     return engine

@@ -26,6 +26,12 @@ def loads(data: bytes | str) -> Any:
         return json.loads(data)
 
 
+def dumps_text(obj: Any) -> str:
+    """:func:`dumps` as ``str`` (for a text sink: a log line, a file opened as text, a database's JSON
+    column). Raises as :func:`dumps` does."""
+    return dumps(obj).decode()
+
+
 def dumps(obj: Any) -> bytes:
     """Compact UTF-8 JSON (non-ASCII characters as they are; integers beyond 64 bits through :mod:`json`).
     Raises ``TypeError`` for values JSON has no form for, ``UnicodeEncodeError`` for a lone surrogate."""

@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from gateway import json_codec
 from gateway.admin.routes import require_admin
 from gateway.auth import KeyExistsError, KeyNotFoundError, KeyStore, Principal
-from gateway.db import json_column_text
 from gateway.errors import GatewayError
 
 router = APIRouter(prefix="/admin/keys", dependencies=[Depends(require_admin)], tags=["admin: keys"])
@@ -41,11 +41,12 @@ class KeyLimits(BaseModel):
     @field_validator("metadata")
     @classmethod
     def _storable(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        """Refuse metadata the key store can't write (:func:`~gateway.db.json_column_text` is its
-        serializer): a lone UTF-16 surrogate (``"\\ud800"``) — a 400, not a failed write."""
+        """Refuse metadata the key store can't write (:func:`~gateway.json_codec.dumps_text` is its
+        JSON columns' serializer, ``gateway/db.py``): a lone UTF-16 surrogate (``"\\ud800"``) — a
+        400, not a failed write."""
         if value is not None:
             try:
-                json_column_text(value)
+                json_codec.dumps_text(value)
             except (TypeError, ValueError) as exc:
                 raise ValueError("metadata must be JSON text without lone surrogate characters") from exc
         return value

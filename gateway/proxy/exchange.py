@@ -113,9 +113,9 @@ class Exchange:
 
         When the release grants the slot to a waiter, yields :data:`HANDOFF_STEPS` event-loop steps
         so that the waiter has *written* its request upstream before this response's rewriting and
-        sending run (:meth:`Admission.wait` resumes on the grant itself). Without the yields the slot sat idle
-        through that work (the queue benchmark's idle gap p50 went 1.33 -> 0.9 ms with the shield in
-        ``wait`` gone as well).
+        sending run (:meth:`Admission.wait` resumes on the grant itself). Without the yields the slot
+        sat idle through that work (the queue benchmark's idle gap p50 went 1.33 -> 0.9 ms with the
+        shield in ``wait`` gone as well).
         """
         if self.lease is not None and self._before is None and not self.lease.released:
             await hand_on(self.lease)

@@ -62,7 +62,7 @@ class SequenceTrace:
             "output_tokens": seq.generated,
             "reason": reason,
         }
-        self._pending.append(json_codec.dumps(line).decode() + "\n")
+        self._pending.append(json_codec.dumps_text(line) + "\n")
         if self._timer is not None:
             return
         try:

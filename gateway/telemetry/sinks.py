@@ -28,7 +28,7 @@ class TelemetrySinks:
         self.ledger.add(record)
         if access_log.isEnabledFor(logging.INFO):
             access_log.info(
-                json_codec.dumps(
+                json_codec.dumps_text(
                     {
                         "request_id": record.request_id,
                         "key": record.key_name,
@@ -43,5 +43,5 @@ class TelemetrySinks:
                         "e2e_s": record.e2e_s,
                         "client_disconnected": record.client_disconnected,
                     }
-                ).decode()
+                )
             )
