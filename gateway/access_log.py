@@ -10,8 +10,8 @@ the response has ended rather than when it starts, and without the query string.
   client that puts its key in the URL (``?api_key=``, a habit of some SDKs) must not have it written
   to the log, and nothing the log is for needs it.
 
-:class:`AccessLogProtocol` is uvicorn's HTTP protocol without its own line (``gateway.serve`` runs
-every server with it: uvicorn's own line would carry the query string); :class:`AccessLogMiddleware`
+``gateway.serve`` runs every server with :class:`~gateway.http_protocol.GatewayHttpProtocol`, uvicorn's
+HTTP protocol without its own line (it would carry the query string); :class:`AccessLogMiddleware`
 writes ours. ``access_log=False`` in uvicorn's config still silences it (it removes the
 ``uvicorn.access`` handlers).
 """
@@ -20,21 +20,10 @@ from __future__ import annotations
 
 import logging
 import urllib.parse
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 access_logger = logging.getLogger("uvicorn.access")
-
-
-class AccessLogProtocol(HttpToolsProtocol):
-    """uvicorn's httptools HTTP/1.1 protocol (``uvicorn.Config(http=...)``), minus the access line it
-    would write at each response start."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.access_log = False  # read by each request cycle this connection starts
 
 
 class AccessLogMiddleware:

@@ -20,6 +20,8 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from gateway.http_protocol import DIRECT_BODY, DirectBody
+
 T = TypeVar("T")
 
 
@@ -68,7 +70,8 @@ class ClosingStreamingResponse(StreamingResponse):
     ``keep_alive``: ``(seconds, bytes)``: once the response has started, ``bytes`` (an SSE comment) is
     sent whenever that many seconds pass without a byte to the client — a long prefill (a 1M-token
     prompt takes ~18 minutes before its first token) would otherwise be cut by idle-timeout proxies.
-    A watchdog task does it, so a relayed chunk costs one clock read, not a timer.
+    A watchdog task does it, so a relayed chunk costs one clock read, not a timer. Bytes the body
+    wrote past ``send`` (:class:`~gateway.http_protocol.DirectBody`) count too.
 
     On exit (stream finished, failed, or client gone — even before the first byte, when the body
     iterator never started) it closes the body iterator and then awaits ``on_close(client_gone)``,
@@ -89,6 +92,7 @@ class ClosingStreamingResponse(StreamingResponse):
         self._send_lock = asyncio.Lock()  # a keep-alive never lands inside or after the last message
         self._open = False  # between the start message and the last body message
         self._last_sent = 0.0  # loop time of the last message, s
+        self._direct: DirectBody | None = None
         self.client_gone = False
 
     async def stream_response(self, send: Send) -> None:
@@ -109,12 +113,18 @@ class ClosingStreamingResponse(StreamingResponse):
             self._open = False
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
+    def _last_byte(self) -> float:
+        direct = self._direct
+        return self._last_sent if direct is None else max(self._last_sent, direct.last_write)
+
     async def _send_keep_alive(self, send: Send, every_s: float, comment: bytes) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await asyncio.sleep(max(0.0, self._last_sent + every_s - loop.time()) if self._open else every_s)
+            await asyncio.sleep(
+                max(0.0, self._last_byte() + every_s - loop.time()) if self._open else every_s
+            )
             async with self._send_lock:
-                if self._open and loop.time() - self._last_sent >= every_s:
+                if self._open and loop.time() - self._last_byte() >= every_s:
                     await send({"type": "http.response.body", "body": comment, "more_body": True})
                     self._last_sent = loop.time()
 
@@ -122,6 +132,7 @@ class ClosingStreamingResponse(StreamingResponse):
         """Stream in this task at once (no task group: its set-up and the hop to a child task held the
         first byte ~0.17 ms at one stream), racing ``http.disconnect`` (:func:`unless_disconnected`);
         the keep-alive watchdog is a task beside it."""
+        self._direct = scope.get("extensions", {}).get(DIRECT_BODY)
         keep_alive = None
         if self._keep_alive is not None:
             keep_alive = asyncio.create_task(self._send_keep_alive(send, *self._keep_alive))

@@ -13,10 +13,10 @@ from types import FrameType
 
 import uvicorn
 
-from gateway.access_log import AccessLogProtocol
 from gateway.app import create_app
 from gateway.config import Settings
 from gateway.drain import Drain
+from gateway.http_protocol import GatewayHttpProtocol
 
 log = logging.getLogger("uvicorn.error")
 #: After the drain, how long uvicorn still waits for connections before cancelling their tasks, s.
@@ -115,7 +115,7 @@ def _simulator(settings: Settings) -> tuple[_EmbeddedServer, str]:
         host="127.0.0.1",
         port=port,
         log_level="warning",
-        http=AccessLogProtocol,  # no access lines: the gateway's Config re-enables uvicorn.access
+        http=GatewayHttpProtocol,  # no access lines: the gateway's Config re-enables uvicorn.access
         timeout_graceful_shutdown=_CUT_AFTER_DRAIN_S,
     )
     return _EmbeddedServer(config), f"http://127.0.0.1:{port}"
@@ -147,7 +147,7 @@ async def run_gateway(settings: Settings) -> None:
         app,
         host=settings.host,
         port=settings.port,
-        http=AccessLogProtocol,  # the access line is the app's, at each response's end (access_log.py)
+        http=GatewayHttpProtocol,  # the access line is the app's, at each response's end (access_log.py)
         # no WebSocket route exists; uvicorn would refuse an upgrade itself and log its URL, query
         # string (?api_key=…) included: as plain HTTP it is a 404 in the access log, path only
         ws="none",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,9 +25,17 @@ from gateway import json_codec
 from gateway.admission import Lease, Waiter
 from gateway.asgi import ClosingStreamingResponse
 from gateway.errors import GatewayError
+from gateway.http_protocol import DirectBody
 from gateway.limits import Ticket
 from gateway.proxy.client_view import ClientView
-from gateway.proxy.relay import KEEP_ALIVE, STREAM_HEADERS, RelayOutcome, relay_events
+from gateway.proxy.relay import (
+    KEEP_ALIVE,
+    STREAM_HEADERS,
+    RelayOutcome,
+    let_waiter_send,
+    push_events,
+    relay_events,
+)
 from gateway.proxy.rewrite import MalformedChunkError, StreamRewriter, rewrite_body
 from gateway.proxy.upstream import UpstreamResponse
 from gateway.telemetry.recorder import RequestRecorder
@@ -39,15 +46,6 @@ if TYPE_CHECKING:
 
 #: Seconds between ``: queued N`` comments to a waiting stream.
 QUEUE_COMMENT_INTERVAL_S = 5.0
-
-#: Event-loop steps a releasing request yields so the next one reaches the backend first
-#: (:meth:`Exchange.release_slot`). In the first, the granted waiter runs up to aiohttp's body write;
-#: aiohttp (``ClientRequest.send``) writes the body in a task of its own, started eagerly on Python
-#: 3.12+ (in that same step) but only scheduled on 3.11, where it needs a second step. Timestamps in
-#: the gateway joined with the simulator's trace (``queue_scale``, 5,000 clients, Python 3.11): with
-#: one step the request went out 0.38 ms (p50) after the waiter resumed, behind the whole rewriting
-#: and sending of the answer before it; with two, 0.14 ms, and the slot idle gap p50 1.04 -> 0.85 ms.
-HANDOFF_STEPS = 1 if sys.version_info >= (3, 12) else 2
 
 
 @dataclass(slots=True)
@@ -61,6 +59,7 @@ class Exchange:
     ticket: Ticket
     view: ClientView
     stream: bool
+    direct: DirectBody | None = None  # the server's direct body writes, if it offers them
     lease: Lease | None = None
     upstream: UpstreamResponse | None = None
     _before: dict[str, float] | None = None
@@ -93,8 +92,11 @@ class Exchange:
             headers={**STREAM_HEADERS, **self.ticket.headers},
         )
 
-    def relay(self, outcome: RelayOutcome) -> AsyncIterator[bytes]:
-        """Upstream events through the rewriter (reasoning split, client view, telemetry).
+    async def relay(self, outcome: RelayOutcome) -> AsyncIterator[bytes]:
+        """Upstream events through the rewriter (reasoning split, client view, telemetry): pushed to the
+        client from the upstream's parser callback when the server offers direct body writes
+        (:func:`push_events`), else pulled through ASGI ``send`` (:func:`relay_events`); the same
+        bytes either way. Iterate it once the response has started.
 
         One event may be at most twice ``max_body_bytes``: it can echo the whole prompt (``echo``).
         """
@@ -103,22 +105,29 @@ class Exchange:
             self.prepared.policy, self.forwarder.traits, self.view, self.recorder.observe_chunk
         )
         limit = 2 * self.forwarder.settings.max_body_bytes
-        return relay_events(self.upstream, rewriter.step, outcome, limit, self.release_slot)
+        if self.direct is not None and self.direct.usable:
+            events = push_events(
+                self.upstream, rewriter.step, outcome, self.direct, limit, self.release_early
+            )
+        else:
+            events = relay_events(self.upstream, rewriter.step, outcome, limit, self.release_early)
+        async for event in events:
+            yield event
 
-    async def release_slot(self) -> None:
+    def release_early(self) -> bool:
         """Hand the slot on as soon as the upstream has finished the sequence (its ``[DONE]``, or the
         whole non-stream body read): the backend already runs the next one while this response is
         rewritten and sent. :meth:`close` releases it anyway, once. Not while a spec-counter delta is
         being taken (``GATEWAY_SPEC_COUNTERS``): the next sequence's steps would count as this one's.
 
-        When the release grants the slot to a waiter, yields :data:`HANDOFF_STEPS` event-loop steps
-        so that the waiter has *written* its request upstream before this response's rewriting and
-        sending run (:meth:`Admission.wait` resumes on the grant itself). Without the yields the slot
-        sat idle through that work (the queue benchmark's idle gap p50 went 1.33 -> 0.9 ms with the
-        shield in ``wait`` gone as well).
+        Returns True when the release granted the slot to a waiting request: the caller then lets it
+        send (:func:`~gateway.proxy.relay.let_waiter_send`) before rewriting and sending its own
+        answer (the queue benchmark's idle gap p50 went 1.33 -> 0.9 ms with that, and the shield in
+        ``Admission.wait`` gone: ``wait`` resumes on the grant itself).
         """
         if self.lease is not None and self._before is None and not self.lease.released:
-            await hand_on(self.lease)
+            return self.lease.release()
+        return False
 
     async def queued_events(self, waiter: Waiter, outcome: RelayOutcome) -> AsyncIterator[bytes]:
         """For a stream that must wait: ``: queued N`` comments, then the relay; failures as SSE errors."""
@@ -147,7 +156,8 @@ class Exchange:
         await self.admit_and_open(entry)
         assert self.upstream is not None
         content = await self.upstream.read()
-        await self.release_slot()
+        if self.release_early():
+            await let_waiter_send()
         status = self.upstream.status
         try:
             body = json_codec.loads(content)
@@ -203,14 +213,6 @@ class Exchange:
             forwarder.traits.per_request_metrics = True
         forwarder.sinks.publish(record)
         await forwarder.limits.settle(self.ticket, record.prompt_tokens + record.completion_tokens)
-
-
-async def hand_on(lease: Lease) -> None:
-    """Release ``lease``; if that granted the slot to a waiting request, yield :data:`HANDOFF_STEPS`
-    loop steps, after which that request, sending over a pooled upstream connection, has written it."""
-    if lease.release():
-        for _ in range(HANDOFF_STEPS):
-            await asyncio.sleep(0)
 
 
 def telemetry_fn(recorder: RequestRecorder) -> Callable[[], dict[str, Any]]:

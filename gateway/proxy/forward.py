@@ -2,7 +2,7 @@
 request to an :class:`~gateway.proxy.exchange.Exchange`.
 
 The slot is held from admission until the upstream has finished the sequence (its ``[DONE]``, or the
-whole non-stream body read: :meth:`~gateway.proxy.exchange.Exchange.release_slot`) or the request is
+whole non-stream body read: :meth:`~gateway.proxy.exchange.Exchange.release_early`) or the request is
 abandoned, and released exactly once on every path (error before headers, client gone while queued
 or while waiting for headers, normal end, mid-stream failure, mid-stream disconnect). Every request
 that reaches here — success or failure — publishes exactly one :class:`RequestTelemetry`.
@@ -27,6 +27,7 @@ from gateway.asgi import ClientDisconnectedError, unless_disconnected
 from gateway.auth import Principal
 from gateway.config import Settings
 from gateway.errors import GatewayError, internal_error
+from gateway.http_protocol import DIRECT_BODY
 from gateway.limits import RateLimiter
 from gateway.openai_api import ChatCompletionRequest, InferenceRequest
 from gateway.openai_api.normalize import Normalized, normalize_chat, normalize_completion
@@ -170,7 +171,8 @@ class Forwarder:
                 include_metrics=prepared.include_metrics,
                 telemetry=telemetry_fn(recorder) if wants_telemetry else None,
             )
-            exchange = Exchange(self, path, prepared, recorder, ticket, view, stream)
+            direct = request.scope.get("extensions", {}).get(DIRECT_BODY)
+            exchange = Exchange(self, path, prepared, recorder, ticket, view, stream, direct)
             entry = self.admission.enqueue(principal.name, principal.priority, principal.max_concurrency)
             outcome = RelayOutcome()
             if stream and isinstance(entry, Waiter) and not entry.future.done():

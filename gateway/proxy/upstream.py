@@ -15,8 +15,8 @@ re-send the prompt elsewhere).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -66,9 +66,52 @@ def build_session(
     )
 
 
+class BodySink(Protocol):
+    """Where :meth:`UpstreamResponse.tap` delivers a body: ``data`` for each piece as it arrives (never
+    empty), then ``end`` once: None at the body's end, else the :class:`GatewayError` it broke with
+    (as :meth:`UpstreamResponse.chunks` raises it)."""
+
+    def data(self, data: bytes) -> None: ...
+
+    def end(self, error: GatewayError | None) -> None: ...
+
+
+#: The sink of each tapped body reader, by ``id`` (a reader has ``__slots__``: no room for it there).
+_SINKS: dict[int, BodySink] = {}
+
+
+class _TappedReader(aiohttp.StreamReader):
+    """aiohttp's body reader while tapped: aiohttp's HTTP parser calls ``feed_data`` with each piece of
+    the body (de-chunked), ``feed_eof`` at its end and ``set_exception`` when it breaks or the read
+    timeout runs out; here they go straight to the sink instead of a buffer that a reading task
+    drains. Same slots as :class:`aiohttp.StreamReader`, so a reader can change class both ways."""
+
+    __slots__ = ()
+
+    def feed_data(self, data: bytes, size: int = 0) -> bool:
+        if data:
+            self.total_bytes += len(data)
+            _SINKS[id(self)].data(data)
+        return False  # nothing held back for a decompressor (bodies are not decoded here)
+
+    def begin_http_chunk_receiving(self) -> None:
+        pass  # chunk boundaries are for readchunk(); kept, they would grow by one per event
+
+    def end_http_chunk_receiving(self) -> None:
+        pass
+
+    def feed_eof(self) -> None:
+        super().feed_eof()
+        _SINKS[id(self)].end(None)
+
+    def set_exception(self, exc: BaseException, *args: Any) -> None:
+        super().set_exception(exc, *args)
+        _SINKS[id(self)].end(broken("upstream_stream_error", exc))
+
+
 class UpstreamResponse:
-    """A response whose headers arrived; the caller reads it once (:meth:`chunks` or :meth:`read`) and
-    must :meth:`close` it."""
+    """A response whose headers arrived; the caller reads it once (:meth:`chunks`, :meth:`read` or
+    :meth:`tap`) and must :meth:`close` it."""
 
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
@@ -98,6 +141,50 @@ class UpstreamResponse:
             return await self._response.read()
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise broken("upstream_error", exc) from exc
+
+    def tap(self, sink: BodySink) -> Callable[[], None]:
+        """Deliver the body to ``sink`` from aiohttp's parser callbacks, as the bytes are parsed: no
+        read call and no task switch per piece (a streamed chunk's cost is per read, see
+        docs/performance.md). What is already buffered goes to ``sink.data`` at once; ``sink.end``
+        may be called within this call (the body had already ended). Returns the function that
+        detaches the sink (idempotent; call it before :meth:`close`): the reader buffers again.
+        """
+        content = self._response.content
+        if type(content) is not aiohttp.StreamReader:  # no body (aiohttp's EMPTY_PAYLOAD), or tapped
+            if isinstance(content, _TappedReader):
+                raise RuntimeError("the body is tapped already")
+            sink.end(None)
+            return lambda: None
+        # as in chunks(): bytes that came before a failure go on before it
+        held = content._read_nowait(-1) if content._buffer else b""
+        failure, eof = content.exception(), content.is_eof()
+        _SINKS[id(content)] = sink
+        content.__class__ = _TappedReader
+        if held:
+            sink.data(held)
+        if failure is not None:
+            sink.end(broken("upstream_stream_error", failure))
+        elif eof:
+            sink.end(None)
+
+        def detach() -> None:
+            if _SINKS.pop(id(content), None) is not None:
+                content.__class__ = aiohttp.StreamReader
+
+        return detach
+
+    def pause_reading(self) -> None:
+        """Stop reading the upstream socket (the client is slower than the model): TCP pushes back on
+        the server. The read timeout does not run meanwhile."""
+        connection = self._response.connection
+        if connection is not None and connection.protocol is not None:
+            connection.protocol.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Read again after :meth:`pause_reading`; what the parser held is delivered now."""
+        connection = self._response.connection
+        if connection is not None and connection.protocol is not None:
+            connection.protocol.resume_reading()
 
     def close(self) -> None:
         """Give the connection back to the pool if the body was read to its end, else close it."""

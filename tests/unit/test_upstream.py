@@ -9,19 +9,18 @@ import contextlib
 import json
 import select
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
 
 from gateway.admission import Admission
 from gateway.errors import GatewayError
-from gateway.proxy.exchange import hand_on
-from gateway.proxy.relay import RelayOutcome, relay_events
+from gateway.proxy.relay import RelayOutcome, let_waiter_send, relay_events
 from gateway.proxy.upstream import Upstream, build_session
+from tests.support.raw_http import chunked, head, read_request, server
 
 T = TypeVar("T")
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 VLLM_400 = {
     "error": {
         "message": "This model's maximum context length is 1024 tokens. " + "x" * 200,
@@ -32,51 +31,13 @@ VLLM_400 = {
 }
 
 
-async def _read_request(reader: asyncio.StreamReader) -> bytes | None:
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except (asyncio.IncompleteReadError, ConnectionError):
-        return None
-    length = 0
-    for line in head.decode("latin-1").split("\r\n")[1:]:
-        name, _, value = line.partition(":")
-        if name.strip().lower() == "content-length":
-            length = int(value)
-    return await reader.readexactly(length)
-
-
-@contextlib.asynccontextmanager
-async def server(handler: Handler) -> AsyncIterator[str]:
-    """Serve ``handler`` on a free loopback port; yield its base URL."""
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-            await handler(reader, writer)
-        writer.transport.abort()
-
-    listening = await asyncio.start_server(serve, "127.0.0.1", 0)
-    try:
-        yield f"http://127.0.0.1:{listening.sockets[0].getsockname()[1]}"
-    finally:
-        listening.close()
-
-
-def head(status: str, length: int | None, content_type: str = "application/json") -> bytes:
-    framing = f"content-length: {length}" if length is not None else "transfer-encoding: chunked"
-    return f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\n{framing}\r\n\r\n".encode()
-
-
-def chunked(data: bytes) -> bytes:
-    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
-
-
 async def test_bytes_received_before_a_broken_end_are_passed_on_first() -> None:
     """Events and [DONE] arrive, then the upstream closes without the last-chunk marker while the
     relay is busy: aiohttp stores the failure, and raises it before what it had buffered."""
     events = b"".join(b'data: {"n": %d}\n\n' % i for i in range(5)) + b"data: [DONE]\n\n"
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
+        await read_request(reader)
         writer.write(head("200 OK", None, "text/event-stream") + chunked(b'data: {"first": 1}\n\n'))
         await writer.drain()
         await asyncio.sleep(0.1)
@@ -104,7 +65,7 @@ async def test_an_error_body_in_two_segments_keeps_the_upstreams_message() -> No
     body = json.dumps(VLLM_400).encode()
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while await _read_request(reader) is not None:
+        while await read_request(reader) is not None:
             writer.write(head("400 Bad Request", len(body)) + body[:40])
             await writer.drain()
             await asyncio.sleep(0.05)
@@ -126,14 +87,14 @@ async def test_a_redirect_is_not_followed() -> None:
     hits: list[bytes | None] = []
 
     async def elsewhere(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        hits.append(await _read_request(reader))
+        hits.append(await read_request(reader))
         writer.write(head("200 OK", 2) + b"{}")
         await writer.drain()
 
     async with server(elsewhere) as other:
 
         async def redirecting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            while await _read_request(reader) is not None:
+            while await read_request(reader) is not None:
                 writer.write(f"HTTP/1.1 307 Temporary Redirect\r\nlocation: {other}/x\r\n".encode())
                 writer.write(b"content-length: 0\r\n\r\n")
                 await writer.drain()
@@ -154,7 +115,7 @@ async def test_the_relay_reports_done_as_soon_as_it_arrives() -> None:
     upstream_closed = asyncio.Event()
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
+        await read_request(reader)
         writer.write(head("200 OK", None, "text/event-stream"))
         writer.write(chunked(b'data: {"n": 1}\n\n') + chunked(b"data: [DONE]\n\n"))
         await writer.drain()
@@ -165,8 +126,9 @@ async def test_the_relay_reports_done_as_soon_as_it_arrives() -> None:
 
     done_while_open: list[bool] = []
 
-    async def on_done() -> None:
+    def on_done() -> bool:
         done_while_open.append(not upstream_closed.is_set())
+        return False
 
     async with server(handler) as url:
         session = build_session(1.0, 5.0, 4)
@@ -179,7 +141,7 @@ async def test_the_relay_reports_done_as_soon_as_it_arrives() -> None:
                     response,
                     lambda event, _: [event],
                     outcome,
-                    on_done=on_done,
+                    release=on_done,
                 )
             ]
             response.close()
@@ -191,10 +153,11 @@ async def test_the_relay_reports_done_as_soon_as_it_arrives() -> None:
 
 
 async def test_a_handed_on_slot_has_the_next_request_at_the_backend_when_the_releaser_resumes() -> None:
-    """``hand_on`` (the proxy's early release): when it returns, the request that was waiting for the
-    slot has written its whole request (headers and body) on its pooled upstream connection, so the
-    backend starts it before the releaser rewrites and sends its own answer. The backend here is a
-    plain socket outside the event loop: ``select`` sees the bytes the moment they are written."""
+    """The proxy's early release: when ``let_waiter_send`` returns after a release that granted the
+    slot, the request that was waiting for it has written its whole request (headers and body) on
+    its pooled upstream connection, so the backend starts it before the releaser rewrites and sends
+    its own answer. The backend here is a plain socket outside the event loop: ``select`` sees the
+    bytes the moment they are written."""
     listener = socket.create_server(("127.0.0.1", 0))
     listener.setblocking(False)
     port = listener.getsockname()[1]
@@ -236,7 +199,8 @@ async def test_a_handed_on_slot_has_the_next_request_at_the_backend_when_the_rel
             waiting = asyncio.create_task(next_request())
             await asyncio.sleep(0)
             assert admission.queue_depth == 1
-            await hand_on(held)
+            assert held.release()  # granted to the waiting request
+            await let_waiter_send()
             assert select.select([backend], [], [], 0)[0], "the next request was not written yet"
             head, _, body = backend.recv(65536).partition(b"\r\n\r\n")
             assert head.startswith(b"POST /v1/chat/completions HTTP/1.1") and body == b'{"n":2}'
