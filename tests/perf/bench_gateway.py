@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.perf import overhead, queue_scale, real_vllm
-from tests.perf.common import GATEWAY_CPU, LOAD_CPU, BenchError, contention, log_problems
+from tests.perf.common import GATEWAY_CPU, LOAD_CPU, BenchError, contention, log_problems, machine_speed
 from tests.perf.litellm_proxy import available as litellm_available
 from tests.support.vllm_server import VLLMNotInstalled, vllm_python
 
@@ -185,6 +185,7 @@ def main() -> int:
         print("warning: vLLM is not installed (make test-deps); skipping the real-vLLM part", file=sys.stderr)
     plan = replace(overhead.QUICK if args.quick else overhead.FULL, decode_tps=args.decode_tps)
     before = contention()
+    speed_before = machine_speed()
     started = time.time()
     report: dict[str, Any] = {
         "command": shlex.join(
@@ -220,6 +221,7 @@ def main() -> int:
             else:
                 print(real_vllm.table(report["real_vllm"]), end="\n\n", flush=True)
     report["duration_s"] = round(time.time() - started, 1)
+    report["machine"]["speed"] = {"start": speed_before, "end": machine_speed()}
     report["contention"] = {k: v or contention()[k] for k, v in before.items()}
     report["targets"] = [{"target": t, "figure": f, "met": m} for t, f, m in targets(report)]
     print(targets_table(targets(report)))
@@ -227,6 +229,7 @@ def main() -> int:
     print(f"\n{report['command']}  ({report['duration_s']} s)")
     print(f"  contention at start or end: {report['contention']}")
     print(f"  most CPU used by other processes + kernel in an overhead phase: {others:.0f} %")
+    print(f"  machine speed (start, end): {report['machine']['speed']}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     errors = _error_counts(report)

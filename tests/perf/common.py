@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import statistics
 import subprocess
@@ -17,6 +18,7 @@ import time
 from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -81,6 +83,22 @@ def chat_body(index: int, max_tokens: int, stream: bool, decode_tps: float | Non
         "ignore_eos": True,
         "stream": stream,
     }
+
+
+def raw_post(target: Target, body: dict[str, Any]) -> bytes:
+    """``body`` as an HTTP/1.1 ``POST`` to ``target`` (URL, extra headers), ``Connection: close``: for
+    load generators that write requests on plain sockets."""
+    url = urlsplit(target[0])
+    payload = json.dumps(body).encode()
+    headers = {
+        "Host": url.netloc,
+        "Content-Type": "application/json",
+        "Content-Length": str(len(payload)),
+        "Connection": "close",
+        **target[1],
+    }
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return f"POST {url.path} HTTP/1.1\r\n{head}\r\n".encode() + payload
 
 
 def machine_busy_seconds() -> float:
@@ -169,6 +187,40 @@ def simulator_and_gateway(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+#: Run pinned to one CPU: a pure-Python loop and loopback socket round trips, the machine's speed now.
+_SPEED_PROBE = """
+import socket, time
+start = time.perf_counter()
+total = 0
+for i in range(3_000_000):
+    total += i
+loop_s = time.perf_counter() - start
+a, b = socket.socketpair()
+start = time.perf_counter()
+for _ in range(20_000):
+    a.send(b"x" * 300)
+    b.recv(65536)
+print(loop_s, (time.perf_counter() - start) / 20_000 * 1e6)
+"""
+
+
+def machine_speed() -> dict[str, dict[str, float]]:
+    """Per CPU, the seconds a 3M-iteration Python loop takes and the µs a 300-byte send + recv over a
+    socketpair takes. This Firecracker VM's speed drifts by up to 2× within a session (noisy
+    neighbours): taken at a run's start and end, they tell which runs' absolute figures compare."""
+    speed: dict[str, dict[str, float]] = {}
+    for cpu in (GATEWAY_CPU, LOAD_CPU):
+        command = ["taskset", "-c", str(cpu), sys.executable, "-c", _SPEED_PROBE]
+        loop_s, syscall_us = map(
+            float, subprocess.run(command, capture_output=True, check=True).stdout.split()
+        )
+        speed[f"cpu{cpu}"] = {
+            "python_loop_3m_s": round(loop_s, 3),
+            "socketpair_roundtrip_us": round(syscall_us, 2),
+        }
+    return speed
 
 
 def log_problems(path: Path) -> list[str]:

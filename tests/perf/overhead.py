@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -38,11 +37,10 @@ from tests.perf.common import (
     sse_events,
 )
 from tests.perf.litellm_proxy import litellm_proxy
+from tests.perf.sse_counter import TEXT, run_streams
 from tests.perf.tcp_relay import tcp_relay
 
 SLOTS = 512
-#: A non-empty text field in a chunk's delta (role-only, usage-only and [DONE] events don't count).
-_TEXT = re.compile(rb'"(?:content|reasoning|reasoning_content)":\s*"[^"]')
 
 
 @dataclass(frozen=True)
@@ -87,7 +85,7 @@ async def stream_once(
     last, chunks = 0.0, 0
     async with contextlib.aclosing(sse_events(client, target, body)) as events:
         async for now, event in events:
-            if _TEXT.search(event):
+            if TEXT.search(event):
                 chunks += 1
                 if first is None:
                     first = now
@@ -223,25 +221,24 @@ def summarize_level(rounds: list[dict[str, Any]], plan: Plan, concurrency: int) 
     }
 
 
-async def measure_throughput(
-    clients: Clients, target: Target, plan: Plan, pids: dict[str, int]
-) -> dict[str, Any]:
-    """Text chunks/s of ``plan.tput_streams`` long streams for ``plan.tput_s`` s; CPU per 1,000 chunks."""
+async def measure_throughput(target: Target, plan: Plan, pids: dict[str, int]) -> dict[str, Any]:
+    """Text chunks/s of ``plan.tput_streams`` long streams for ``plan.tput_s`` s (the lean load generator,
+    :mod:`tests.perf.sse_counter`), CPU per 1,000 chunks, and the gaps between a stream's chunks (ITL)."""
     deadline = time.perf_counter() + plan.tput_s
-    serial = iter(range(10**9))
 
-    async def job(client: httpx.AsyncClient, _: int) -> int:
-        total = 0
-        while time.perf_counter() < deadline:
-            body = chat_body(next(serial), plan.tput_tokens, True)
-            total += (await stream_once(client, target, body, deadline))[2]
-        return total
+    def body(serial: int) -> dict[str, Any]:
+        return chat_body(serial, plan.tput_tokens, True)
 
     meter = Meter(pids)
-    counts, errors = await run_jobs(clients, plan.tput_streams, plan.tput_streams, job)
-    load = meter.read(sum(counts), per=1000)
-    chunks_per_s = round(sum(counts) / load["seconds"], 1)
-    out = {"streams": plan.tput_streams, "chunks": sum(counts), "chunks_per_s": chunks_per_s}
+    counts, errors = await run_streams(target, plan.tput_streams, deadline, body)
+    chunks = sum(count.chunks for count in counts)
+    load = meter.read(chunks, per=1000)
+    out = {
+        "streams": plan.tput_streams,
+        "chunks": chunks,
+        "chunks_per_s": round(chunks / load["seconds"], 1),
+        "itl_ms": _ms([gap for count in counts for gap in count.gaps]),
+    }
     return out | load | {"error_count": len(errors), "errors": errors[:5]}
 
 
@@ -264,7 +261,7 @@ SERVER = {"direct": "simulator", "relay": "relay", "gateway": "gateway", "litell
 async def measure(plan: Plan, targets: dict[str, Target], pids: dict[str, int]) -> dict[str, Any]:
     """Every measurement, on each path in turn (direct, relay, gateway, LiteLLM if there) with the same
     bodies; the latency levels in ``plan.level_rounds`` interleaved rounds."""
-    workers = max([c for c, _ in plan.levels] + [plan.tput_streams, plan.rps_concurrency])
+    workers = max([c for c, _ in plan.levels] + [plan.rps_concurrency])
     out: dict[str, Any] = {"levels": {}, "throughput": {}, "rps": {}}
     async with contextlib.AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(httpx.AsyncClient(timeout=120)) for _ in range(workers)]
@@ -284,7 +281,7 @@ async def measure(plan: Plan, targets: dict[str, Target], pids: dict[str, int]) 
             }
         for name, target in targets.items():
             await settle(pids)  # also lets the last phase's cut streams wind down
-            out["throughput"][name] = await measure_throughput(clients, target, plan, pids)
+            out["throughput"][name] = await measure_throughput(target, plan, pids)
         for name, target in targets.items():
             await settle(pids)
             out["rps"][name] = await measure_rps(clients, target, plan, pids)
@@ -369,6 +366,7 @@ def table(report: dict[str, Any]) -> str:
     cpu_per_chunk = [tput[n]["cpu_ms_per_1000"][SERVER[n]] for n in names]
     add("CPU ms / 1,000 chunks (server)", cpu_per_chunk, ".0f", "ratio")
     add("CPU busy % then (cpu1 | proxy)", _busy({n: tput[n]["cpu_busy_pct"] for n in names}), ".0f", "")
+    add("ITL p99 then (ms)", [tput[n]["itl_ms"]["p99"] for n in names], ".2f", "diff")
     add("chunks/s one core could serve (1 s / CPU)", [capacity(tput[n], n) for n in names], ".0f", "ratio")
     add(
         f"requests/s, 1 token, c={rps['direct']['concurrency']}",

@@ -75,11 +75,13 @@ from tests.perf.common import (
     GATEWAY_CPU,
     LOAD_CPU,
     Meter,
+    Target,
     chat_body,
     contention,
     log_problems,
     make_keys,
     pct,
+    raw_post,
     simulator_and_gateway,
 )
 
@@ -135,19 +137,17 @@ def run_delay_s(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
 
 
-def _raw_post(port: int, secret: str, request_id: str, body: dict[str, Any]) -> bytes:
-    payload = json.dumps(body).encode()
-    head = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        f"Authorization: Bearer {secret}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(payload)}\r\nx-request-id: {request_id}\r\nConnection: close\r\n\r\n"
-    )
-    return head.encode() + payload
+def _target(port: int, secret: str, request_id: str) -> Target:
+    """The gateway's chat completions on ``port``, with the key ``secret`` and an ``x-request-id``."""
+    headers = {"Authorization": f"Bearer {secret}", "x-request-id": request_id}
+    return f"http://127.0.0.1:{port}/v1/chat/completions", headers
 
 
 async def _call(port: int, secret: str, call: Call, sent: asyncio.Event | None = None) -> None:
     """Send ``call``'s request on a new connection and read the answer to EOF; fill in ``call``."""
-    request = _raw_post(port, secret, call.request_id, chat_body(call.index, MAX_TOKENS, stream=False))
+    request = raw_post(
+        _target(port, secret, call.request_id), chat_body(call.index, MAX_TOKENS, stream=False)
+    )
     writer: asyncio.StreamWriter | None = None
     try:
         try:
@@ -217,7 +217,7 @@ class Holders:
             body = chat_body(index, MAX_TOKENS, stream=False)
             body["messages"][0]["content"] += f" {HOLD}"
             _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-            writer.write(_raw_post(self.port, self.secret, f"holder{index}", body))
+            writer.write(raw_post(_target(self.port, self.secret, f"holder{index}"), body))
             await writer.drain()
             self._writers.append(writer)
 
