@@ -55,9 +55,10 @@ class DirectBody:
         return self._cycle.flow.write_paused and not self._cycle.disconnected
 
     def write(self, data: bytes) -> None:
-        """Send ``data`` (non-empty) as one HTTP chunk; nothing if the client has gone."""
+        """Send ``data`` as one HTTP chunk; nothing if it is empty (an empty chunk would end the body),
+        the client has gone or the response has ended."""
         cycle = self._cycle
-        if not cycle.disconnected:
+        if data and not cycle.disconnected and not cycle.response_complete:
             cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
             self.last_write = self._clock()
 

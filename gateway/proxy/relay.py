@@ -146,32 +146,45 @@ async def relay_events(
 
 
 class _PushSink:
-    """The :class:`~gateway.proxy.upstream.BodySink` of :func:`push_events`: runs in aiohttp's parser
-    callback, writes what each upstream read completes straight to the client."""
+    """The :class:`~gateway.proxy.upstream.BodySink` of :func:`push_events`. Runs in aiohttp's parser
+    callback, which calls it once per upstream HTTP chunk (one vLLM event); what a read completes is
+    written to the client in one write, by a callback that runs once the read is parsed."""
 
-    def __init__(self, pipe: EventPipe, body: DirectBody, response: UpstreamResponse) -> None:
+    def __init__(self, pipe: EventPipe, body: DirectBody) -> None:
         self._pipe = pipe
         self._body = body
-        self._response = response
-        self._wake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self._wake: asyncio.Future[None] = self._loop.create_future()
+        self._flushing = False  # a write of what is ready is scheduled
         self.error: GatewayError | None = None
-        self.finished = False
-        self.handed_on = False
+        self.finished = False  # the body ended or broke: nothing more is taken
+        self.closed = False  # the relay is over: nothing more is written
+        self.handed_on = False  # [DONE] released the slot to a waiting request
+        self.paused = False  # the upstream is paused until the client drains
+        self.resuming = False  # within UpstreamResponse.resume_reading: no pause
 
-    def data(self, data: bytes) -> None:
+    def data(self, data: bytes) -> bool:
         if self.finished:
-            return
+            return False
         pipe = self._pipe
         try:
             self.handed_on = pipe.feed(data) or self.handed_on
         except (MalformedChunkError, EventTooLargeError) as exc:
             self.end(pipe.failed(exc))
-            return
-        if pipe.ready:
-            self._body.write(pipe.take())
-            if self._body.paused:  # the client is slower than the model: push back upstream
-                self._response.pause_reading()
-                self._signal()
+            return False
+        if pipe.ready and not self._flushing:
+            self._flushing = True
+            self._loop.call_soon(self._flush)
+        if self._body.paused and not self.paused and not self.resuming:
+            self.paused = True  # the client is slower than the model: push back upstream
+            self._signal()
+            return True
+        return False
+
+    def _flush(self) -> None:
+        self._flushing = False
+        if not self.closed and self._pipe.ready:
+            self._body.write(self._pipe.take())
 
     def end(self, error: GatewayError | None) -> None:
         if not self.finished:
@@ -184,9 +197,9 @@ class _PushSink:
             self._wake.set_result(None)
 
     async def wait(self) -> None:
-        """Until the body ended or broke, or the client's buffer filled up (then the upstream is paused)."""
+        """Until the body ended or broke, or it paused the upstream."""
         await self._wake
-        self._wake = asyncio.get_running_loop().create_future()
+        self._wake = self._loop.create_future()
 
 
 async def push_events(
@@ -202,23 +215,30 @@ async def push_events(
     parser callback, with no task switch, read call or ASGI ``send`` per read — those were half of
     a relayed chunk's CPU (docs/performance.md). Yields only the error event, if any, at the end.
 
-    The iterating task waits for the end; while the client's transport buffer is full it pauses the
-    upstream socket and waits for the client (TCP pushes back on the model server, as
-    :func:`relay_events` does by not reading).
+    The iterating task waits for the end; when the client's transport buffer is full the upstream
+    is paused (from the parser callback) and the task waits for the client, then resumes it (TCP
+    pushes back on the model server, as :func:`relay_events` does by not reading).
     """
     pipe = EventPipe(rewrite, outcome, max_event_bytes, release)
-    sink = _PushSink(pipe, body, response)
-    detach = response.tap(sink)
+    sink = _PushSink(pipe, body)
+    detach: Callable[[], None] | None = None
     try:
+        detach = response.tap(sink)
         while not sink.finished:
             await sink.wait()
-            if not sink.finished and body.paused:
-                await body.drain()
-                response.resume_reading()
+            if sink.paused:
+                await body.drain()  # at once if the client has taken its buffer already
+                sink.paused, sink.resuming = False, True
+                try:
+                    response.resume_reading()
+                finally:
+                    sink.resuming = False
         if sink.handed_on:
             await let_waiter_send()
     finally:
-        detach()
+        sink.closed = True
+        if detach is not None:
+            detach()
     outcome.error = sink.error
-    if outcome.error is not None:
-        yield pipe.take() + outcome.error.sse_event()
+    if outcome.error is not None or pipe.ready:
+        yield pipe.take() + (outcome.error.sse_event() if outcome.error is not None else b"")

@@ -69,9 +69,16 @@ def build_session(
 class BodySink(Protocol):
     """Where :meth:`UpstreamResponse.tap` delivers a body: ``data`` for each piece as it arrives (never
     empty), then ``end`` once: None at the body's end, else the :class:`GatewayError` it broke with
-    (as :meth:`UpstreamResponse.chunks` raises it)."""
+    (as :meth:`UpstreamResponse.chunks` raises it).
 
-    def data(self, data: bytes) -> None: ...
+    ``data`` returns True to stop reading the upstream (the client is not keeping up): the reader
+    pauses its protocol there and then, inside aiohttp's parser callback, as aiohttp's own reader
+    does when its buffer is full; the rest of that read stays with the parser until
+    :meth:`UpstreamResponse.resume_reading`. (Paused from outside that callback, aiohttp's C parser
+    would keep a pause flag only the callback clears and stall on a later read.)
+    """
+
+    def data(self, data: bytes) -> bool: ...
 
     def end(self, error: GatewayError | None) -> None: ...
 
@@ -91,7 +98,8 @@ class _TappedReader(aiohttp.StreamReader):
     def feed_data(self, data: bytes, size: int = 0) -> bool:
         if data:
             self.total_bytes += len(data)
-            _SINKS[id(self)].data(data)
+            if _SINKS[id(self)].data(data):
+                self._protocol.pause_reading()
         return False  # nothing held back for a decompressor (bodies are not decoded here)
 
     def begin_http_chunk_receiving(self) -> None:
@@ -155,13 +163,17 @@ class UpstreamResponse:
                 raise RuntimeError("the body is tapped already")
             sink.end(None)
             return lambda: None
-        # as in chunks(): bytes that came before a failure go on before it
-        held = content._read_nowait(-1) if content._buffer else b""
+        # as in chunks(): bytes that came before a failure go on before it. Reading the buffer below
+        # its low-water mark resumes a reader that had paused itself, and the parser then feeds it
+        # what it held: read until it is empty.
+        held = []
+        while content._buffer:
+            held.append(content._read_nowait(-1))
         failure, eof = content.exception(), content.is_eof()
         _SINKS[id(content)] = sink
         content.__class__ = _TappedReader
         if held:
-            sink.data(held)
+            sink.data(b"".join(held))  # outside the parser callback: no pause here (see BodySink)
         if failure is not None:
             sink.end(broken("upstream_stream_error", failure))
         elif eof:
@@ -173,15 +185,10 @@ class UpstreamResponse:
 
         return detach
 
-    def pause_reading(self) -> None:
-        """Stop reading the upstream socket (the client is slower than the model): TCP pushes back on
-        the server. The read timeout does not run meanwhile."""
-        connection = self._response.connection
-        if connection is not None and connection.protocol is not None:
-            connection.protocol.pause_reading()
-
     def resume_reading(self) -> None:
-        """Read again after :meth:`pause_reading`; what the parser held is delivered now."""
+        """Read the upstream again after a :class:`BodySink` paused it; what the parser held is
+        delivered within this call (``sink.data`` must not ask for a pause again meanwhile: a pause
+        inside this call would leave aiohttp's read timeout running while paused)."""
         connection = self._response.connection
         if connection is not None and connection.protocol is not None:
             connection.protocol.resume_reading()

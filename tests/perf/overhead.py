@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -321,8 +322,10 @@ def servers(
 
 def capacity(phase: dict[str, Any], name: str) -> float:
     """Chunks/s one whole core could produce (simulator) or relay (a proxy) at the CPU cost per chunk
-    measured in the throughput phase: what that phase would show if CPU 1 could feed it faster."""
-    return 1e6 / phase["cpu_ms_per_1000"][SERVER[name]]
+    measured in the throughput phase: what that phase would show if CPU 1 could feed it faster. NaN
+    when the server used no CPU (the phase relayed nothing: its errors are in the report)."""
+    cpu_ms = phase["cpu_ms_per_1000"][SERVER[name]]
+    return 1e6 / cpu_ms if cpu_ms > 0 else math.nan
 
 
 def _busy(by_path: dict[str, dict[str, float]]) -> list[float]:
