@@ -210,10 +210,11 @@ async def push_events(
     max_event_bytes: int = MAX_EVENT_BYTES,
     release: Callable[[], bool] = lambda: False,
 ) -> AsyncIterator[bytes]:
-    """:func:`relay_events`, the same bytes and errors, but pushed: each upstream read is decoded,
-    rewritten and written to the client (``body``, this server's direct writes) inside aiohttp's
-    parser callback, with no task switch, read call or ASGI ``send`` per read — those were half of
-    a relayed chunk's CPU (docs/performance.md). Yields only the error event, if any, at the end.
+    """:func:`relay_events`, the same bytes and errors, but pushed: each upstream read is decoded and
+    rewritten inside aiohttp's parser callback and written to the client (``body``, this server's
+    direct writes) in one write once the read is parsed, with no task switch, read call or ASGI
+    ``send`` per read — those were half of what the gateway added to a relayed chunk's CPU
+    (docs/performance.md). Yields only what is left at the end: the error event, if any.
 
     The iterating task waits for the end; when the client's transport buffer is full the upstream
     is paused (from the parser callback) and the task waits for the client, then resumes it (TCP
