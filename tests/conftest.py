@@ -8,12 +8,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 
 from gateway.app import create_app
 from gateway.auth import KeyStore
 from gateway.config import Settings
 from gateway.sim import SimConfig, create_sim_app
 from tests.support.servers import ThreadedServer
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any] | None:
+    """Tests marked ``uvloop_too`` run on asyncio's default loop and on uvloop, which the gateway's
+    server runs on: its transports differ (uvloop binds a protocol's ``data_received`` once, asyncio
+    looks it up on every read; callbacks of one poll run in another order)."""
+    if item.get_closest_marker("uvloop_too") is None:
+        return None
+    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+
 
 FAST_SIM = {"decode_tps": 2000.0, "ttft_base_s": 0.0, "prefill_tps": 1e7}
 

@@ -24,6 +24,8 @@ from gateway.proxy.rewrite import MalformedChunkError
 from gateway.proxy.upstream import Upstream, build_session
 from tests.support.raw_http import Handler, chunked, head, read_request, server
 
+pytestmark = pytest.mark.uvloop_too
+
 PATHS = ("push", "pull")
 HEAD = head("200 OK", None, "text/event-stream")
 
@@ -157,6 +159,39 @@ async def test_push_and_pull_relay_the_same_bytes(scenario: str) -> None:
     else:
         assert bodies["push"][len(events) :].startswith(b'data: {"error": {')
         assert code.encode() in bodies["push"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_each_event_reaches_the_client_before_the_upstream_sends_the_next(path: str) -> None:
+    """The upstream sends its next event only once the client has the last one: a relay that held
+    events back until some later read (or the end) would stall this stream."""
+    client_has: list[asyncio.Event] = [asyncio.Event() for _ in range(5)]
+
+    async def in_lockstep(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(HEAD)
+        for n, received in enumerate(client_has):
+            writer.write(chunked(event(n)))
+            await writer.drain()
+            await received.wait()
+        writer.write(chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.2)
+
+    got = b""
+    async with (
+        server(in_lockstep) as url,
+        relay(url, path) as (relay_url, _),
+        httpx.AsyncClient(timeout=10) as client,
+        client.stream("POST", relay_url, content=b"{}") as response,
+    ):
+        async with asyncio.timeout(5):
+            async for part in response.aiter_bytes():
+                got += part
+                for n, received in enumerate(client_has):
+                    if event(n) in got:
+                        received.set()
+    assert got == b"".join(event(n) for n in range(5)) + b"data: [DONE]\n\n"
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -19,8 +19,10 @@ import pytest
 
 from gateway.proxy import upstream as upstream_module
 from gateway.proxy.relay import RelayOutcome, push_events, relay_events
-from gateway.proxy.upstream import Upstream, build_session
+from gateway.proxy.upstream import Upstream, UpstreamResponse, build_session
 from tests.support.raw_http import chunked, head, read_request, server
+
+pytestmark = pytest.mark.uvloop_too
 
 HEAD = head("200 OK", None, "text/event-stream")
 DONE = chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n"
@@ -260,3 +262,67 @@ async def test_a_stalled_client_is_not_a_read_timeout(path: str) -> None:
             await session.close()
     assert outcome.error is None, f"{path}: {outcome.error.message}"
     assert outcome.done
+
+
+def paced(gaps_s: list[float]):
+    """An upstream that sends one event, then one more after each gap in turn, then [DONE]."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(HEAD + chunked(event(0)))
+        for n, gap_s in enumerate(gaps_s, start=1):
+            await writer.drain()
+            await asyncio.sleep(gap_s)
+            writer.write(chunked(event(n)))
+        writer.write(DONE)
+        await writer.drain()
+        await linger()
+
+    return handler
+
+
+async def relay(path: str, response: UpstreamResponse, outcome: RelayOutcome, client: Client) -> None:
+    if path == "push":
+        await drive(push_events(response, same, outcome, client), client)  # type: ignore[arg-type]
+    else:
+        async for out in relay_events(response, same, outcome):
+            client.write(out)
+
+
+@pytest.mark.parametrize("path", ["push", "pull"])
+async def test_the_read_timeout_counts_from_the_last_read(path: str) -> None:
+    """Reads 0.3 s apart for 2.4 s under a 0.5 s read timeout: no timeout (it runs from the last read,
+    not from the start of the stream)."""
+    async with server(paced([0.3] * 8)) as url:
+        session = build_session(2.0, 0.5, 4)
+        try:
+            response = await Upstream(url, session).open("POST", "/x", b"{}")
+            client, outcome = Client(), RelayOutcome()
+            async with asyncio.timeout(10):
+                await relay(path, response, outcome, client)
+            response.close()
+        finally:
+            await session.close()
+    assert outcome.error is None, f"{path}: {outcome.error.message}"
+    assert numbers(bytes(client.received)) == list(range(9)) and outcome.done
+    assert not upstream_module._SINKS
+
+
+@pytest.mark.parametrize("path", ["push", "pull"])
+async def test_silence_after_some_reads_is_a_read_timeout(path: str) -> None:
+    """Two events, then 3 s of silence under a 0.5 s read timeout: the events, then a 504
+    ``upstream_timeout`` error event well before the upstream speaks again."""
+    async with server(paced([0.1, 3.0])) as url:
+        session = build_session(2.0, 0.5, 4)
+        try:
+            response = await Upstream(url, session).open("POST", "/x", b"{}")
+            client, outcome = Client(), RelayOutcome()
+            async with asyncio.timeout(2.5):  # the upstream's third event comes at 3.1 s
+                await relay(path, response, outcome, client)
+            response.close()
+        finally:
+            await session.close()
+    assert numbers(bytes(client.received)) == [0, 1]
+    assert outcome.error is not None and outcome.error.code == "upstream_timeout", path
+    assert b"upstream_timeout" in bytes(client.received)  # the error event
+    assert not upstream_module._SINKS
