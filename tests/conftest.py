@@ -17,12 +17,12 @@ from gateway.sim import SimConfig, create_sim_app
 from tests.support.servers import ThreadedServer
 
 
-def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any] | None:
-    """Tests marked ``uvloop_too`` run on asyncio's default loop and on uvloop, which the gateway's
-    server runs on: its transports differ (uvloop binds a protocol's ``data_received`` once, asyncio
-    looks it up on every read; callbacks of one poll run in another order)."""
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
+    """Async tests run on asyncio's default loop; those marked ``uvloop_too`` on uvloop as well, which
+    the gateway's server runs on: its transports differ (uvloop binds a protocol's ``data_received``
+    once, asyncio looks it up on every read; callbacks of one poll run in another order)."""
     if item.get_closest_marker("uvloop_too") is None:
-        return None
+        return {"asyncio": asyncio.new_event_loop}
     return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 
 

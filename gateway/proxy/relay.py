@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from gateway.errors import GatewayError
 from gateway.http_protocol import DirectBody
 from gateway.proxy.rewrite import MalformedChunkError
-from gateway.proxy.sse import DONE, MAX_EVENT_BYTES, EventTooLargeError, SSEDecoder, event_data
+from gateway.proxy.sse import DONE, MAX_EVENT_BYTES, EventTooLargeError, SSEDecoder
 from gateway.proxy.upstream import UpstreamResponse
 
 #: Event-loop steps a releasing request yields so the next one reaches the backend first
@@ -75,8 +75,7 @@ class EventPipe:
         """Decode and rewrite ``data``; True if the slot went to a waiting request meanwhile."""
         handed_on = False
         ready = self.ready
-        for event in self._decoder.feed(data):
-            payload = event_data(event)
+        for event, payload in self._decoder.feed_payloads(data):
             if payload == DONE:
                 self._outcome.done = True  # set before it is sent: a client may hang up as soon as it has it
                 handed_on = self._release()

@@ -124,9 +124,9 @@ class MalformedChunkError(ValueError):
 def _check_shape(choices: list[Any], slot: str | None) -> bool:
     """Raise :class:`MalformedChunkError` unless every choice is OpenAI-shaped (``slot`` as :func:`_slot`
     says); return whether the reasoning policy could change any of them (a reasoning field, text, or
-    a finish reason), so a chunk it can't change is left as is."""
+    a finish reason), so a chunk it can't change is left as is. Runs for every chunk: the fields are
+    spelt out, not looped over (UPSTREAM_REASONING_FIELDS)."""
     text_key = "content" if slot else "text"
-    string_fields = _STRING_FIELDS[text_key]
     touches = False
     for choice in choices:
         if not isinstance(choice, dict) or not isinstance(choice.get("index", 0), int):
@@ -137,15 +137,23 @@ def _check_shape(choices: list[Any], slot: str | None) -> bool:
             continue
         if not isinstance(target, dict):
             raise MalformedChunkError(f"choice {slot} is not an object")
-        for name in string_fields:
-            value = target.get(name)
-            if value is not None and not isinstance(value, str):
-                raise MalformedChunkError(f"choice {name} is not a string")
+        text, reasoning, reasoning_content = (
+            target.get(text_key),
+            target.get("reasoning"),
+            target.get("reasoning_content"),
+        )
+        if not (
+            (text is None or isinstance(text, str))
+            and (reasoning is None or isinstance(reasoning, str))
+            and (reasoning_content is None or isinstance(reasoning_content, str))
+        ):
+            name = next(n for n in _STRING_FIELDS[text_key] if not isinstance(target.get(n) or "", str))
+            raise MalformedChunkError(f"choice {name} is not a string")
         touches = (
             touches
-            or "reasoning" in target  # UPSTREAM_REASONING_FIELDS, spelt out: any() over them cost more
+            or "reasoning" in target
             or "reasoning_content" in target
-            or bool(target.get(text_key))
+            or bool(text)
             or choice.get("finish_reason") is not None
         )
     return touches
@@ -201,7 +209,8 @@ class StreamRewriter:
         return [] if self._view.says_nothing(obj) else [_encode(obj)]
 
     def _split(self, obj: dict[str, Any], choices: list[Any]) -> tuple[bool, int, int]:
-        slot = _slot(obj)
+        kind = obj.get("object")  # _slot(obj), inline: it runs for every chunk
+        slot = _SLOTS.get(kind) if isinstance(kind, str) else None
         if not _check_shape(choices, slot) or self._passthrough:
             return False, 0, 0
         kept, reasoning_chars, content_chars = [], 0, 0

@@ -67,6 +67,20 @@ class SSEDecoder:
             raise EventTooLargeError(f"an event is larger than {self._max} bytes")
         return events
 
+    def feed_payloads(self, data: bytes) -> list[tuple[bytes, bytes | None]]:
+        """:meth:`feed`, each event with its ``data`` payload (:func:`event_data`). The usual read, one
+        whole ``data: ...`` line and its blank line with nothing pending, is answered with one scan."""
+        if (
+            not self._buffer
+            and data.startswith(b"data: ")
+            and data.find(b"\n") == len(data) - 2
+            and data.endswith(b"\n\n")
+            and b"\r" not in data
+        ):
+            self._scanned = 0
+            return [(data, data[6:-2])]
+        return [(event, event_data(event)) for event in self.feed(data)]
+
     @property
     def pending(self) -> bytes:
         """Bytes received that do not yet form a whole event."""

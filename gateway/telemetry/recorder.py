@@ -91,20 +91,22 @@ class RequestRecorder:
         """One upstream stream chunk (parsed JSON), whether it is the final usage chunk, and how many
         of its characters were reasoning / answer (after the split). Called for every chunk: JSON
         objects are checked as ``dict`` (an ABC ``Mapping`` check costs several times more)."""
-        now = self._clock()
+        now = None  # the clock is read only when a time is taken (once: TTFT and the last token agree)
         choices = chunk.get("choices") or []
+        record = self.record
         for choice in choices:
             self._indices.add(choice.get("index", 0))
-            reason = choice.get("finish_reason")
-            if isinstance(reason, str) and self.record.finish_reason is None:
-                self.record.finish_reason = reason[:32]
-        if self._t_first is None and (_has_output(choices) or reasoning_chars or content_chars):
-            self._t_first = now
+            if record.finish_reason is None:
+                reason = choice.get("finish_reason")
+                if isinstance(reason, str):
+                    record.finish_reason = reason[:32]
+        if self._t_first is None and (reasoning_chars or content_chars or _has_output(choices)):
+            self._t_first = now = self._clock()
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = usage
-            tokens = _int(usage.get("completion_tokens"))
-            if not final and tokens > self._tokens:
+            tokens = usage.get("completion_tokens")  # an int, else no count (_int, inline)
+            if not final and type(tokens) is int and tokens > self._tokens:
                 increase = tokens - self._tokens
                 # the first token comes from prefill; every later chunk is one engine step
                 step = increase - 1 if self._tokens == 0 else increase
@@ -114,7 +116,7 @@ class RequestRecorder:
                 if total:
                     self._reasoning_tokens += increase * reasoning_chars / total
                 self._tokens = tokens
-                self._t_last = now
+                self._t_last = self._clock() if now is None else now
         metrics = chunk.get("metrics")
         if isinstance(metrics, dict):
             self._backend = metrics

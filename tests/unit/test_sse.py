@@ -65,3 +65,22 @@ def test_incomplete_event_is_held() -> None:
     assert decoder.feed(b'data: {"a"') == []
     assert decoder.feed(b":1}\n") == []
     assert decoder.feed(b"\n") == [b'data: {"a":1}\n\n']
+
+
+_PARTS = [b'data: {"a":1}\n\n', b"data:x\n\n", b": c\n\n", b"data: a\r\n\r\n", b"data: b\ndata: c\n\n"]
+
+
+@given(
+    st.lists(st.sampled_from([*_PARTS, b"\n", b"\r", b"data: "]), max_size=10).map(b"".join),
+    st.lists(st.integers(min_value=0, max_value=120), max_size=8),
+)
+def test_payloads_are_each_events_data_at_any_chunking(stream: bytes, cuts: list[int]) -> None:
+    """``feed_payloads`` answers a lone ``data:`` line in one scan: the same events, each with exactly
+    :func:`event_data` of it, as ``feed`` gives."""
+    points = sorted({c for c in cuts if c <= len(stream)})
+    pieces = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
+    decoder, reference = SSEDecoder(), SSEDecoder()
+    got = [pair for piece in pieces for pair in decoder.feed_payloads(piece)]
+    want = [(e, event_data(e)) for piece in pieces for e in reference.feed(piece)]
+    assert got == want
+    assert decoder.pending == reference.pending
