@@ -68,6 +68,15 @@ class ChoiceSplit:
             self.tool_calls_seen += len(out.tool_calls) - calls
         return out
 
+    def passes_through(self, upstream_reasoning: bool, text: str | None) -> bool:
+        """True when :meth:`take` of a piece with (``upstream_reasoning``: any) reasoning field and
+        ``text`` would return that reasoning as reasoning and the text as answer text, unchanged, and
+        change nothing here: no switch to the upstream's split, no text the splitter would hold back
+        or route elsewhere."""
+        if upstream_reasoning and not self._upstream_splits and self._policy.mode == "auto":
+            return False
+        return not text or self._splitter.passes_through(text)
+
     def close(self) -> SplitDelta:
         """Flush what the splitter holds back; call when the choice finishes."""
         out = SplitDelta()

@@ -152,6 +152,11 @@ class ReasoningSplitter:
         self._held = buffer[len(buffer) - keep :]
         return out
 
+    def passes_through(self, text: str) -> bool:
+        """True when :meth:`feed` would release all of ``text`` as answer text and change nothing else:
+        in the answer, nothing held back, and no marker can start in ``text``."""
+        return self.state is State.CONTENT and not self._held and not _MAY_START.search(text)
+
     def finish(self) -> SplitDelta:
         """Release what is held back (a would-be marker that never completed). Call once, at the end.
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from gateway.proxy.client_view import ClientView
 from gateway.proxy.rewrite import MalformedChunkError, StreamRewriter, rewrite_body
@@ -239,3 +241,99 @@ def test_steps_are_counted_when_reasoning_is_hidden() -> None:
     spec = recorder.finish(200, False).spec
     assert spec is not None and spec.steps == 3 and spec.accepted_tokens == 5
     assert 0 < record.reasoning_tokens < record.completion_tokens
+
+
+class GeneralPathOnly(StreamRewriter):
+    """The rewriter without its plain-delta shortcut: the reference the shortcut must match."""
+
+    def _plain_delta(self, obj, choice):  # type: ignore[no-untyped-def]
+        return None
+
+
+_TEXTS = st.sampled_from(
+    ["word", " a b", "é😀", "word", "", None]  # mostly text no marker can start in
+    + ["<", "<th", "<think>", "</think>", "x</think>y", f"<{FW}tool_calls>", 1]
+)
+_DELTA_DICTS = st.dictionaries(
+    st.sampled_from(["role", "content", "reasoning", "reasoning_content"]), _TEXTS, max_size=3
+)
+_CHOICES = st.fixed_dictionaries(
+    {
+        "index": st.sampled_from([0] * 12 + [1, True]),
+        "delta": st.one_of(st.none(), *[_DELTA_DICTS] * 6),
+        "logprobs": st.sampled_from([None, None, {"content": []}]),
+        "finish_reason": st.sampled_from([None] * 12 + ["stop", "length"]),
+    }
+)
+_CHUNKS = st.builds(
+    lambda kind, choices, usage: {
+        "id": "chatcmpl-1",
+        "object": kind,
+        "choices": choices,
+        **({"usage": {"completion_tokens": usage}} if usage is not None else {}),
+    },
+    st.sampled_from(["chat.completion.chunk"] * 12 + ["text_completion"]),
+    st.one_of(
+        st.just([]),  # the usage chunk
+        *[st.lists(_CHOICES, min_size=1, max_size=1)] * 6,
+        st.lists(_CHOICES, min_size=2, max_size=2),
+    ),
+    st.one_of(st.none(), st.integers(0, 50)),
+)
+_POLICIES = st.builds(
+    ReasoningPolicy,
+    mode=st.sampled_from(["auto", "gateway", "upstream", "off"]),
+    thinking=st.booleans(),
+    fields=st.sampled_from([("reasoning_content", "reasoning"), ("reasoning",), ("reasoning_content",)]),
+    include_reasoning=st.booleans(),
+)
+_VIEWS = st.builds(ClientView, include_usage=st.booleans(), continuous_usage=st.booleans())
+
+
+def _text_chunks(*deltas: dict) -> list[dict]:
+    return [chunk(**delta) for delta in deltas]
+
+
+@settings(max_examples=500, deadline=None)
+@example(  # the upstream's first reasoning field switches an auto split over (state the shortcut skips)
+    chunks=_text_chunks({"content": "word"}, {"reasoning": "x"}, {"content": "word"}),
+    policy=ReasoningPolicy("auto", thinking=True),
+    view=SEE_ALL,
+    splits=None,
+)
+@example(  # "<" may start a DSML marker: held back, it comes out with the next text
+    chunks=_text_chunks({"content": "<"}, {"content": "word"}),
+    policy=ReasoningPolicy("upstream", thinking=False),
+    view=SEE_ALL,
+    splits=True,
+)
+@given(
+    chunks=st.lists(_CHUNKS, min_size=1, max_size=14),
+    policy=_POLICIES,
+    view=_VIEWS,
+    splits=st.sampled_from([None, True, False]),
+)
+def test_the_plain_delta_shortcut_gives_what_the_general_path_gives(chunks, policy, view, splits) -> None:
+    """On generated streams (every policy, known or unknown upstream split, text that may hold markers,
+    malformed fields), the rewriter sends the same bytes, tells telemetry the same and refuses the
+    same chunks as the general path alone."""
+    seen: dict[str, list] = {"shortcut": [], "general": []}
+    rewriters = {
+        name: cls(
+            policy,
+            UpstreamTraits(splits_reasoning=splits),
+            view,
+            lambda obj, final, r, c, name=name: seen[name].append((json.dumps(obj), final, r, c)),
+        )
+        for name, cls in (("shortcut", StreamRewriter), ("general", GeneralPathOnly))
+    }
+    for obj in chunks:
+        raw = event(obj)
+        outcome = {}
+        for name, rewriter in rewriters.items():
+            try:
+                outcome[name] = step(rewriter, raw)
+            except MalformedChunkError as exc:
+                outcome[name] = str(exc)
+        assert outcome["shortcut"] == outcome["general"], obj
+        assert seen["shortcut"] == seen["general"], obj
