@@ -121,11 +121,21 @@ class MalformedChunkError(ValueError):
     """An upstream chunk or body whose choices don't have OpenAI's shape."""
 
 
+def _text_fields(target: dict[str, Any], text_key: str) -> tuple[Any, Any, Any]:
+    """``target``'s text, ``reasoning`` and ``reasoning_content``; raise :class:`MalformedChunkError`
+    if one is neither a string nor null. The one check of them, for the general path and the
+    shortcut."""
+    fields = target.get(text_key), target.get("reasoning"), target.get("reasoning_content")
+    for name, value in zip(_STRING_FIELDS[text_key], fields, strict=True):
+        if value is not None and not isinstance(value, str):
+            raise MalformedChunkError(f"choice {name} is not a string")
+    return fields
+
+
 def _check_shape(choices: list[Any], slot: str | None) -> bool:
     """Raise :class:`MalformedChunkError` unless every choice is OpenAI-shaped (``slot`` as :func:`_slot`
     says); return whether the reasoning policy could change any of them (a reasoning field, text, or
-    a finish reason), so a chunk it can't change is left as is. Runs for every chunk: the fields are
-    spelt out, not looped over (UPSTREAM_REASONING_FIELDS)."""
+    a finish reason), so a chunk it can't change is left as is."""
     text_key = "content" if slot else "text"
     touches = False
     for choice in choices:
@@ -137,18 +147,7 @@ def _check_shape(choices: list[Any], slot: str | None) -> bool:
             continue
         if not isinstance(target, dict):
             raise MalformedChunkError(f"choice {slot} is not an object")
-        text, reasoning, reasoning_content = (
-            target.get(text_key),
-            target.get("reasoning"),
-            target.get("reasoning_content"),
-        )
-        if not (
-            (text is None or isinstance(text, str))
-            and (reasoning is None or isinstance(reasoning, str))
-            and (reasoning_content is None or isinstance(reasoning_content, str))
-        ):
-            name = next(n for n in _STRING_FIELDS[text_key] if not isinstance(target.get(n) or "", str))
-            raise MalformedChunkError(f"choice {name} is not a string")
+        text = _text_fields(target, text_key)[0]
         touches = (
             touches
             or "reasoning" in target
@@ -246,17 +245,10 @@ class StreamRewriter:
         writer = self._choices.get(index) if type(index) is int else None
         if writer is None or type(delta) is not dict or not delta:
             return None
-        text, reasoning, reasoning_content = (
-            delta.get("content"),
-            delta.get("reasoning"),
-            delta.get("reasoning_content"),
-        )
-        if not (
-            (text is None or type(text) is str)
-            and (reasoning is None or type(reasoning) is str)
-            and (reasoning_content is None or type(reasoning_content) is str)
-        ):
-            return None  # the general path refuses it
+        try:
+            text, reasoning, reasoning_content = _text_fields(delta, "content")
+        except MalformedChunkError:
+            return None  # the general path refuses it, with its own message
         has_fields = "reasoning" in delta or "reasoning_content" in delta
         upstream = reasoning is not None or reasoning_content is not None
         if not (has_fields or text) or not writer.split.passes_through(upstream, text):

@@ -70,13 +70,7 @@ class SSEDecoder:
     def feed_payloads(self, data: bytes) -> list[tuple[bytes, bytes | None]]:
         """:meth:`feed`, each event with its ``data`` payload (:func:`event_data`). The usual read, one
         whole ``data: ...`` line and its blank line with nothing pending, is answered with one scan."""
-        if (
-            not self._buffer
-            and data.startswith(b"data: ")
-            and data.find(b"\n") == len(data) - 2
-            and data.endswith(b"\n\n")
-            and b"\r" not in data
-        ):
+        if not self._buffer and _lone_data_line(data):
             self._scanned = 0
             return [(data, data[6:-2])]
         return [(event, event_data(event)) for event in self.feed(data)]
@@ -87,14 +81,22 @@ class SSEDecoder:
         return bytes(self._buffer)
 
 
+def _lone_data_line(data: bytes) -> bool:
+    """True for one whole event that is a single ``data: `` line ended by LF LF (vLLM's every event)."""
+    return (
+        data.startswith(b"data: ")
+        and data.find(b"\n") == len(data) - 2
+        and data.endswith(b"\n\n")
+        and b"\r" not in data
+    )
+
+
 def event_data(event: bytes) -> bytes | None:
     """The event's ``data`` payload (multiple ``data:`` lines joined by LF), or None if it has none.
 
     Comment lines (starting with ``:``) and other fields are ignored.
     """
-    # vLLM's every event is one ``data: <json>`` line: answer that without splitting lines
-    one_line = event.find(b"\n") == len(event) - 2 and event.endswith(b"\n\n") and b"\r" not in event
-    if one_line and event.startswith(b"data: "):
+    if _lone_data_line(event):  # vLLM's every event: answered without splitting lines
         return event[6:-2]
     parts: list[bytes] = []
     for line in event.splitlines():
