@@ -54,7 +54,10 @@ def build_session(
     connect_timeout_s: float, read_timeout_s: float | None, max_connections: int
 ) -> aiohttp.ClientSession:
     """The pooled session: connect timeout short, read timeout (between two reads) as configured (None:
-    unbounded), bodies passed through undecoded (the gateway relays bytes, never re-compresses)."""
+    unbounded), bodies passed through undecoded (the gateway relays bytes, never re-compresses), and
+    no cookie jar: one session serves every client, so a cookie an upstream set while answering one
+    of them would go back upstream with everybody's later requests (aiohttp's default jar keeps cookies
+    from named hosts; it skips only IP addresses)."""
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=read_timeout_s)
     connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=KEEPALIVE_S)
     return aiohttp.ClientSession(
@@ -63,6 +66,7 @@ def build_session(
         auto_decompress=False,
         headers={"Accept-Encoding": "identity"},
         trust_env=False,
+        cookie_jar=aiohttp.DummyCookieJar(),
     )
 
 

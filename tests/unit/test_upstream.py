@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import select
 import socket
 from collections.abc import Callable
@@ -107,6 +108,37 @@ async def test_a_redirect_is_not_followed() -> None:
             finally:
                 await session.close()
     assert hits == [] and response.status == 307
+
+
+async def test_a_cookie_the_upstream_sets_is_never_sent_back() -> None:
+    """One pooled session serves every client: a ``Set-Cookie`` in one answer must not ride on the next
+    request (any client's). The upstream is named (``localhost``): aiohttp's default jar keeps cookies
+    of named hosts and skips only IP addresses."""
+    heads: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                request_head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                return
+            heads.append(request_head.lower())
+            length = re.search(rb"content-length: *(\d+)", request_head.lower())
+            await reader.readexactly(int(length.group(1)) if length else 0)
+            writer.write(b"HTTP/1.1 200 OK\r\nset-cookie: session=abc; Path=/\r\ncontent-length: 2\r\n\r\n{}")
+            await writer.drain()
+
+    async with server(handler) as url:
+        session = build_session(1.0, 5.0, 4)
+        upstream = Upstream(url.replace("127.0.0.1", "localhost"), session)
+        try:
+            for _ in range(2):
+                response = await upstream.open("POST", "/v1/chat/completions", b"{}")
+                assert await response.read() == b"{}"
+                response.close()
+        finally:
+            await session.close()
+    assert len(heads) == 2 and all(b"\r\ncookie:" not in request_head for request_head in heads)
 
 
 async def test_the_relay_reports_done_as_soon_as_it_arrives() -> None:
