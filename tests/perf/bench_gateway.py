@@ -59,6 +59,10 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
             gateway, direct = (level[n]["ttft_p50_ms_rounds"] for n in ("gateway", "direct"))
             per_round = [g - d for g, d in zip(gateway, direct, strict=True)]
             figure += f" (rounds {min(per_round):+.1f}..{max(per_round):+.1f})"
+            split = {n: level[n]["ttft_split_ms"] for n in ("gateway", "direct")}
+            figure += "; of it {:+.2f} before the backend, {:+.2f} after its first token".format(
+                *(split["gateway"][k] - split["direct"][k] for k in ("to_backend", "to_client"))
+            )
         rows.append((f"added TTFT {p} at 32 streams <= {bound:g} ms", figure, max(added.values()) <= bound))
     tput = report["overhead"]["throughput"]
     capacity = overhead.capacity(tput["gateway"], "gateway")
@@ -130,10 +134,10 @@ def _vllm_installed() -> bool:
 
 def _overhead(workdir: Path, plan: overhead.Plan, litellm: bool) -> dict[str, Any]:
     affinity = os.sched_getaffinity(0)
-    with overhead.servers(workdir, plan.decode_tps, litellm) as (paths, pids):
+    with overhead.servers(workdir, plan.decode_tps, litellm) as (paths, pids, trace):
         os.sched_setaffinity(0, {LOAD_CPU})
         try:
-            figures = asyncio.run(overhead.measure(plan, paths, pids | {"load": os.getpid()}))
+            figures = asyncio.run(overhead.measure(plan, paths, pids | {"load": os.getpid()}, trace))
         finally:
             os.sched_setaffinity(0, affinity)
         figures["log_problems"] = {name: log_problems(workdir / f"{name}.log") for name in pids}

@@ -189,37 +189,15 @@ def simulator_and_gateway(
                 proc.wait()
 
 
-#: Run pinned to one CPU: a pure-Python loop and loopback socket round trips, the machine's speed now.
-_SPEED_PROBE = """
-import socket, time
-start = time.perf_counter()
-total = 0
-for i in range(3_000_000):
-    total += i
-loop_s = time.perf_counter() - start
-a, b = socket.socketpair()
-start = time.perf_counter()
-for _ in range(20_000):
-    a.send(b"x" * 300)
-    b.recv(65536)
-print(loop_s, (time.perf_counter() - start) / 20_000 * 1e6)
-"""
-
-
 def machine_speed() -> dict[str, dict[str, float]]:
-    """Per CPU, the seconds a 3M-iteration Python loop takes and the µs a 300-byte send + recv over a
-    socketpair takes. This Firecracker VM's speed drifts by up to 2× within a session (noisy
-    neighbours): taken at a run's start and end, they tell which runs' absolute figures compare."""
+    """Per CPU, :mod:`tests.perf.speed_probe`'s figures (a Python loop, a socketpair round trip, the
+    gateway's work for one chunk hot and after an idle spell), run pinned to it. Taken at a run's
+    start and end, they tell which runs' absolute figures compare."""
     speed: dict[str, dict[str, float]] = {}
     for cpu in (GATEWAY_CPU, LOAD_CPU):
-        command = ["taskset", "-c", str(cpu), sys.executable, "-c", _SPEED_PROBE]
-        loop_s, syscall_us = map(
-            float, subprocess.run(command, capture_output=True, check=True).stdout.split()
-        )
-        speed[f"cpu{cpu}"] = {
-            "python_loop_3m_s": round(loop_s, 3),
-            "socketpair_roundtrip_us": round(syscall_us, 2),
-        }
+        command = ["taskset", "-c", str(cpu), sys.executable, "-m", "tests.perf.speed_probe"]
+        result = subprocess.run(command, capture_output=True, check=True, cwd=Path(__file__).parents[2])
+        speed[f"cpu{cpu}"] = json.loads(result.stdout)
     return speed
 
 

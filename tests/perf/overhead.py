@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
+import re
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -46,15 +48,19 @@ SLOTS = 512
 
 @dataclass(frozen=True)
 class Plan:
-    """How much to measure: (concurrency, requests) per level, token counts, throughput load."""
+    """How much to measure: (concurrency, requests, rounds) per level, token counts, throughput load.
 
-    levels: tuple[tuple[int, int], ...]
+    A level's requests run in ``rounds`` interleaved rounds per path (direct, relay, gateway, LiteLLM,
+    then the reverse order, ...), so a drift of the machine weighs on every path alike: 8 at 32 streams,
+    where the gateway's TTFT target is decided (4 rounds gave per-round added p50s from -0.4 to +2.2 ms).
+    """
+
+    levels: tuple[tuple[int, int, int], ...]
     decode_tps: float = 2000.0  # the simulator's decode speed per stream, tokens/s (--decode-tps)
     #: What a latency level's streams decode together at most, tokens/s: each stream of level c runs at
     #: min(decode_tps, this / c), so every level offers ~2,200 chunks/s, which CPU 1 (simulator + load
     #: generator) serves without saturating; the saturated case is the throughput phase.
     level_tokens_per_s: float = 6400.0
-    level_rounds: int = 4  # each level's requests in this many interleaved rounds per path
     stream_tokens: int = 64  # max_tokens (with ignore_eos) of the latency streams
     e2e_tokens: int = 32  # max_tokens of the non-stream latency requests
     tput_streams: int = 64
@@ -64,8 +70,11 @@ class Plan:
     rps_requests: int = 3000
 
 
-FULL = Plan(levels=((1, 200), (32, 960), (256, 2048)))
-QUICK = Plan(levels=((1, 32), (32, 128)), level_rounds=2, tput_s=4.0, rps_requests=400)
+FULL = Plan(levels=((1, 200, 4), (32, 960, 8), (256, 2048, 4)))
+QUICK = Plan(levels=((1, 32, 2), (32, 128, 2)), tput_s=4.0, rps_requests=400)
+#: The ``x-request-id`` of a latency stream (``bench-<path>-c<concurrency>-r<round>-<index>``), which
+#: the gateway, the relay and the simulator keep: the simulator's trace line of the stream carries it.
+_BENCH_ID = re.compile(r"bench-[a-z]+-c\d+-r\d+-\d+")
 
 
 Clients = list[httpx.AsyncClient]
@@ -73,9 +82,9 @@ Clients = list[httpx.AsyncClient]
 
 async def stream_once(
     client: httpx.AsyncClient, target: Target, body: dict[str, Any], deadline: float | None = None
-) -> tuple[float, list[float], int]:
-    """One streamed request: (TTFT s, gaps between text chunks s, text chunks), stopping at ``deadline``
-    (TTFT NaN and no chunks if that came first).
+) -> tuple[float, list[float], int, float]:
+    """One streamed request: (TTFT s, gaps between text chunks s, text chunks, ``perf_counter`` time it
+    was sent), stopping at ``deadline`` (TTFT NaN and no chunks if that came first).
 
     TTFT ends at the read holding the first ``data:`` event with non-empty content/reasoning; a gap is
     the time between the reads holding two consecutive such events (0 when they arrive together).
@@ -97,9 +106,9 @@ async def stream_once(
                 break
     if first is None:
         if deadline is not None and time.perf_counter() >= deadline:
-            return float("nan"), [], 0  # cut at the deadline before its first token: not a failure
+            return float("nan"), [], 0, start  # cut at the deadline before its first token: not a failure
         raise BenchError("stream ended without content")
-    return first - start, gaps, chunks
+    return first - start, gaps, chunks, start
 
 
 async def complete_once(client: httpx.AsyncClient, target: Target, body: dict[str, Any]) -> float:
@@ -166,8 +175,17 @@ def _ms(values: list[float]) -> dict[str, float]:
     }
 
 
-def _streams(target: Target, tokens: int, decode_tps: float | None = None) -> Job:
-    return lambda client, i: stream_once(client, target, chat_body(i, tokens, True, decode_tps))
+def _streams(target: Target, tokens: int, decode_tps: float | None = None, tag: str = "") -> Job:
+    """Streams of ``tokens``: :func:`stream_once`'s figures and the request id; with a ``tag``, request
+    i is sent with ``x-request-id: bench-<tag>-<i>`` (else the id is "")."""
+
+    async def job(client: httpx.AsyncClient, i: int) -> tuple[float, list[float], int, float, str]:
+        url, headers = target
+        request_id = f"bench-{tag}-{i}" if tag else ""
+        tagged = (url, {**headers, "x-request-id": request_id}) if tag else target
+        return (*await stream_once(client, tagged, chat_body(i, tokens, True, decode_tps)), request_id)
+
+    return job
 
 
 def _completions(target: Target, tokens: int, decode_tps: float | None = None) -> Job:
@@ -181,14 +199,15 @@ def level_decode_tps(plan: Plan, concurrency: int) -> float | None:
 
 
 async def sample_level(
-    clients: Clients, target: Target, plan: Plan, pids: dict[str, int], concurrency: int, n: int
+    clients: Clients, target: Target, plan: Plan, pids: dict[str, int], concurrency: int, n: int, tag: str
 ) -> dict[str, Any]:
-    """One round of a latency level on one path: ``n`` streams then ``n`` non-stream requests at
-    ``concurrency``; the raw samples (s) and the stream phase's CPU busy %."""
+    """One round of a latency level on one path: ``n`` streams (request ids tagged ``tag``) then ``n``
+    non-stream requests at ``concurrency``; the raw samples (s), each stream's request id and send
+    time, and the stream phase's CPU busy %."""
     speed = level_decode_tps(plan, concurrency)
     await run_jobs(clients, max(concurrency, 8), concurrency, _streams(target, 8))  # connections first
     meter = Meter(pids)
-    job = _streams(target, plan.stream_tokens, speed)
+    job = _streams(target, plan.stream_tokens, speed, tag)
     ramp_s = plan.stream_tokens / (speed or plan.decode_tps)  # starts spread over one stream's length
     streams, stream_errors = await run_jobs(clients, n, concurrency, job, ramp_s)
     load = meter.read(n)
@@ -196,6 +215,7 @@ async def sample_level(
     e2e, e2e_errors = await run_jobs(clients, n, concurrency, job, ramp_s / 2)
     return {
         "ttft": [s[0] for s in streams],
+        "sent": {s[4]: (s[3], s[0]) for s in streams},
         "gaps": [g for s in streams for g in s[1]],
         "e2e": e2e,
         "busy": load["cpu_busy_pct"],
@@ -259,24 +279,62 @@ async def measure_rps(clients: Clients, target: Target, plan: Plan, pids: dict[s
 SERVER = {"direct": "simulator", "relay": "relay", "gateway": "gateway", "litellm": "litellm"}
 
 
-async def measure(plan: Plan, targets: dict[str, Target], pids: dict[str, int]) -> dict[str, Any]:
+def ttft_split(sent: dict[str, tuple[float, float]], trace: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Where a path's TTFT goes (p50s, ms), from each stream's send time and TTFT (``sent``: request id
+    -> (``perf_counter`` s, TTFT s)) and the simulator's trace line of it (``trace``, by request id;
+    ``gateway.sim.trace``: ``arrival`` once its request was parsed, ``first_token`` when its first
+    token was due, on the same ``CLOCK_MONOTONIC`` as ``perf_counter`` here): ``to_backend`` = arrival
+    - sent (the client's request reaching the model server, through the path), ``backend`` =
+    first_token - arrival, ``to_client`` = the client's first content - first_token. Streams without a
+    trace line (a proxy that does not pass ``x-request-id`` on) are left out; ``matched`` counts the
+    others."""
+    parts: dict[str, list[float]] = {"to_backend": [], "backend": [], "to_client": []}
+    for request_id, (start, ttft) in sent.items():
+        line = trace.get(request_id)
+        if line is None or line["first_token"] is None or math.isnan(ttft):
+            continue
+        parts["to_backend"].append(line["arrival"] - start)
+        parts["backend"].append(line["first_token"] - line["arrival"])
+        parts["to_client"].append(start + ttft - line["first_token"])
+    split: dict[str, Any] = {k: round(pct(v, 50) * 1000, 3) if v else math.nan for k, v in parts.items()}
+    return split | {"matched": len(parts["backend"])}
+
+
+def read_trace(path: Path) -> dict[str, dict[str, Any]]:
+    """The simulator's trace lines of the latency streams, by their ``x-request-id`` (:data:`_BENCH_ID`)."""
+    lines: dict[str, dict[str, Any]] = {}
+    for text in path.read_text().splitlines():
+        line = json.loads(text)
+        found = _BENCH_ID.search(line["request_id"])
+        if found:
+            lines[found.group()] = line
+    return lines
+
+
+async def measure(
+    plan: Plan, targets: dict[str, Target], pids: dict[str, int], trace: Path
+) -> dict[str, Any]:
     """Every measurement, on each path in turn (direct, relay, gateway, LiteLLM if there) with the same
-    bodies; the latency levels in ``plan.level_rounds`` interleaved rounds."""
-    workers = max([c for c, _ in plan.levels] + [plan.rps_concurrency])
+    bodies; the latency levels in interleaved rounds. ``trace``: the simulator's sequence trace file,
+    read at the end for each level's :func:`ttft_split`."""
+    workers = max([c for c, _, _ in plan.levels] + [plan.rps_concurrency])
     out: dict[str, Any] = {"levels": {}, "throughput": {}, "rps": {}}
+    sent: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
     async with contextlib.AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(httpx.AsyncClient(timeout=120)) for _ in range(workers)]
-        for concurrency, n in plan.levels:
+        for concurrency, n, level_rounds in plan.levels:
             # interleaved rounds, the path order reversed every other round: drift hits every path
             rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in targets}
-            for index in range(plan.level_rounds):
+            for index in range(level_rounds):
                 order = list(targets) if index % 2 == 0 else list(reversed(targets))
                 for name in order:
                     await settle(pids)
-                    n_round = n // plan.level_rounds
-                    rounds[name].append(
-                        await sample_level(clients, targets[name], plan, pids, concurrency, n_round)
+                    tag = f"{name}-c{concurrency}-r{index}"
+                    sample = await sample_level(
+                        clients, targets[name], plan, pids, concurrency, n // level_rounds, tag
                     )
+                    rounds[name].append(sample)
+                    sent.setdefault((str(concurrency), name), {}).update(sample.pop("sent"))
             out["levels"][str(concurrency)] = {
                 name: summarize_level(samples, plan, concurrency) for name, samples in rounds.items()
             }
@@ -286,19 +344,24 @@ async def measure(plan: Plan, targets: dict[str, Target], pids: dict[str, int]) 
         for name, target in targets.items():
             await settle(pids)
             out["rps"][name] = await measure_rps(clients, target, plan, pids)
+    lines = read_trace(trace)  # written by now: the simulator flushes it within a second
+    for (concurrency, name), streams in sent.items():
+        out["levels"][concurrency][name]["ttft_split_ms"] = ttft_split(streams, lines)
     return out
 
 
 @contextlib.contextmanager
 def servers(
     workdir: Path, decode_tps: float, litellm: bool
-) -> Iterator[tuple[dict[str, Target], dict[str, int]]]:
-    """The simulator and the gateway with :data:`SLOTS` slots (nothing queues), the zero-work TCP relay
-    (:mod:`tests.perf.tcp_relay`, CPU 0) and, if ``litellm``, the LiteLLM proxy (CPU 0; each idle
-    while another path is measured); yield (chat completions target per path, pid per server)."""
+) -> Iterator[tuple[dict[str, Target], dict[str, int], Path]]:
+    """The simulator (its sequence trace in ``workdir``) and the gateway with :data:`SLOTS` slots
+    (nothing queues), the zero-work TCP relay (:mod:`tests.perf.tcp_relay`, CPU 0) and, if
+    ``litellm``, the LiteLLM proxy (CPU 0; each idle while another path is measured); yield (chat
+    completions target per path, pid per server, the trace file)."""
     keys = asyncio.run(make_keys(f"sqlite+aiosqlite:///{workdir / 'bench.db'}", ["bench"]))
     limits = {"queue_max": 100_000, "queue_max_per_key": 100_000}
-    sim_args = ["--decode-tps", str(decode_tps)]
+    trace = workdir / "sim-trace.jsonl"
+    sim_args = ["--decode-tps", str(decode_tps), "--trace-file", str(trace)]
     with (
         simulator_and_gateway(workdir, SLOTS, sim_args, **limits) as (sim_url, gw_url, pids),
         contextlib.ExitStack() as stack,
@@ -317,7 +380,7 @@ def servers(
                 litellm_proxy(workdir, sim_url, MODEL, GATEWAY_CPU)
             )
             targets["litellm"] = (ll_url + path, {"Authorization": f"Bearer {ll_key}"})
-        yield targets, pids
+        yield targets, pids, trace
 
 
 def capacity(phase: dict[str, Any], name: str) -> float:
@@ -331,6 +394,10 @@ def capacity(phase: dict[str, Any], name: str) -> float:
 def _busy(by_path: dict[str, dict[str, float]]) -> list[float]:
     """CPU busy % per path: all of CPU 1 (simulator + load generator) direct, else the proxy's."""
     return [b["simulator"] + b["load"] if n == "direct" else b[SERVER[n]] for n, b in by_path.items()]
+
+
+#: The parts of :func:`ttft_split` the table shows, and their labels.
+_SPLIT_ROWS = (("to_backend", "request to backend"), ("to_client", "1st token to client"))
 
 
 def table(report: dict[str, Any]) -> str:
@@ -357,6 +424,10 @@ def table(report: dict[str, Any]) -> str:
         for label, key in (("TTFT", "ttft_ms"), ("ITL", "itl_ms"), ("non-stream e2e", "e2e_ms")):
             for p in ("p50", "p99"):
                 add(f"{label} {p}, c={c} (ms)", [level[n][key][p] for n in names], ".2f", "diff")
+            if key == "ttft_ms":  # where the p50 goes (ttft_split): the backend's own part is the same
+                for part, what in _SPLIT_ROWS:
+                    values = [level[n]["ttft_split_ms"][part] for n in names]
+                    add(f"  TTFT p50 part: {what} (ms)", values, ".2f", "diff")
         busy = _busy({n: level[n]["stream_phase_cpu_busy_pct"] for n in names})
         add(f"CPU busy %, c={c} streams (cpu1 | proxy)", busy, ".0f", "")
     tput, rps = report["throughput"], report["rps"]
