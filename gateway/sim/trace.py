@@ -10,7 +10,8 @@ Times are ``time.monotonic()`` seconds of the simulator process, i.e. Linux ``CL
 every process on the machine shares (comparable with another process's ``time.monotonic()``):
 
 - ``arrival``: the request was parsed and validated and its sequence built (before it waits for a slot);
-- ``scheduled``: it took a slot; ``first_token``: its first token was due (None when it never got one);
+- ``scheduled``: it took a slot; ``first_token``: the engine emitted its first token (None when it never
+  got one);
 - ``finish``: it left the engine, its slot already given back (after its last token, or on abort).
 
 ``output_tokens`` is what was emitted; ``reason`` is "stop", "length" or "abort" (client gone).

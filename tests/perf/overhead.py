@@ -52,7 +52,8 @@ class Plan:
 
     A level's requests run in ``rounds`` interleaved rounds per path (direct, relay, gateway, LiteLLM,
     then the reverse order, ...), so a drift of the machine weighs on every path alike: 8 at 32 streams,
-    where the gateway's TTFT target is decided (4 rounds gave per-round added p50s from -0.4 to +2.2 ms).
+    where the gateway's TTFT target is decided (4 rounds gave per-round added p50s from -0.4 to +2.2 ms),
+    each of 240 streams as before (7.5 per worker: fewer would put more of each round in its ramp).
     """
 
     levels: tuple[tuple[int, int, int], ...]
@@ -70,7 +71,7 @@ class Plan:
     rps_requests: int = 3000
 
 
-FULL = Plan(levels=((1, 200, 4), (32, 960, 8), (256, 2048, 4)))
+FULL = Plan(levels=((1, 200, 4), (32, 1920, 8), (256, 2048, 4)))
 QUICK = Plan(levels=((1, 32, 2), (32, 128, 2)), tput_s=4.0, rps_requests=400)
 #: The ``x-request-id`` of a latency stream (``bench-<path>-c<concurrency>-r<round>-<index>``), which
 #: the gateway, the relay and the simulator keep: the simulator's trace line of the stream carries it.
@@ -280,14 +281,17 @@ SERVER = {"direct": "simulator", "relay": "relay", "gateway": "gateway", "litell
 
 
 def ttft_split(sent: dict[str, tuple[float, float]], trace: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Where a path's TTFT goes (p50s, ms), from each stream's send time and TTFT (``sent``: request id
-    -> (``perf_counter`` s, TTFT s)) and the simulator's trace line of it (``trace``, by request id;
-    ``gateway.sim.trace``: ``arrival`` once its request was parsed, ``first_token`` when its first
-    token was due, on the same ``CLOCK_MONOTONIC`` as ``perf_counter`` here): ``to_backend`` = arrival
-    - sent (the client's request reaching the model server, through the path), ``backend`` =
-    first_token - arrival, ``to_client`` = the client's first content - first_token. Streams without a
-    trace line (a proxy that does not pass ``x-request-id`` on) are left out; ``matched`` counts the
-    others."""
+    """Where a path's TTFT goes, from each stream's send time and TTFT (``sent``: request id ->
+    (``perf_counter`` s, TTFT s)) and the simulator's trace line of it (``trace``, by request id;
+    ``gateway.sim.trace``: ``arrival`` once its request was parsed, ``first_token`` when the engine
+    emitted its first token, both ``time.monotonic()``): per stream, ``to_backend`` = arrival - sent
+    (the request's way to the model server, through the path), ``backend`` = first_token - arrival,
+    ``to_client`` = the client's first content - first_token; the three add up to its TTFT. Reported
+    as each part's p50 and mean, ms (means add up to the mean TTFT; p50s need not add up to the
+    p50), None when no stream matched. ``requests`` counts the streams, ``matched`` those with a
+    trace line: a proxy that does not pass ``x-request-id`` on (LiteLLM) has none. Needs
+    ``perf_counter`` and ``monotonic`` to be one clock (CPython on Linux: ``CLOCK_MONOTONIC``, which
+    all processes share): :func:`add_ttft_split` checks that."""
     parts: dict[str, list[float]] = {"to_backend": [], "backend": [], "to_client": []}
     for request_id, (start, ttft) in sent.items():
         line = trace.get(request_id)
@@ -296,30 +300,54 @@ def ttft_split(sent: dict[str, tuple[float, float]], trace: dict[str, dict[str, 
         parts["to_backend"].append(line["arrival"] - start)
         parts["backend"].append(line["first_token"] - line["arrival"])
         parts["to_client"].append(start + ttft - line["first_token"])
-    split: dict[str, Any] = {k: round(pct(v, 50) * 1000, 3) if v else math.nan for k, v in parts.items()}
-    return split | {"matched": len(parts["backend"])}
+    split: dict[str, Any] = {"requests": len(sent), "matched": len(parts["backend"])}
+    for name, values in parts.items():
+        split[name] = _ms(values) if values else None
+    return split
 
 
 def read_trace(path: Path) -> dict[str, dict[str, Any]]:
-    """The simulator's trace lines of the latency streams, by their ``x-request-id`` (:data:`_BENCH_ID`)."""
+    """The simulator's trace lines of the latency streams, by their ``x-request-id`` (:data:`_BENCH_ID`).
+    Read once the simulator has stopped (it writes what it buffered then)."""
     lines: dict[str, dict[str, Any]] = {}
     for text in path.read_text().splitlines():
-        line = json.loads(text)
-        found = _BENCH_ID.search(line["request_id"])
+        found = _BENCH_ID.search(text)
         if found:
-            lines[found.group()] = line
+            lines[found.group()] = json.loads(text)
     return lines
 
 
+#: Streams sent on each level and path: (concurrency, path) -> ``ttft_split``'s ``sent``.
+Sent = dict[tuple[str, str], dict[str, tuple[float, float]]]
+
+
+def add_ttft_split(figures: dict[str, Any], sent: Sent, trace: Path) -> list[str]:
+    """Put each level and path's :func:`ttft_split` (``ttft_split_ms``) into ``figures`` (what
+    :func:`measure` returned), from the simulator's ``trace`` file (read it after the simulator
+    stopped); return what is incomplete: the direct path, the relay and the gateway pass every
+    request id on, so a stream of theirs without a trace line is a fault of the measurement. Raises
+    :class:`BenchError` if ``perf_counter`` and ``monotonic`` are different clocks here."""
+    clocks = {time.get_clock_info(name).implementation for name in ("perf_counter", "monotonic")}
+    if len(clocks) != 1:
+        raise BenchError(f"perf_counter and monotonic are different clocks here: {clocks}")
+    lines = read_trace(trace)
+    incomplete = []
+    for (concurrency, name), streams in sent.items():
+        split = figures["levels"][concurrency][name]["ttft_split_ms"] = ttft_split(streams, lines)
+        if name != "litellm" and split["matched"] < split["requests"]:
+            incomplete.append(f"{name} at c={concurrency}: {split['matched']} of {split['requests']} streams")
+    return incomplete
+
+
 async def measure(
-    plan: Plan, targets: dict[str, Target], pids: dict[str, int], trace: Path
-) -> dict[str, Any]:
+    plan: Plan, targets: dict[str, Target], pids: dict[str, int]
+) -> tuple[dict[str, Any], Sent]:
     """Every measurement, on each path in turn (direct, relay, gateway, LiteLLM if there) with the same
-    bodies; the latency levels in interleaved rounds. ``trace``: the simulator's sequence trace file,
-    read at the end for each level's :func:`ttft_split`."""
+    bodies, the latency levels in interleaved rounds; (the figures, the latency streams sent, for
+    :func:`add_ttft_split`)."""
     workers = max([c for c, _, _ in plan.levels] + [plan.rps_concurrency])
     out: dict[str, Any] = {"levels": {}, "throughput": {}, "rps": {}}
-    sent: dict[tuple[str, str], dict[str, tuple[float, float]]] = {}
+    sent: Sent = {}
     async with contextlib.AsyncExitStack() as stack:
         clients = [await stack.enter_async_context(httpx.AsyncClient(timeout=120)) for _ in range(workers)]
         for concurrency, n, level_rounds in plan.levels:
@@ -344,10 +372,7 @@ async def measure(
         for name, target in targets.items():
             await settle(pids)
             out["rps"][name] = await measure_rps(clients, target, plan, pids)
-    lines = read_trace(trace)  # written by now: the simulator flushes it within a second
-    for (concurrency, name), streams in sent.items():
-        out["levels"][concurrency][name]["ttft_split_ms"] = ttft_split(streams, lines)
-    return out
+    return out, sent
 
 
 @contextlib.contextmanager
@@ -397,7 +422,17 @@ def _busy(by_path: dict[str, dict[str, float]]) -> list[float]:
 
 
 #: The parts of :func:`ttft_split` the table shows, and their labels.
-_SPLIT_ROWS = (("to_backend", "request to backend"), ("to_client", "1st token to client"))
+_SPLIT_ROWS = (
+    ("to_backend", "request to backend"),
+    ("backend", "backend to 1st token"),
+    ("to_client", "1st token to client"),
+)
+
+
+def _split_p50(level: dict[str, Any], part: str) -> float:
+    """A part's p50 of a level's :func:`ttft_split`, ms (NaN, printed as such, when nothing matched)."""
+    figures = level["ttft_split_ms"][part]
+    return math.nan if figures is None else float(figures["p50"])
 
 
 def table(report: dict[str, Any]) -> str:
@@ -424,10 +459,10 @@ def table(report: dict[str, Any]) -> str:
         for label, key in (("TTFT", "ttft_ms"), ("ITL", "itl_ms"), ("non-stream e2e", "e2e_ms")):
             for p in ("p50", "p99"):
                 add(f"{label} {p}, c={c} (ms)", [level[n][key][p] for n in names], ".2f", "diff")
-            if key == "ttft_ms":  # where the p50 goes (ttft_split): the backend's own part is the same
+            if key == "ttft_ms":  # where the TTFT goes (ttft_split): each part's p50
                 for part, what in _SPLIT_ROWS:
-                    values = [level[n]["ttft_split_ms"][part] for n in names]
-                    add(f"  TTFT p50 part: {what} (ms)", values, ".2f", "diff")
+                    values = [_split_p50(level[n], part) for n in names]
+                    add(f"  TTFT part p50: {what} (ms)", values, ".2f", "diff")
         busy = _busy({n: level[n]["stream_phase_cpu_busy_pct"] for n in names})
         add(f"CPU busy %, c={c} streams (cpu1 | proxy)", busy, ".0f", "")
     tput, rps = report["throughput"], report["rps"]

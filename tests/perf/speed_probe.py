@@ -11,10 +11,13 @@ pinned with ``taskset``) prints one JSON object.
   proxy pays whenever its load leaves it idle between events: at one stream, or at 32 streams of
   200 tokens/s (a chunk every ~0.45 ms). It decides how much the gateway's code adds to a first
   token there, so it is recorded with every run (docs/performance.md).
+
+``--curve`` prints, instead, that per-chunk work after idle spells from 0 to 20 ms (one line each).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import socket
 import statistics
@@ -28,6 +31,8 @@ from gateway.traits import UpstreamTraits
 
 #: Sleep before each "after idle" sample, s: longer than the gap between a 32-stream level's chunks.
 IDLE_S = 0.002
+#: Idle spells of ``--curve``, ms.
+CURVE_IDLE_MS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 20.0)
 #: A vLLM chunk as the gateway sees it (reasoning delta, continuous usage).
 CHUNK = (
     b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":'
@@ -54,8 +59,8 @@ def _roundtrip_us() -> float:
         return (time.perf_counter() - start) / 20_000 * 1e6
 
 
-def _event_us(samples: int = 200) -> tuple[float, float]:
-    """(hot, after idle) µs of one chunk through the decoder and the rewriter."""
+def _event_us(idle_s: float = IDLE_S, samples: int = 200) -> tuple[float, float]:
+    """(hot, after ``idle_s`` of sleep) µs of one chunk through the decoder and the rewriter."""
     policy = ReasoningPolicy(
         mode="auto", thinking=True, fields=("reasoning_content", "reasoning"), include_reasoning=True
     )
@@ -73,7 +78,7 @@ def _event_us(samples: int = 200) -> tuple[float, float]:
     hot = statistics.median(one() for _ in range(samples))
     after_idle = []
     for _ in range(samples):
-        time.sleep(IDLE_S)
+        time.sleep(idle_s)
         after_idle.append(one())
     return hot * 1e6, statistics.median(after_idle) * 1e6
 
@@ -89,5 +94,26 @@ def probe() -> dict[str, float]:
     }
 
 
+def curve() -> list[dict[str, float]]:
+    """The per-chunk work (µs, medians) after each idle spell of :data:`CURVE_IDLE_MS`."""
+    points = []
+    for idle_ms in CURVE_IDLE_MS:
+        hot, after_idle = _event_us(idle_ms / 1000)
+        points.append(
+            {"idle_ms": idle_ms, "event_hot_us": round(hot, 1), "event_after_idle_us": round(after_idle, 1)}
+        )
+    return points
+
+
 if __name__ == "__main__":
-    print(json.dumps(probe()))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--curve", action="store_true", help="the per-chunk work after idle spells of 0-20 ms"
+    )
+    if parser.parse_args().curve:
+        for point in curve():
+            print(json.dumps(point))
+    else:
+        print(json.dumps(probe()))
