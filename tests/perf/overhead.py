@@ -152,19 +152,25 @@ async def run_jobs(
     return results, errors
 
 
-async def settle(pids: dict[str, int], quiet_pct: float = 10.0, timeout_s: float = 10.0) -> None:
+async def settle(pids: dict[str, int], quiet_pct: float = 10.0, timeout_s: float = 10.0) -> float | None:
     """Wait until every process of ``pids`` used under ``quiet_pct`` % of a CPU over the last 0.25 s,
     and the whole machine under twice that, at most ``timeout_s``: a proxy still winding down its
     last round (LiteLLM keeps its core busy for seconds after a round at 256 streams) must not run
-    into the next path's round."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    into the next path's round. Returns the seconds it waited, None if the machine never got quiet."""
+    start = time.monotonic()
+    while time.monotonic() < start + timeout_s:
         before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         machine = machine_busy_seconds()
         await asyncio.sleep(0.25)
         quiet = all(cpu_seconds(pid) - before[name] < quiet_pct / 400 for name, pid in pids.items())
         if quiet and machine_busy_seconds() - machine < 2 * quiet_pct / 400:  # nor anything else
-            return
+            return round(time.monotonic() - start, 2)
+    return None
+
+
+#: Longest settle before a throughput or requests/s phase, s: after its throughput phase LiteLLM stayed
+#: ~99 % busy past a 10 s settle, through the next phase's first path (runs C–G).
+PHASE_SETTLE_S = 60.0
 
 
 def _ms(values: list[float]) -> dict[str, float]:
@@ -367,11 +373,11 @@ async def measure(
                 name: summarize_level(samples, plan, concurrency) for name, samples in rounds.items()
             }
         for name, target in targets.items():
-            await settle(pids)  # also lets the last phase's cut streams wind down
-            out["throughput"][name] = await measure_throughput(target, plan, pids)
+            settled = await settle(pids, timeout_s=PHASE_SETTLE_S)  # also lets cut streams wind down
+            out["throughput"][name] = await measure_throughput(target, plan, pids) | {"settled_s": settled}
         for name, target in targets.items():
-            await settle(pids)
-            out["rps"][name] = await measure_rps(clients, target, plan, pids)
+            settled = await settle(pids, timeout_s=PHASE_SETTLE_S)
+            out["rps"][name] = await measure_rps(clients, target, plan, pids) | {"settled_s": settled}
     return out, sent
 
 
