@@ -39,10 +39,6 @@ from tests.support.vllm_server import VLLMNotInstalled, vllm_python
 QUEUED = 5000
 
 
-#: The parts of a TTFT (``overhead.ttft_split``), in order.
-_PARTS = ("to_backend", "backend", "to_client")
-
-
 def _added(report: dict[str, Any], concurrency: str, p: str, baseline: str) -> float:
     level = report["overhead"]["levels"].get(concurrency)
     if level is None:
@@ -63,9 +59,11 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
             gateway, direct = (level[n]["ttft_p50_ms_rounds"] for n in ("gateway", "direct"))
             per_round = [g - d for g, d in zip(gateway, direct, strict=True)]
             figure += f" (rounds {min(per_round):+.1f}..{max(per_round):+.1f})"
-            split = {n: level[n]["ttft_split_ms"] for n in ("gateway", "direct")}
             figure += "; part p50s {:+.2f} to the backend, {:+.2f} in it, {:+.2f} back".format(
-                *(split["gateway"][k]["p50"] - split["direct"][k]["p50"] for k in _PARTS)
+                *(
+                    overhead.split_p50(level["gateway"], part) - overhead.split_p50(level["direct"], part)
+                    for part in overhead.SPLIT_PARTS
+                )
             )
         rows.append((f"added TTFT {p} at 32 streams <= {bound:g} ms", figure, max(added.values()) <= bound))
     tput = report["overhead"]["throughput"]

@@ -77,6 +77,13 @@ QUICK = Plan(levels=((1, 32, 2), (32, 128, 2)), tput_s=4.0, rps_requests=400)
 #: the gateway, the relay and the simulator keep: the simulator's trace line of the stream carries it.
 _BENCH_ID = re.compile(r"bench-[a-z]+-c\d+-r\d+-\d+")
 
+#: The parts of :func:`ttft_split`, in order, with the table's labels.
+SPLIT_PARTS = {
+    "to_backend": "request to backend",
+    "backend": "backend to 1st token",
+    "to_client": "1st token to client",
+}
+
 
 Clients = list[httpx.AsyncClient]
 
@@ -298,7 +305,7 @@ def ttft_split(sent: dict[str, tuple[float, float]], trace: dict[str, dict[str, 
     trace line: a proxy that does not pass ``x-request-id`` on (LiteLLM) has none. Needs
     ``perf_counter`` and ``monotonic`` to be one clock (CPython on Linux: ``CLOCK_MONOTONIC``, which
     all processes share): :func:`add_ttft_split` checks that."""
-    parts: dict[str, list[float]] = {"to_backend": [], "backend": [], "to_client": []}
+    parts: dict[str, list[float]] = {part: [] for part in SPLIT_PARTS}
     for request_id, (start, ttft) in sent.items():
         line = trace.get(request_id)
         if line is None or line["first_token"] is None or math.isnan(ttft):
@@ -427,16 +434,9 @@ def _busy(by_path: dict[str, dict[str, float]]) -> list[float]:
     return [b["simulator"] + b["load"] if n == "direct" else b[SERVER[n]] for n, b in by_path.items()]
 
 
-#: The parts of :func:`ttft_split` the table shows, and their labels.
-_SPLIT_ROWS = (
-    ("to_backend", "request to backend"),
-    ("backend", "backend to 1st token"),
-    ("to_client", "1st token to client"),
-)
-
-
-def _split_p50(level: dict[str, Any], part: str) -> float:
-    """A part's p50 of a level's :func:`ttft_split`, ms (NaN, printed as such, when nothing matched)."""
+def split_p50(level: dict[str, Any], part: str) -> float:
+    """A part's p50 of one path's :func:`ttft_split` at a level (``level``: that path's figures), ms;
+    NaN, printed as such, when nothing matched."""
     figures = level["ttft_split_ms"][part]
     return math.nan if figures is None else float(figures["p50"])
 
@@ -466,8 +466,8 @@ def table(report: dict[str, Any]) -> str:
             for p in ("p50", "p99"):
                 add(f"{label} {p}, c={c} (ms)", [level[n][key][p] for n in names], ".2f", "diff")
             if key == "ttft_ms":  # where the TTFT goes (ttft_split): each part's p50
-                for part, what in _SPLIT_ROWS:
-                    values = [_split_p50(level[n], part) for n in names]
+                for part, what in SPLIT_PARTS.items():
+                    values = [split_p50(level[n], part) for n in names]
                     add(f"  TTFT part p50: {what} (ms)", values, ".2f", "diff")
         busy = _busy({n: level[n]["stream_phase_cpu_busy_pct"] for n in names})
         add(f"CPU busy %, c={c} streams (cpu1 | proxy)", busy, ".0f", "")

@@ -7,7 +7,7 @@ pinned with ``taskset``) prints one JSON object.
 - ``event_hot_us`` / ``event_after_idle_us``: the gateway's own work for one relayed vLLM chunk (SSE
   decode and :class:`~gateway.proxy.rewrite.StreamRewriter` step), µs, median of 200: back to back,
   and as the first thing done after :data:`IDLE_S` of sleep. On this VM the second is many times the
-  first (the CPU comes back from idle with cold caches and branch predictors), and it is what a
+  first (likely caches and branch predictors gone cold while the vCPU slept), and it is what a
   proxy pays whenever its load leaves it idle between events: at one stream, or at 32 streams of
   200 tokens/s (a chunk every ~0.45 ms). It decides how much the gateway's code adds to a first
   token there, so it is recorded with every run (docs/performance.md).

@@ -10,8 +10,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
-async def read_request(reader: asyncio.StreamReader) -> bytes | None:
-    """One request's body (by its ``Content-Length``), or None when the connection ended first."""
+async def read_message(reader: asyncio.StreamReader) -> tuple[bytes, bytes] | None:
+    """One request: its head (request line and headers, with the blank line) and its body (by its
+    ``Content-Length``), or None when the connection ended first."""
     try:
         head = await reader.readuntil(b"\r\n\r\n")
     except (asyncio.IncompleteReadError, ConnectionError):
@@ -21,7 +22,13 @@ async def read_request(reader: asyncio.StreamReader) -> bytes | None:
         name, _, value = line.partition(":")
         if name.strip().lower() == "content-length":
             length = int(value)
-    return await reader.readexactly(length)
+    return head, await reader.readexactly(length)
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes | None:
+    """One request's body (:func:`read_message`), or None when the connection ended first."""
+    message = await read_message(reader)
+    return None if message is None else message[1]
 
 
 @contextlib.asynccontextmanager

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 import select
 import socket
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from gateway.admission import Admission
 from gateway.errors import GatewayError
 from gateway.proxy.relay import RelayOutcome, let_waiter_send, relay_events
 from gateway.proxy.upstream import Upstream, build_session
-from tests.support.raw_http import chunked, head, read_request, server
+from tests.support.raw_http import chunked, head, read_message, read_request, server
 
 T = TypeVar("T")
 VLLM_400 = {
@@ -117,14 +116,8 @@ async def test_a_cookie_the_upstream_sets_is_never_sent_back() -> None:
     heads: list[bytes] = []
 
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                request_head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError:
-                return
-            heads.append(request_head.lower())
-            length = re.search(rb"content-length: *(\d+)", request_head.lower())
-            await reader.readexactly(int(length.group(1)) if length else 0)
+        while (message := await read_message(reader)) is not None:
+            heads.append(message[0].lower())
             writer.write(b"HTTP/1.1 200 OK\r\nset-cookie: session=abc; Path=/\r\ncontent-length: 2\r\n\r\n{}")
             await writer.drain()
 
