@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install demo test lint test-deps
+.PHONY: install demo test unit lint test-deps
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ lint: install
 	$(BIN)/ruff check gateway tests scripts
 	$(BIN)/ruff format --check gateway tests scripts
 	$(BIN)/mypy gateway
+	$(BIN)/lint-imports
 
 test: test-deps lint
 	$(BIN)/python -m pytest -q
+
+# The fast tests: no vLLM, no servers (the request pipeline runs against an in-memory upstream).
+unit: install
+	$(BIN)/python -m pytest -q tests/unit

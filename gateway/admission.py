@@ -38,9 +38,8 @@ class QueueFullError(GatewayError):
     def __init__(self, retry_after_s: int, per_key: bool = False) -> None:
         what = "this key's queue" if per_key else "its queue"
         super().__init__(
-            429,
+            "queue_full",
             f"The server is at capacity and {what} is full; retry later.",
-            code="queue_full",
             headers={"Retry-After": str(retry_after_s)},
         )
 
@@ -50,22 +49,23 @@ class QueueTimeoutError(GatewayError):
 
     def __init__(self, waited_s: float, retry_after_s: int) -> None:
         super().__init__(
-            429,
+            "queue_timeout",
             f"No slot became free within {waited_s:.0f} s; retry later.",
-            code="queue_timeout",
             headers={"Retry-After": str(retry_after_s)},
         )
 
 
 @dataclass(eq=False, slots=True)
 class Waiter:
-    """One queued request of ``key``; ``future`` resolves when it is granted a slot."""
+    """One queued request of ``key``; ``future`` resolves when it is granted a slot. ``settled`` turns
+    True once the waiter became a :class:`Lease` or was given up (:meth:`Admission.abandon`)."""
 
     key: str
     priority: int
     max_concurrency: int | None
     future: asyncio.Future[None]
     enqueued_at: float = field(default_factory=time.monotonic)
+    settled: bool = False
 
 
 class Lease:
@@ -196,16 +196,25 @@ class Admission:
                 # cancel that cancels the future itself is just what the handler below expects
                 await waiter.future
         except BaseException as exc:
-            if waiter.future.done() and not waiter.future.cancelled():
-                self._unhold_slot(waiter.key)  # granted in the same tick we left: hand it on
-            else:
-                waiter.future.cancel()
-                self._discard(waiter)
+            self.abandon(waiter)
             if isinstance(exc, TimeoutError):
                 waited = time.monotonic() - waiter.enqueued_at
                 raise QueueTimeoutError(waited, self.retry_after_s()) from None
             raise
+        waiter.settled = True
         return Lease(self, waiter.key, time.monotonic() - waiter.enqueued_at)
+
+    def abandon(self, waiter: Waiter) -> None:
+        """Give up ``waiter``'s place: out of its queue, or, if it was granted a slot that no
+        :class:`Lease` holds, the slot to the next. Idempotent; nothing for a waiter that became a lease."""
+        if waiter.settled:
+            return
+        waiter.settled = True
+        if waiter.future.done() and not waiter.future.cancelled():
+            self._unhold_slot(waiter.key)  # granted in the same tick it was given up: hand it on
+        else:
+            waiter.future.cancel()
+            self._discard(waiter)
 
     async def acquire(self, key: str = "", priority: int = 1, max_concurrency: int | None = None) -> Lease:
         """Wait for a slot and return its lease (:meth:`enqueue` then :meth:`wait`)."""

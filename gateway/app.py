@@ -1,23 +1,7 @@
 """``create_app(settings) -> FastAPI``: builds every piece of state on ``app.state``; nothing at import.
 
-Route table (deny by default — only these paths exist; every other path is a 404 in OpenAI shape, so
-vLLM's ``/tokenize``, ``/invocations``, ``/pause``, its ``/metrics`` ... are unreachable; the two
-``POST`` inference routes are answered by :class:`~gateway.proxy.fast_path.InferenceFastPath` before
-FastAPI's router):
-
-================================  ======  =================================
-``POST /v1/chat/completions``     key     proxied (stream and non-stream)
-``POST /v1/completions``          key     proxied
-``GET  /v1/models``               key     upstream list, filtered by the key
-``/admin/keys`` (CRUD, rotate)     admin   API keys (see gateway/admin/keys.py)
-``GET  /admin/status``            admin   slots, queue, per-key in flight / waiting
-``GET  /admin/audit``             admin   admin actions
-``GET  /admin/usage``             admin   token totals by day / key / model
-``GET  /admin/requests``          admin   recent requests' telemetry
-``GET  /health``                  public  process up (also while draining)
-``GET  /ready``                   public  upstream ``/health`` answers (503 while draining)
-``GET  /metrics``                 public  Prometheus (bearer token if ``GATEWAY_METRICS_TOKEN``)
-================================  ======  =================================
+The routes are :mod:`gateway.routes`' table; one middleware (:mod:`gateway.http.edge`) wraps
+them all; errors are rendered in each route's dialect (:mod:`gateway.http.errors`).
 """
 
 from __future__ import annotations
@@ -25,35 +9,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from gateway.access_log import AccessLogMiddleware
-from gateway.admin import keys as admin_keys
-from gateway.admin import routes as admin_routes
+from gateway import routes
 from gateway.admission import Admission
-from gateway.api import health
-from gateway.api import metrics as metrics_route
 from gateway.auth import Authenticator, KeyStore
 from gateway.auth.audit import AuditLog
 from gateway.auth.tokens import TokenConfig
 from gateway.config import Settings
 from gateway.db import open_engine
-from gateway.drain import Drain, DrainMiddleware
-from gateway.errors import install_error_handlers
-from gateway.headers import HeaderGuardMiddleware
+from gateway.http.drain import Drain
+from gateway.http.edge import EdgeMiddleware
+from gateway.http.errors import install_error_handlers, renderer
+from gateway.http.http_metrics import HttpMetrics
 from gateway.limits import RateLimiter, storage_for
-from gateway.proxy import routes as proxy_routes
-from gateway.proxy.fast_path import InferenceFastPath
-from gateway.proxy.forward import Forwarder
-from gateway.proxy.upstream import Upstream, build_session
-from gateway.request_id import RequestIdMiddleware
+from gateway.proxy.aiohttp_upstream import AiohttpUpstream, build_session
+from gateway.proxy.pipeline import Pipeline
+from gateway.proxy.upstream import Upstream
 from gateway.telemetry import GatewayMetrics
 from gateway.telemetry.backend import BackendMonitor
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.sinks import TelemetrySinks
+
+#: Makes the upstream client from the settings (the lifespan closes it with ``aclose``).
+UpstreamFactory = Callable[[Settings], Upstream]
 
 log = logging.getLogger("gateway.app")
 #: At shutdown, longest wait for cancelled requests' clean-up before the ledger's last flush, seconds.
@@ -75,16 +57,27 @@ def token_config(settings: Settings) -> TokenConfig | None:
     )
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """Build the gateway ASGI app. ``settings.upstream`` must be set (the CLI fills it with the simulator).
+def aiohttp_upstream(settings: Settings) -> Upstream:
+    """The production upstream: :class:`AiohttpUpstream` at ``settings.upstream``, pooled for the slots."""
+    assert settings.upstream is not None
+    session = build_session(
+        settings.upstream_connect_timeout_s,
+        settings.upstream_read_timeout_s,
+        max_connections=settings.slots + 8,
+    )
+    return AiohttpUpstream(settings.upstream, session)
 
-    The lifespan opens the database, the pooled upstream client, the usage ledger writer and the
-    backend poller, and closes them in reverse on shutdown (the ledger flushes what is left).
+
+def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_upstream) -> FastAPI:
+    """Build the gateway ASGI app. ``settings.upstream`` must be set (the CLI fills it with the simulator);
+    ``upstream_factory`` makes the client to it (tests pass an in-memory one).
+
+    The lifespan opens the database, the upstream client, the usage ledger writer and the backend
+    poller, and closes them in reverse on shutdown (the ledger flushes what is left).
     Raises ``ValueError`` if no upstream is configured.
     """
     if not settings.upstream:
         raise ValueError("settings.upstream is required (e.g. http://127.0.0.1:8000)")
-    upstream_url = settings.upstream
     admission = Admission(
         settings.slots, settings.queue_max, settings.queue_timeout_s, settings.queue_max_per_key
     )
@@ -94,12 +87,7 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = await open_engine(settings.database_url)
-        session = build_session(
-            settings.upstream_connect_timeout_s,
-            settings.upstream_read_timeout_s,
-            max_connections=settings.slots + 8,
-        )
-        upstream = Upstream(upstream_url, session)
+        upstream = upstream_factory(settings)
         ledger = UsageLedger(engine, flush_interval_s=settings.ledger_flush_s)
         ledger.start()
         monitor = BackendMonitor(upstream, metrics, settings.backend_poll_s)
@@ -110,20 +98,19 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.authenticator = Authenticator(
             store, settings.key_cache_ttl_s, token_config(settings), settings.admin_key_sha256
         )
-        limits_storage = storage_for(settings.limits_storage)
-        app.state.forwarder = Forwarder(
+        app.state.pipeline = pipeline = Pipeline(
             upstream,
             admission,
             settings,
             TelemetrySinks(metrics, ledger),
             monitor,
-            RateLimiter(limits_storage, settings.limits_window_s),
+            RateLimiter(storage_for(settings.limits_storage), settings.limits_window_s),
         )
         try:
             yield
         finally:
             # uvicorn cancels requests still running past its shutdown timeout and starts this shutdown
-            # at once: let their (shielded) clean-up release slots and queue their usage rows first.
+            # at once: let their exchanges release slots and queue their usage rows first.
             if not await drain.wait_idle(_CLEAN_UP_S):
                 log.error(
                     "%d request(s) still cleaning up at shutdown: their usage rows may be lost",
@@ -133,9 +120,9 @@ def create_app(settings: Settings) -> FastAPI:
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
             await app.state.authenticator.aclose()
-            await app.state.forwarder.drain()
+            await pipeline.settled()
             await ledger.close()
-            await session.close()
+            await upstream.aclose()
             await engine.dispose()
 
     app = FastAPI(
@@ -152,17 +139,13 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.admission = admission
     app.state.metrics = metrics
-    install_error_handlers(app)
-    app.include_router(health.router)
-    app.include_router(metrics_route.router)
-    app.include_router(proxy_routes.router)
-    app.include_router(admin_routes.router)
-    app.include_router(admin_keys.router)
-    app.add_middleware(InferenceFastPath, endpoints=proxy_routes.INFERENCE_ENDPOINTS)  # inside the rest
-    metrics.instrument(app)
     app.state.drain = drain
-    app.add_middleware(DrainMiddleware, drain=drain)
-    app.add_middleware(HeaderGuardMiddleware)  # oversized or ambiguous headers, before routing
-    app.add_middleware(RequestIdMiddleware)
-    app.add_middleware(AccessLogMiddleware)  # outermost: its line has every response's final status
+    install_error_handlers(app, routes.dialect_for)
+    routes.install(app)
+    app.add_middleware(
+        EdgeMiddleware,
+        drain=drain,
+        metrics=HttpMetrics(metrics.registry),
+        render=renderer(routes.dialect_for),
+    )
     return app

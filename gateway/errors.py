@@ -1,138 +1,139 @@
-"""OpenAI-format errors: one exception type, one body shape, one place that renders them.
+"""The gateway's errors: one exception type and one catalogue of error kinds. Pure: no web framework.
 
-Body shape (OpenAI API reference, "Error codes"): ``{"error": {"message", "type", "param", "code"}}``.
-Every error the gateway returns — its own, FastAPI's validation errors, unknown routes and an
-upstream's error bodies — goes through :func:`error_response`, so clients see one shape.
+Each kind (:data:`CATALOGUE`, by its ``code``) has its HTTP status, its OpenAI error ``type`` and the
+level its answers are logged at. How an error looks on the wire is the client's dialect's business
+(:mod:`gateway.dialects`: OpenAI's ``{"error": {"message", "type", "param", "code"}}``, Anthropic's
+``{"type": "error", "error": {...}}``); the HTTP edge renders it (:mod:`gateway.http.errors`).
 """
 
 from __future__ import annotations
 
-import json
+import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import JSONResponse, Response
+_INFO, _WARNING, _ERROR = logging.INFO, logging.WARNING, logging.ERROR
 
-from gateway.asgi import ClientDisconnectedError
 
-#: OpenAI error ``type`` for each status the gateway emits.
-ERROR_TYPES: Mapping[int, str] = {
-    400: "invalid_request_error",
+@dataclass(frozen=True, slots=True)
+class ErrorKind:
+    """One kind of error: HTTP ``status``, OpenAI error ``type`` (API reference, "Error codes") and the
+    log level of its answers (a client's mistake is INFO, a backend fault WARNING, ours ERROR)."""
+
+    status: int
+    type: str
+    log_level: int
+
+
+_INVALID = "invalid_request_error"
+_UPSTREAM = "upstream_error"
+
+#: Every error the gateway answers with, by its ``code``.
+CATALOGUE: Mapping[str, ErrorKind] = {
+    # the request
+    "invalid_request": ErrorKind(400, _INVALID, _INFO),
+    "invalid_value": ErrorKind(400, _INVALID, _INFO),
+    "context_length_exceeded": ErrorKind(400, _INVALID, _INFO),
+    "not_found": ErrorKind(404, _INVALID, _INFO),
+    "method_not_allowed": ErrorKind(405, _INVALID, _INFO),
+    "request_too_large": ErrorKind(413, _INVALID, _INFO),
+    "request_headers_too_large": ErrorKind(431, _INVALID, _INFO),
+    # who is asking
+    "invalid_api_key": ErrorKind(401, "authentication_error", _INFO),
+    "invalid_metrics_token": ErrorKind(401, "authentication_error", _INFO),
+    "admin_required": ErrorKind(403, "permission_error", _INFO),
+    "model_not_allowed": ErrorKind(403, "permission_error", _INFO),
+    "model_not_found": ErrorKind(404, _INVALID, _INFO),
+    # the admin API
+    "key_not_found": ErrorKind(404, _INVALID, _INFO),
+    "key_exists": ErrorKind(409, _INVALID, _INFO),
+    # capacity
+    "rate_limit_requests": ErrorKind(429, "rate_limit_error", _INFO),
+    "rate_limit_tokens": ErrorKind(429, "rate_limit_error", _INFO),
+    "queue_full": ErrorKind(429, "rate_limit_error", _WARNING),
+    "queue_timeout": ErrorKind(429, "rate_limit_error", _WARNING),
+    "draining": ErrorKind(503, "service_unavailable_error", _INFO),
+    # the backend
+    "upstream_rejected": ErrorKind(400, _INVALID, _INFO),  # its own 4xx: status as it answered
+    "upstream_error": ErrorKind(502, _UPSTREAM, _WARNING),  # its own 5xx: status as it answered
+    "upstream_stream_error": ErrorKind(502, _UPSTREAM, _WARNING),
+    "upstream_unavailable": ErrorKind(503, "service_unavailable_error", _WARNING),
+    "upstream_timeout": ErrorKind(504, _UPSTREAM, _WARNING),
+    # ours
+    "internal_error": ErrorKind(500, "server_error", _ERROR),
+    "http_error": ErrorKind(400, _INVALID, _INFO),  # the web framework's own refusals: their status
+}
+
+#: Codes whose status is given with each error (the backend's, the framework's), not the catalogue's.
+_ANY_STATUS = frozenset({"upstream_rejected", "upstream_error", "http_error"})
+#: Codes that stay out of the client's ``code`` field (their message says it all).
+_UNNAMED = frozenset({"upstream_rejected", "http_error"})
+#: OpenAI's error ``type`` by status, for errors whose status is not their kind's.
+_TYPE_BY_STATUS: Mapping[int, str] = {
     401: "authentication_error",
     403: "permission_error",
-    404: "invalid_request_error",
-    405: "invalid_request_error",
-    413: "invalid_request_error",
-    422: "invalid_request_error",
     429: "rate_limit_error",
-    500: "server_error",
-    502: "upstream_error",
+    502: _UPSTREAM,
     503: "service_unavailable_error",
-    504: "upstream_error",
+    504: _UPSTREAM,
 }
 
 
-def error_type(status: int) -> str:
-    """OpenAI error ``type`` for an HTTP status (``server_error`` for unknown 5xx)."""
-    return ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-
-
 class GatewayError(Exception):
-    """An error the gateway answers with, as (status, OpenAI error body, extra headers)."""
+    """An error the gateway answers with: a catalogue ``code``, a message for the client, the request
+    field at fault (``param``) and extra response headers (``Retry-After``, ``WWW-Authenticate``).
+
+    ``status`` overrides the catalogue's only for errors whose status is given (the backend's own,
+    ``upstream_rejected`` and ``upstream_error``, keep the status it answered with; ``http_error``, the
+    web framework's). Raises ``KeyError`` for an unknown code, ``ValueError`` for a status not allowed.
+    """
 
     def __init__(
         self,
-        status: int,
+        code: str,
         message: str,
         *,
-        code: str | None = None,
         param: str | None = None,
-        type: str | None = None,
         headers: Mapping[str, str] | None = None,
+        status: int | None = None,
     ) -> None:
         super().__init__(message)
-        self.status = status
+        self.kind = CATALOGUE[code]
+        if status is not None and code not in _ANY_STATUS:
+            raise ValueError(f"{code} has the catalogue's status")
+        self.status = status or self.kind.status
+        self.code = None if code in _UNNAMED else code
         self.message = message
-        self.code = code
         self.param = param
-        self.type = type or error_type(status)
         self.headers = dict(headers or {})
 
-    def body(self) -> dict[str, Any]:
-        """The OpenAI error object ``{"error": {...}}``."""
-        return error_body(self.message, self.type, self.code, self.param)
-
-    def sse_event(self) -> bytes:
-        """The error as one SSE event (``data: {"error": ...}``), for failures after headers were sent."""
-        return b"data: " + json.dumps(self.body()).encode() + b"\n\n"
-
-
-def error_body(message: str, type: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
-    """Build ``{"error": {"message", "type", "param", "code"}}``."""
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
-
-
-def error_response(error: GatewayError) -> JSONResponse:
-    """Render a :class:`GatewayError` as a JSON response with its status and headers."""
-    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+    @property
+    def type(self) -> str:
+        """OpenAI's error ``type``: the kind's, or by status for an error whose status was given."""
+        if self.kind.status == self.status:
+            return self.kind.type
+        return _TYPE_BY_STATUS.get(self.status, "server_error" if self.status >= 500 else _INVALID)
 
 
 def internal_error() -> GatewayError:
     """The 500 for a failure the gateway has no better answer for (the cause goes to the log only)."""
-    return GatewayError(500, "The gateway failed to handle this request.", code="internal_error")
-
-
-def handled_response(exc: Exception) -> Response:
-    """The answer to a :class:`GatewayError` (its JSON error) or a :class:`ClientDisconnectedError`
-    (a bare 499: nobody reads it; the access log shows why the request ended). Raises ``TypeError`` for
-    any other exception."""
-    if isinstance(exc, GatewayError):
-        return error_response(exc)
-    if isinstance(exc, ClientDisconnectedError):
-        return Response(status_code=499)
-    raise TypeError(f"no response for {type(exc).__name__}")
+    return GatewayError("internal_error", "The gateway failed to handle this request.")
 
 
 def invalid_request(errors: Sequence[Any]) -> GatewayError:
-    """400 ``invalid_request`` from pydantic/FastAPI validation errors (the first one is reported)."""
-    first = errors[0] if errors else {}
+    """400 ``invalid_request`` from pydantic validation errors (``ValidationError.errors()``; the first
+    one is reported, located as ``param`` in dotted form)."""
+    first = errors[0] if errors and isinstance(errors[0], dict) else {}
     loc = [str(p) for p in first.get("loc", ()) if p != "body"]
     param = ".".join(loc) or None
-    msg = first.get("msg", "Invalid request")
-    return GatewayError(400, f"{param}: {msg}" if param else msg, code="invalid_request", param=param)
+    msg = str(first.get("msg", "Invalid request"))
+    return GatewayError("invalid_request", f"{param}: {msg}" if param else msg, param=param)
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Make every error path of ``app`` answer in OpenAI shape."""
+class MalformedResponseError(ValueError):
+    """An upstream chunk or body that is not the shape its API promises (a client SDK would fail on it)."""
 
-    async def on_handled(_: Request, exc: Exception) -> Response:
-        return handled_response(exc)
 
-    async def on_validation_error(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestValidationError)
-        return error_response(invalid_request(exc.errors()))
-
-    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, StarletteHTTPException)
-        if exc.status_code == 404:
-            message = f"Unknown route {request.method} {request.url.path}"
-            code = "not_found"
-        elif exc.status_code == 405:
-            message = f"Method {request.method} not allowed on {request.url.path}"
-            code = "method_not_allowed"
-        else:
-            message, code = str(exc.detail), None
-        return error_response(GatewayError(exc.status_code, message, code=code, headers=exc.headers))
-
-    async def on_unhandled(_: Request, exc: Exception) -> Response:
-        # Starlette's ServerErrorMiddleware calls this, answers, then re-raises for the server's log
-        return error_response(internal_error())
-
-    app.add_exception_handler(Exception, on_unhandled)
-    app.add_exception_handler(GatewayError, on_handled)
-    app.add_exception_handler(ClientDisconnectedError, on_handled)
-    app.add_exception_handler(RequestValidationError, on_validation_error)
-    app.add_exception_handler(StarletteHTTPException, on_http_error)
+class ClientDisconnectedError(Exception):
+    """The client closed the connection before it could be answered (logged as 499, nginx's code)."""

@@ -21,7 +21,7 @@ from limits.aio.storage import Storage
 from limits.aio.strategies import FixedWindowRateLimiter
 from limits.storage import storage_from_string
 
-from gateway.auth import Principal
+from gateway.auth.principal import Principal
 from gateway.errors import GatewayError
 
 
@@ -64,9 +64,8 @@ class RateLimiter:
         stats = await self._limiter.get_window_stats(item, what, key)
         retry = max(1, math.ceil(stats.reset_time - time.time()))
         return GatewayError(
-            429,
+            f"rate_limit_{what}",
             f"Rate limit reached for {what} ({item.amount} per {self._window_s} s); retry in {retry} s.",
-            code=f"rate_limit_{what}",
             headers={"Retry-After": str(retry)},
         )
 

@@ -4,25 +4,54 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import gc
 import logging
 import signal
 import socket
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 
 from gateway.app import create_app
 from gateway.config import Settings
-from gateway.drain import Drain
-from gateway.http_protocol import GatewayHttpProtocol
+from gateway.http.access_log import ACCESS_LOGGER
+from gateway.http.drain import Drain
 
 log = logging.getLogger("uvicorn.error")
 #: After the drain, how long uvicorn still waits for connections before cancelling their tasks, s.
 _CUT_AFTER_DRAIN_S = 2
 #: Generation-1 collections between two full ones (CPython's default: 10); see ``startup``.
 FULL_COLLECTION_EVERY = 100
+
+
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging configuration plus the gateway's access log on uvicorn's access handler and
+    format (:mod:`gateway.http.access_log`: written at each response's end, no query string)."""
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"][ACCESS_LOGGER] = {"handlers": ["access"], "level": "INFO", "propagate": False}
+    return config
+
+
+def server_config(app: Any, host: str, port: int, **options: Any) -> uvicorn.Config:
+    """The uvicorn configuration of every server the gateway runs: uvicorn's own access line off (it
+    would be written at the response's start, query string and all: ``?api_key=…``), the gateway's on
+    (:func:`log_config`), no WebSocket protocol (no route takes one: an upgrade is a plain 404, path
+    only in the log), and a short cut of the connections still open after the drain. ``options`` go
+    to ``uvicorn.Config`` as well."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        access_log=False,
+        log_config=log_config(),
+        ws="none",
+        timeout_graceful_shutdown=_CUT_AFTER_DRAIN_S,
+        **options,
+    )
 
 
 def free_loopback_port() -> int:
@@ -41,7 +70,7 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class _GatewayServer(uvicorn.Server):
-    """A uvicorn server whose first SIGTERM/SIGINT drains before shutting down (see :mod:`gateway.drain`).
+    """A uvicorn server whose first SIGTERM/SIGINT drains before shutting down (:mod:`gateway.http.drain`).
 
     First signal: new requests get 503 while those in flight run to their end, at most
     ``shutdown_grace_s`` seconds; then uvicorn's own shutdown runs. A second signal ends the drain at
@@ -87,7 +116,6 @@ class _GatewayServer(uvicorn.Server):
         if self._drain.draining or self._loop is None:
             super().handle_exit(sig, frame)
             return
-        self._captured_signals.append(sig)
         self._drain.begin()  # only flags here: logging from a signal handler can hit a reentrant write
         self._loop.call_soon_threadsafe(self._start_drainer)
 
@@ -111,13 +139,9 @@ def _simulator(settings: Settings) -> tuple[_EmbeddedServer, str]:
     port = free_loopback_port()
     app = create_sim_app(SimConfig(served_model_name=settings.served_model))
     config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=port,
-        log_level="warning",
-        http=GatewayHttpProtocol,  # no access lines: the gateway's Config re-enables uvicorn.access
+        app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
         timeout_graceful_shutdown=_CUT_AFTER_DRAIN_S,
-    )
+    )  # fmt: skip
     return _EmbeddedServer(config), f"http://127.0.0.1:{port}"
 
 
@@ -143,17 +167,9 @@ async def run_gateway(settings: Settings) -> None:
             sim_url,
         )
     app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        http=GatewayHttpProtocol,  # the access line is the app's, at each response's end (access_log.py)
-        # no WebSocket route exists; uvicorn would refuse an upgrade itself and log its URL, query
-        # string (?api_key=…) included: as plain HTTP it is a 404 in the access log, path only
-        ws="none",
-        timeout_graceful_shutdown=_CUT_AFTER_DRAIN_S,
+    gateway = _GatewayServer(
+        server_config(app, settings.host, settings.port), app.state.drain, settings.shutdown_grace_s
     )
-    gateway = _GatewayServer(config, app.state.drain, settings.shutdown_grace_s)
     # uvicorn re-raises the signal it handled after a graceful shutdown, for outer handlers; ours
     # have nothing left to do, so the process ends with status 0 instead of dying by the signal.
     # Installed only now: a signal during start-up still ends the process (default action).

@@ -9,18 +9,18 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends
+from fastapi import Depends
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from gateway import json_codec
-from gateway.admin.routes import require_admin
 from gateway.auth import KeyExistsError, KeyNotFoundError, KeyStore, Principal
+from gateway.dialects.openai import OPENAI
 from gateway.errors import GatewayError
+from gateway.http.auth import admin_for
 
-router = APIRouter(prefix="/admin/keys", dependencies=[Depends(require_admin)], tags=["admin: keys"])
-AdminDep = Annotated[Principal, Depends(require_admin)]
+AdminDep = Annotated[Principal, Depends(admin_for(OPENAI))]
 Thinking = Literal["off", "low", "high", "max"]
 
 
@@ -78,22 +78,19 @@ async def _audit(request: Request, actor: Principal, action: str, target: str | 
 
 
 def _not_found(ref: str) -> GatewayError:
-    return GatewayError(404, f"No key {ref!r}.", code="key_not_found", param="id")
+    return GatewayError("key_not_found", f"No key {ref!r}.", param="id")
 
 
 def _changed(request: Request) -> None:
     request.app.state.authenticator.invalidate()  # this process sees the change at once
 
 
-@router.post("", status_code=201, summary="Create a key (the secret is returned once)")
 async def create_key(body: KeyCreate, request: Request, actor: AdminDep) -> JSONResponse:
     fields = body.model_dump(exclude_none=True, exclude={"name", "scopes"})
     try:
         record, secret = await _store(request).create(body.name, scopes=body.scopes, **fields)
     except KeyExistsError:
-        raise GatewayError(
-            409, f"A key named {body.name!r} exists.", code="key_exists", param="name"
-        ) from None
+        raise GatewayError("key_exists", f"A key named {body.name!r} exists.", param="name") from None
     await _audit(
         request, actor, "key.create", record.id, name=record.name, prefix=record.prefix, **_loggable(fields)
     )
@@ -104,13 +101,11 @@ def _loggable(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in fields.items()}
 
 
-@router.get("", summary="List keys (no secrets)")
 async def list_keys(request: Request) -> dict[str, Any]:
     now = datetime.now(UTC)
     return {"data": [r.public(now) for r in await _store(request).list()]}
 
 
-@router.get("/{key_id}", summary="Read one key")
 async def get_key(key_id: str, request: Request) -> dict[str, Any]:
     try:
         return (await _store(request).get(key_id)).public(datetime.now(UTC))
@@ -118,7 +113,6 @@ async def get_key(key_id: str, request: Request) -> dict[str, Any]:
         raise _not_found(key_id) from None
 
 
-@router.patch("/{key_id}", summary="Change limits, models, expiry, thinking default or metadata")
 async def update_key(key_id: str, body: KeyLimits, request: Request, actor: AdminDep) -> dict[str, Any]:
     changes = body.model_dump(exclude_unset=True)
     try:
@@ -130,7 +124,6 @@ async def update_key(key_id: str, body: KeyLimits, request: Request, actor: Admi
     return record.public(datetime.now(UTC))
 
 
-@router.post("/{key_id}/rotate", summary="New secret; the old one keeps working for a grace period")
 async def rotate_key(
     key_id: str, request: Request, actor: AdminDep, body: KeyRotate | None = None
 ) -> dict[str, Any]:
@@ -144,7 +137,6 @@ async def rotate_key(
     return {**record.public(datetime.now(UTC)), "key": secret}
 
 
-@router.post("/{key_id}/revoke", summary="Revoke a key (idempotent)")
 async def revoke_key(key_id: str, request: Request, actor: AdminDep) -> dict[str, Any]:
     try:
         record = await _store(request).revoke(key_id)
@@ -155,7 +147,6 @@ async def revoke_key(key_id: str, request: Request, actor: AdminDep) -> dict[str
     return record.public(datetime.now(UTC))
 
 
-@router.delete("/{key_id}", summary="Delete a key for good")
 async def delete_key(key_id: str, request: Request, actor: AdminDep) -> dict[str, Any]:
     try:
         record = await _store(request).get(key_id)

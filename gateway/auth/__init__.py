@@ -1,6 +1,6 @@
 """Authentication: API keys (hashed at rest) resolved to a :class:`Principal`."""
 
-from gateway.auth.authenticator import Authenticator, bearer_token
+from gateway.auth.authenticator import Authenticator
 from gateway.auth.principal import Principal
 from gateway.auth.store import KeyExistsError, KeyNotFoundError, KeyRecord, KeyStore
 
@@ -11,5 +11,4 @@ __all__ = [
     "KeyRecord",
     "KeyStore",
     "Principal",
-    "bearer_token",
 ]

@@ -5,25 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Integer, String, insert, select
+from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.orm import Mapped, mapped_column
 
-from gateway.db import Base, utc
-
-
-class AuditRow(Base):
-    """One admin action. ``detail`` never holds a secret (new keys are not logged, only their prefix)."""
-
-    __tablename__ = "audit_log"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
-    actor: Mapped[str] = mapped_column(String(200))
-    action: Mapped[str] = mapped_column(String(64))
-    target: Mapped[str | None] = mapped_column(String(200), nullable=True)
-    client: Mapped[str | None] = mapped_column(String(100), nullable=True)
-    detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+from gateway.tables import AuditRow, utc
 
 
 class AuditLog:

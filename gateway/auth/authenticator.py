@@ -1,7 +1,8 @@
-"""Bearer-token authentication with a short-lived lookup cache.
+"""Authentication of a caller's secret, with a short-lived lookup cache.
 
-``Authorization: Bearer dsk-…`` (an API key), a JWT (:mod:`gateway.auth.tokens`), or the bootstrap
-admin key whose SHA-256 is in ``GATEWAY_ADMIN_KEY_SHA256`` -> :class:`Principal`. For API keys,
+An API key (``dsk-…``), a JWT (:mod:`gateway.auth.tokens`), or the bootstrap admin key whose SHA-256
+is in ``GATEWAY_ADMIN_KEY_SHA256`` -> :class:`Principal`. Where the secret comes from (``Authorization:
+Bearer``, ``x-api-key``) is the client API's business (:mod:`gateway.dialects`). For API keys,
 lookups by SHA-256 are cached for ``ttl_s`` seconds (hits and misses alike), so a revoke or expiry
 written by another process (the CLI, another replica) lands within ``ttl_s``; expiry is re-checked
 on every request against the clock. A change made in this process (the admin API) calls
@@ -31,27 +32,13 @@ BOOTSTRAP_ADMIN = Principal(key_id="bootstrap-admin", name="bootstrap-admin", sc
 TOUCH_INTERVAL = timedelta(seconds=60)
 
 
-def _unauthorized(message: str) -> GatewayError:
-    return GatewayError(
-        401, message, code="invalid_api_key", headers={"WWW-Authenticate": 'Bearer realm="dspark-gateway"'}
-    )
+#: ``WWW-Authenticate`` of a 401 (RFC 6750 section 3).
+BEARER_CHALLENGE = 'Bearer realm="dspark-gateway"'
 
 
-def bearer_token(header: str | None) -> str:
-    """Extract the token from an ``Authorization`` header value.
-
-    The scheme is case-insensitive (RFC 7235) and separated from the token by spaces (RFC 6750
-    ``1*SP``); only SP and HTAB count as whitespace around the token (RFC 9110 OWS), not everything
-    :meth:`str.strip` removes (e.g. a no-break space, which a latin-1 header can carry).
-    Raises :class:`GatewayError` 401 when the header is missing or not ``Bearer <token>``.
-    """
-    if not header:
-        raise _unauthorized("Missing API key: send 'Authorization: Bearer <key>'.")
-    scheme, _, token = header.partition(" ")
-    token = token.strip(" \t")
-    if scheme.lower() != "bearer" or not token:
-        raise _unauthorized("Malformed Authorization header: expected 'Bearer <key>'.")
-    return token
+def unauthorized(message: str) -> GatewayError:
+    """401 ``invalid_api_key`` with the Bearer challenge."""
+    return GatewayError("invalid_api_key", message, headers={"WWW-Authenticate": BEARER_CHALLENGE})
 
 
 def _retrieve(future: asyncio.Future[KeyRecord | None]) -> None:
@@ -79,27 +66,26 @@ class Authenticator:
         self._touched: dict[str, datetime] = {}
         self._background: set[asyncio.Task[None]] = set()
 
-    async def authenticate(self, header: str | None) -> Principal:
-        """Return the principal for an ``Authorization`` header value.
+    async def authenticate(self, token: str) -> Principal:
+        """Return the principal of a secret (an API key or a JWT).
 
-        Raises :class:`GatewayError` 401 (``invalid_api_key``) for a missing, malformed, unknown,
-        revoked or expired key.
+        Raises :class:`GatewayError` 401 (``invalid_api_key``) for a malformed, unknown, revoked or
+        expired key or an invalid token.
         """
-        token = bearer_token(header)
         if self._tokens is not None and looks_like_jwt(token):
             return verify(self._tokens, token)
         if not is_well_formed(token):
-            raise _unauthorized("Invalid API key.")
+            raise unauthorized("Invalid API key.")
         key_hash = hash_key(token)
         if self._admin_hash is not None and hmac.compare_digest(key_hash, self._admin_hash):
             return BOOTSTRAP_ADMIN
         record = await self._lookup(key_hash)
         now = datetime.now(UTC)
         if record is None:
-            raise _unauthorized("Invalid API key.")
+            raise unauthorized("Invalid API key.")
         status = record.status(now)
         if status != "active":
-            raise _unauthorized(f"API key is {status}.")
+            raise unauthorized(f"API key is {status}.")
         self._touch(record, now)
         return record.principal()
 

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Integer, String, delete, or_, select, update
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
-from sqlalchemy.orm import Mapped, mapped_column
 
 from gateway.auth.principal import Principal
 from gateway.auth.secrets import display_prefix, generate_key, hash_key
-from gateway.db import Base, open_engine, utc
+from gateway.db import open_engine
+from gateway.tables import ApiKeyRow, utc
 
 #: Fields an admin may change after creation (PATCH).
 MUTABLE_FIELDS = (
@@ -33,31 +33,6 @@ MUTABLE_FIELDS = (
     "default_thinking",
     "metadata",
 )
-
-
-class ApiKeyRow(Base):
-    """One API key. ``key_hash`` is SHA-256 hex of the secret; the secret itself is never stored."""
-
-    __tablename__ = "api_keys"
-
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    name: Mapped[str] = mapped_column(String(200), unique=True)
-    key_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
-    prefix: Mapped[str] = mapped_column(String(32))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    models: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
-    scopes: Mapped[list[str]] = mapped_column(JSON, default=list)
-    default_thinking: Mapped[str | None] = mapped_column(String(8), nullable=True)
-    rpm: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    tpm: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    max_concurrency: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    priority: Mapped[int] = mapped_column(Integer, default=1)
-    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
-    previous_hash: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
-    previous_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ REQUIRED_CLAIMS = {"require_aud": True, "require_exp": True, "require_iss": True
 
 def _invalid(reason: str) -> GatewayError:
     return GatewayError(
-        401, f"Invalid bearer token: {reason}.", code="invalid_api_key",
+        "invalid_api_key", f"Invalid bearer token: {reason}.",
         headers={"WWW-Authenticate": 'Bearer realm="dspark-gateway", error="invalid_token"'},
     )  # fmt: skip
 

@@ -29,9 +29,7 @@ class Normalized:
 def _include_reasoning(payload: dict[str, Any]) -> bool:
     value = payload.pop("include_reasoning", True)
     if not isinstance(value, bool):
-        raise GatewayError(
-            400, "include_reasoning must be a boolean.", code="invalid_value", param="include_reasoning"
-        )
+        raise GatewayError("invalid_value", "include_reasoning must be a boolean.", param="include_reasoning")
     return value
 
 

@@ -64,7 +64,7 @@ class Thinking:
 
 
 def _bad(param: str, message: str) -> GatewayError:
-    return GatewayError(400, message, code="invalid_value", param=param)
+    return GatewayError("invalid_value", message, param=param)
 
 
 def _from_effort(value: Any, param: str) -> Level:

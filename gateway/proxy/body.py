@@ -1,4 +1,4 @@
-"""Reading an inference request's body: bounded in size, validated into its pydantic model.
+"""Reading a request's body, bounded in size (``GATEWAY_MAX_BODY_BYTES``).
 
 Only called after authentication (a FastAPI body parameter would be parsed before the router's auth
 dependency, letting anyone make the gateway read and parse bodies).
@@ -6,20 +6,14 @@ dependency, letting anyone make the gateway read and parse bodies).
 
 from __future__ import annotations
 
-from typing import TypeVar
-
-from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 
-from gateway.asgi import ClientDisconnectedError
-from gateway.errors import GatewayError, invalid_request
-from gateway.openai_api import InferenceRequest
-
-Body = TypeVar("Body", bound=InferenceRequest)
+from gateway.errors import ClientDisconnectedError, GatewayError
 
 
 async def read_bounded(request: Request, limit: int) -> bytes:
-    """The request body, or 413 ``request_too_large`` as soon as it passes ``limit`` bytes."""
+    """The request body; 413 ``request_too_large`` as soon as it passes ``limit`` bytes, and
+    :class:`~gateway.errors.ClientDisconnectedError` when the client leaves before it arrived."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
@@ -36,17 +30,4 @@ async def read_bounded(request: Request, limit: int) -> bytes:
 
 
 def _too_large(limit: int) -> GatewayError:
-    return GatewayError(413, f"The request body is larger than {limit} bytes.", code="request_too_large")
-
-
-async def parse_body(request: Request, model: type[Body]) -> Body:
-    """Read (bounded by ``GATEWAY_MAX_BODY_BYTES``) and validate the JSON body into ``model``.
-
-    Raises :class:`GatewayError` 413 (too large) or 400 (invalid), and
-    :class:`~gateway.asgi.ClientDisconnectedError` when the client leaves before its body arrived.
-    """
-    raw = await read_bounded(request, request.app.state.settings.max_body_bytes)
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as exc:
-        raise invalid_request(exc.errors()) from None
+    return GatewayError("request_too_large", f"The request body is larger than {limit} bytes.")

@@ -1,23 +1,21 @@
 """Streaming relay: upstream SSE events to the client as they arrive.
 
-Events go through a rewriter as soon as each is complete (unchanged ones byte for byte); what one
-upstream read completes goes to the client in one write. A stream must end with ``data: [DONE]``; if
-upstream breaks or ends without it, the client gets one OpenAI-shaped ``data: {"error": ...}`` event
-and the stream ends — never a silent clean end that looks complete.
+Events go through the dialect's translator as soon as each is complete (unchanged ones byte for
+byte); what one upstream read completes goes to the client in one write. A stream must end with
+``data: [DONE]``; if upstream breaks or ends without it, the client gets one error event in its
+dialect and the stream ends — never a silent clean end that looks complete.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
-from gateway.errors import GatewayError
-from gateway.http_protocol import DirectBody
-from gateway.proxy.rewrite import MalformedChunkError
-from gateway.proxy.sse import DONE, MAX_EVENT_BYTES, EventTooLargeError, SSEDecoder
+from gateway.errors import GatewayError, MalformedResponseError
 from gateway.proxy.upstream import UpstreamResponse
+from gateway.sse import DONE, MAX_EVENT_BYTES, EventTooLargeError, SSEDecoder
 
 #: Event-loop steps a releasing request yields so the next one reaches the backend first
 #: (:func:`let_waiter_send`). In the first, the granted waiter runs up to aiohttp's body write;
@@ -40,7 +38,7 @@ Rewrite = Callable[[bytes, bytes | None], list[bytes]]
 
 
 def _broken(detail: str) -> GatewayError:
-    return GatewayError(502, f"The model server stream broke: {detail}", code="upstream_stream_error")
+    return GatewayError("upstream_stream_error", f"The model server stream broke: {detail}")
 
 
 @dataclass(slots=True)
@@ -54,11 +52,11 @@ class RelayOutcome:
 
 class EventPipe:
     """Upstream body bytes in, the bytes for the client out: whole SSE events through ``rewrite``,
-    the events one upstream read completes joined for one write. Shared by both relays.
+    the events one upstream read completes joined for one write.
 
     ``release`` is called when ``[DONE]`` arrives (the upstream has finished the sequence), before it
     is rewritten; it returns whether the slot went to a waiting request. :meth:`feed` raises
-    :class:`MalformedChunkError` or :class:`EventTooLargeError`; the events completed before the
+    :class:`MalformedResponseError` or :class:`EventTooLargeError`; the events completed before the
     failure stay in :attr:`ready` (they go on before the error event).
     """
 
@@ -89,9 +87,9 @@ class EventPipe:
         ready.clear()
         return out
 
-    def failed(self, exc: MalformedChunkError | EventTooLargeError) -> GatewayError:
+    def failed(self, exc: MalformedResponseError | EventTooLargeError) -> GatewayError:
         """The error event's error for a failure :meth:`feed` raised."""
-        if isinstance(exc, MalformedChunkError):
+        if isinstance(exc, MalformedResponseError):
             return _broken(f"malformed chunk ({exc})")
         return _broken(str(exc))
 
@@ -116,16 +114,15 @@ async def relay_events(
     outcome: RelayOutcome,
     max_event_bytes: int = MAX_EVENT_BYTES,
     release: Callable[[], bool] = lambda: False,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """Yield the upstream's SSE events through ``rewrite``, the events one upstream read completes
     joined in one item (one write to the client, not one per event: at saturation a read holds
-    several). On a broken or truncated stream, end with an error event (recorded in ``outcome``): 504
-    ``upstream_timeout`` when the read timeout ran out, else 502 ``upstream_stream_error`` (reset,
-    malformed chunk, an event over ``max_event_bytes``, or an end without ``[DONE]``); events before
-    the failure are still sent. ``release`` is called when ``[DONE]`` arrives (see :class:`EventPipe`);
-    if a waiting request got the slot, it is let send its request before this one's ``[DONE]`` goes on.
-
-    The pull relay, for any ASGI server; :func:`push_events` is the gateway server's faster one.
+    several). A broken or truncated stream ends with its error in ``outcome`` (for the caller to send
+    in the client's dialect): 504 ``upstream_timeout`` when the read timeout ran out, else 502
+    ``upstream_stream_error`` (reset, malformed chunk, an event over ``max_event_bytes``, or an end
+    without ``[DONE]``); events completed before the failure are still yielded. ``release`` is called
+    when ``[DONE]`` arrives (see :class:`EventPipe`); if a waiting request got the slot, it is let send
+    its request before this one's ``[DONE]`` goes on. Pure asyncio: the caller sends what it yields.
     """
     pipe = EventPipe(rewrite, outcome, max_event_bytes, release)
     try:
@@ -136,109 +133,9 @@ async def relay_events(
                 yield pipe.take()
     except GatewayError as exc:  # the upstream timed out or broke (see UpstreamResponse.chunks)
         outcome.error = exc
-    except (MalformedChunkError, EventTooLargeError) as exc:
+    except (MalformedResponseError, EventTooLargeError) as exc:
         outcome.error = pipe.failed(exc)
     else:
         outcome.error = pipe.ended(None)
-    if outcome.error is not None:
-        yield pipe.take() + outcome.error.sse_event()
-
-
-class _PushSink:
-    """The :class:`~gateway.proxy.upstream.BodySink` of :func:`push_events`. Runs in aiohttp's parser
-    callback, which calls it once per upstream HTTP chunk (one vLLM event); what a read completes is
-    written to the client in one write, by a callback that runs once the read is parsed."""
-
-    def __init__(self, pipe: EventPipe, body: DirectBody) -> None:
-        self._pipe = pipe
-        self._body = body
-        self._loop = asyncio.get_running_loop()
-        self._wake: asyncio.Future[None] = self._loop.create_future()
-        self._flushing = False  # a write of what is ready is scheduled
-        self.error: GatewayError | None = None
-        self.finished = False  # the body ended or broke: nothing more is taken
-        self.closed = False  # the relay is over: nothing more is written
-        self.handed_on = False  # [DONE] released the slot to a waiting request
-        self.paused = False  # the upstream is paused until the client drains
-        self.resuming = False  # within UpstreamResponse.resume_reading: no pause
-
-    def data(self, data: bytes) -> bool:
-        if self.finished:
-            return False
-        pipe = self._pipe
-        try:
-            self.handed_on = pipe.feed(data) or self.handed_on
-        except (MalformedChunkError, EventTooLargeError) as exc:
-            self.end(pipe.failed(exc))
-            return False
-        if pipe.ready and not self._flushing:
-            self._flushing = True
-            self._loop.call_soon(self._flush)
-        if self._body.paused and not self.paused and not self.resuming:
-            self.paused = True  # the client is slower than the model: push back upstream
-            self._signal()
-            return True
-        return False
-
-    def _flush(self) -> None:
-        self._flushing = False
-        if not self.closed and self._pipe.ready:
-            self._body.write(self._pipe.take())
-
-    def end(self, error: GatewayError | None) -> None:
-        if not self.finished:
-            self.finished = True
-            self.error = self._pipe.ended(error)
-            self._signal()
-
-    def _signal(self) -> None:
-        if not self._wake.done():
-            self._wake.set_result(None)
-
-    async def wait(self) -> None:
-        """Until the body ended or broke, or it paused the upstream."""
-        await self._wake
-        self._wake = self._loop.create_future()
-
-
-async def push_events(
-    response: UpstreamResponse,
-    rewrite: Rewrite,
-    outcome: RelayOutcome,
-    body: DirectBody,
-    max_event_bytes: int = MAX_EVENT_BYTES,
-    release: Callable[[], bool] = lambda: False,
-) -> AsyncIterator[bytes]:
-    """:func:`relay_events`, the same bytes and errors, but pushed: each upstream read is decoded and
-    rewritten inside aiohttp's parser callback and written to the client (``body``, this server's
-    direct writes) in one write once the read is parsed, with no task switch, read call or ASGI
-    ``send`` per read — those were half of what the gateway added to a relayed chunk's CPU
-    (docs/performance.md). Yields only what is left at the end: the error event, if any.
-
-    The iterating task waits for the end; when the client's transport buffer is full the upstream
-    is paused (from the parser callback) and the task waits for the client, then resumes it (TCP
-    pushes back on the model server, as :func:`relay_events` does by not reading).
-    """
-    pipe = EventPipe(rewrite, outcome, max_event_bytes, release)
-    sink = _PushSink(pipe, body)
-    detach: Callable[[], None] | None = None
-    try:
-        detach = response.tap(sink)
-        while not sink.finished:
-            await sink.wait()
-            if sink.paused:
-                await body.drain()  # at once if the client has taken its buffer already
-                sink.paused, sink.resuming = False, True
-                try:
-                    response.resume_reading()
-                finally:
-                    sink.resuming = False
-        if sink.handed_on:
-            await let_waiter_send()
-    finally:
-        sink.closed = True
-        if detach is not None:
-            detach()
-    outcome.error = sink.error
-    if outcome.error is not None or pipe.ready:
-        yield pipe.take() + (outcome.error.sse_event() if outcome.error is not None else b"")
+    if pipe.ready:
+        yield pipe.take()

@@ -11,10 +11,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Collection
+from typing import Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.proxy.upstream import Upstream
 from gateway.telemetry.metrics import GatewayMetrics
 
 log = logging.getLogger("gateway.backend")
@@ -42,10 +42,17 @@ def parse_samples(text: str, names: Collection[str]) -> dict[str, float]:
     return values
 
 
+class TextSource(Protocol):
+    """What the monitor reads the backend through (the upstream client): ``GET path``'s body if it
+    answered 200 within ``timeout_s`` seconds, else None."""
+
+    async def get_text(self, path: str, timeout_s: float) -> str | None: ...
+
+
 class BackendMonitor:
     """Reads the upstream's ``/metrics``; :meth:`run` polls until cancelled."""
 
-    def __init__(self, upstream: Upstream, metrics: GatewayMetrics, interval_s: float) -> None:
+    def __init__(self, upstream: TextSource, metrics: GatewayMetrics, interval_s: float) -> None:
         self._upstream = upstream
         self._metrics = metrics
         self._interval_s = interval_s

@@ -15,12 +15,11 @@ import logging
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, Integer, String, func, insert, select
+from sqlalchemy import String, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.orm import Mapped, mapped_column
 from sqlalchemy.sql import ColumnElement
 
-from gateway.db import Base, utc
+from gateway.tables import UsageRow, utc
 from gateway.telemetry.record import RequestTelemetry
 
 log = logging.getLogger("gateway.ledger")
@@ -29,35 +28,6 @@ log = logging.getLogger("gateway.ledger")
 #: clients, 2026-11-30), at no more CPU per request.
 _STATEMENT_ROWS = 10
 GroupBy = Literal["day", "key", "model"]
-
-
-class UsageRow(Base):
-    """One request's usage and telemetry."""
-
-    __tablename__ = "usage_ledger"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    request_id: Mapped[str] = mapped_column(String(128), index=True)
-    key_id: Mapped[str] = mapped_column(String(40), index=True)
-    key_name: Mapped[str] = mapped_column(String(200))
-    model: Mapped[str] = mapped_column(String(200))
-    route: Mapped[str] = mapped_column(String(64))
-    stream: Mapped[bool] = mapped_column(Boolean)
-    arrived_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
-    status: Mapped[int] = mapped_column(Integer)
-    finish_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    client_disconnected: Mapped[bool] = mapped_column(Boolean)
-    prompt_tokens: Mapped[int] = mapped_column(Integer)
-    completion_tokens: Mapped[int] = mapped_column(Integer)
-    cached_tokens: Mapped[int] = mapped_column(Integer)
-    reasoning_tokens: Mapped[int] = mapped_column(Integer)
-    queue_wait_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    ttft_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    upstream_ttft_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    decode_tokens_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    e2e_s: Mapped[float | None] = mapped_column(Float, nullable=True)
-    spec: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
-    spec_candidates: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
 
 
 _COLUMNS = [c.name for c in UsageRow.__table__.columns if c.name != "id"]

@@ -1,19 +1,17 @@
 """Prometheus metrics on a per-app registry (no import-time globals, so apps can coexist in one process).
 
-Names follow ``gateway_<noun>_<unit>``; labels carry the key *name*, never the key. HTTP metrics come
-from prometheus-fastapi-instrumentator (:mod:`gateway.telemetry.http_metrics`); slot and queue gauges
+Names follow ``gateway_<noun>_<unit>``; labels carry the key *name*, never the key. HTTP metrics are
+recorded on the same registry by the edge middleware (:mod:`gateway.http.http_metrics`); slot and queue gauges
 are read live from the :class:`~gateway.admission.Admission` at scrape time; backend gauges are set by
 the :class:`~gateway.telemetry.backend.BackendMonitor`.
 """
 
 from __future__ import annotations
 
-from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gateway.admission import Admission
 from gateway.metric_series import BoundSeries
-from gateway.telemetry import http_metrics
 from gateway.telemetry.record import RequestTelemetry
 
 _SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200)
@@ -137,7 +135,3 @@ class GatewayMetrics:
                 bound(self.acceptance_length, spec.source).observe(spec.mean_acceptance_length)
         for name in record.clamped:
             self.clamped.labels(name).inc()
-
-    def instrument(self, app: FastAPI) -> None:
-        """Add HTTP request metrics to ``app`` (exposed by the gateway's own ``/metrics`` route)."""
-        http_metrics.instrument(app, self.registry)

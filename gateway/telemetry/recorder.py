@@ -1,8 +1,9 @@
 """RequestRecorder: watches one request go by and produces its :class:`RequestTelemetry`.
 
-The relay calls ``observe_chunk`` for every upstream chunk (after the reasoning split, so reasoning
-tokens can be told from answer tokens), the forwarder calls ``admitted``/``observe_body``/``finish``.
-It records nothing itself: sinks (Prometheus, the ledger, the client) read the finished record.
+The dialect's translator reports each upstream chunk's facts to :meth:`RequestRecorder.observe` (after
+the reasoning split, so reasoning tokens can be told from answer tokens) and a whole body's to
+:meth:`RequestRecorder.observe_answer`; the request's owner calls ``admitted`` and ``finish``. It
+records nothing itself: sinks (Prometheus, the ledger, the client) read the finished record.
 Pure: no I/O; the clock is injectable.
 """
 
@@ -13,21 +14,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from gateway.telemetry.observation import Observation
 from gateway.telemetry.record import RequestTelemetry
 from gateway.telemetry.spec import SpecStats, clamp, from_backend, from_counters, from_stream
-
-_TEXT_FIELDS = ("content", "text", "reasoning", "reasoning_content")
-
-
-def _has_output(choices: list[Any]) -> bool:
-    for choice in choices:
-        if not isinstance(choice, dict):
-            continue
-        delta = choice.get("delta")
-        part: dict[str, Any] = delta if isinstance(delta, dict) else choice
-        if any(part.get(name) for name in _TEXT_FIELDS) or part.get("tool_calls"):
-            return True
-    return False
 
 
 def _int(value: Any) -> int:
@@ -85,52 +74,42 @@ class RequestRecorder:
         self._t_admit = self._clock()
         self.record.queue_wait_s = queue_wait_s
 
-    def observe_chunk(
-        self, chunk: dict[str, Any], final: bool, reasoning_chars: int, content_chars: int
-    ) -> None:
-        """One upstream stream chunk (parsed JSON), whether it is the final usage chunk, and how many
-        of its characters were reasoning / answer (after the split). Called for every chunk: JSON
-        objects are checked as ``dict`` (an ABC ``Mapping`` check costs several times more)."""
+    def observe(self, seen: Observation) -> None:
+        """One upstream stream chunk's facts (:class:`Observation`, reported by the dialect)."""
         now = None  # the clock is read only when a time is taken (once: TTFT and the last token agree)
-        choices = chunk.get("choices") or []
         record = self.record
-        for choice in choices:
-            self._indices.add(choice.get("index", 0))
-            if record.finish_reason is None:
-                reason = choice.get("finish_reason")
-                if isinstance(reason, str):
-                    record.finish_reason = reason[:32]
-        if self._t_first is None and (reasoning_chars or content_chars or _has_output(choices)):
+        self._indices.update(seen.indices)
+        if record.finish_reason is None and seen.finish_reason is not None:
+            record.finish_reason = seen.finish_reason[:32]
+        if self._t_first is None and seen.output:
             self._t_first = now = self._clock()
-        usage = chunk.get("usage")
-        if isinstance(usage, dict):
+        usage = seen.usage
+        if usage is not None:
             self._usage = usage
             tokens = usage.get("completion_tokens")  # an int, else no count (_int, inline)
-            if not final and type(tokens) is int and tokens > self._tokens:
+            if not seen.final and type(tokens) is int and tokens > self._tokens:
                 increase = tokens - self._tokens
                 # the first token comes from prefill; every later chunk is one engine step
                 step = increase - 1 if self._tokens == 0 else increase
                 if step > 0:
                     self._step_tokens.append(step)
-                total = reasoning_chars + content_chars
+                total = seen.reasoning_chars + seen.content_chars
                 if total:
-                    self._reasoning_tokens += increase * reasoning_chars / total
+                    self._reasoning_tokens += increase * seen.reasoning_chars / total
                 self._tokens = tokens
                 self._t_last = self._clock() if now is None else now
-        metrics = chunk.get("metrics")
-        if isinstance(metrics, dict):
-            self._backend = metrics
+        if seen.metrics is not None:
+            self._backend = seen.metrics
 
-    def observe_body(self, body: Mapping[str, Any], reasoning_chars: int, content_chars: int) -> None:
-        """A whole non-stream response (parsed), and its reasoning / answer character counts."""
-        if isinstance(body.get("usage"), Mapping):
-            self._usage = body["usage"]
-        if isinstance(body.get("metrics"), Mapping):
-            self._backend = body["metrics"]
-        choices = body.get("choices") or []
-        reason = choices[0].get("finish_reason") if choices and isinstance(choices[0], dict) else None
-        self.record.finish_reason = reason[:32] if isinstance(reason, str) else None
-        self._split_chars = [reasoning_chars, content_chars]
+    def observe_answer(self, seen: Observation) -> None:
+        """A whole non-stream response's facts."""
+        if seen.usage is not None:
+            self._usage = seen.usage
+        if seen.metrics is not None:
+            self._backend = seen.metrics
+        reason = seen.finish_reason
+        self.record.finish_reason = reason[:32] if reason is not None else None
+        self._split_chars = [seen.reasoning_chars, seen.content_chars]
 
     def snapshot(
         self, counters: tuple[Mapping[str, float], Mapping[str, float], bool] | None = None

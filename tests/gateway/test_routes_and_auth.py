@@ -8,7 +8,10 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import openai
 import pytest
+from fastapi.routing import APIRoute
+from starlette.routing import Route
 
+from gateway.routes import PUBLIC_ROUTES, ROUTES
 from tests.support.probes import scrape
 
 MODEL = "deepseek-v4-flash-0731"
@@ -123,9 +126,26 @@ def test_other_paths_are_404_and_never_reach_vllm(stack, make_key, method, path)
     assert scrape(sim.url).get("vllm:prompt_tokens_total", 0) == 0
 
 
-def test_inference_routes_keep_the_app_wide_middleware(stack, make_key) -> None:
-    """The two POST routes skip FastAPI's router (gateway/proxy/fast_path.py), not what wraps it:
-    request ids, HTTP metrics by route, the route's 405 for other methods."""
+def test_every_route_but_the_public_ones_is_a_401_without_credentials(stack) -> None:
+    """Deny by default: each route of the app (the route table's and FastAPI's own), each of its
+    methods, without credentials, answers 401 in OpenAI shape unless it is in ``PUBLIC_ROUTES``."""
+    _, gateway = stack
+    routes = [r for r in gateway.app.routes if isinstance(r, APIRoute | Route)]
+    assert {r.path for r in routes} >= PUBLIC_ROUTES | {route.path for route in ROUTES}
+    checked = 0
+    for route in routes:
+        for method in sorted(route.methods or ()):
+            response = httpx.request(method, gateway.url + route.path.replace("{key_id}", "key_x"), json={})
+            if route.path in PUBLIC_ROUTES:
+                assert response.status_code != 401, (method, route.path)
+                continue
+            assert_openai_error(response, 401, "invalid_api_key")
+            checked += 1
+    assert checked == len(ROUTES) - len({r.path for r in ROUTES} & PUBLIC_ROUTES)
+
+
+def test_inference_routes_go_through_the_middleware(stack, make_key) -> None:
+    """Request ids, HTTP metrics by route, the route's 405 for other methods."""
     _, gateway = stack
     key = make_key("fast")
     url = gateway.url + "/v1/chat/completions"

@@ -1,4 +1,4 @@
-"""The gateway's performance benchmark, every part in one run on a 2-core machine (issue 7).
+"""The gateway's performance benchmark, every part in one run on a 2-core machine.
 
 1. Added latency and 2. throughput, direct to the simulator vs through the gateway, and 4. the LiteLLM
    proxy in the gateway's place, same loads (``tests.perf.overhead``);
@@ -47,72 +47,55 @@ def _added(report: dict[str, Any], concurrency: str, p: str, baseline: str) -> f
 
 
 def targets(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
-    """Each target of issue 7: (target, the figure that decides it, met?); None when not measured."""
+    """Each target (issue 23): (target, the figure that decides it, met?); None when not measured.
+    The other parts' figures (the p99, the queue, real vLLM) follow with no verdict (:func:`figures`)."""
     rows: list[tuple[str, str, bool | None]] = []
-    for p, bound in (("p50", 1.0), ("p99", 5.0)):
-        # met only if it holds against both baselines: direct (the issue's) and the zero-work relay on
-        # CPU 0 (at high concurrency direct is slowed by CPU 1 doing all the client-facing sends)
-        added = {name: _added(report, "32", p, name) for name in ("direct", "relay")}
-        figure = f"{added['direct']:+.2f} ms vs direct, {added['relay']:+.2f} ms vs relay"
-        if p == "p50" and "32" in report["overhead"]["levels"]:
-            level = report["overhead"]["levels"]["32"]
-            gateway, direct = (level[n]["ttft_p50_ms_rounds"] for n in ("gateway", "direct"))
-            per_round = [g - d for g, d in zip(gateway, direct, strict=True)]
-            figure += f" (rounds {min(per_round):+.1f}..{max(per_round):+.1f})"
-            figure += "; part p50s {:+.2f} to the backend, {:+.2f} in it, {:+.2f} back".format(
-                *(
-                    overhead.split_p50(level["gateway"], part) - overhead.split_p50(level["direct"], part)
-                    for part in overhead.SPLIT_PARTS
-                )
-            )
-        rows.append((f"added TTFT {p} at 32 streams <= {bound:g} ms", figure, max(added.values()) <= bound))
+    # met only if it holds against both baselines: direct and the zero-work relay on CPU 0 (at high
+    # concurrency direct is slowed by CPU 1 doing all the client-facing sends)
+    added = {name: _added(report, "32", "p50", name) for name in ("direct", "relay")}
+    figure = f"{added['direct']:+.2f} ms vs direct, {added['relay']:+.2f} ms vs relay"
+    if "32" in report["overhead"]["levels"]:
+        level = report["overhead"]["levels"]["32"]
+        gateway, direct = (level[n]["ttft_p50_ms_rounds"] for n in ("gateway", "direct"))
+        per_round = [g - d for g, d in zip(gateway, direct, strict=True)]
+        figure += f" (rounds {min(per_round):+.1f}..{max(per_round):+.1f})"
+    rows.append(("added TTFT p50 at 32 streams <= 1 ms", figure, max(added.values()) <= 1.0))
     tput = report["overhead"]["throughput"]
     capacity = overhead.capacity(tput["gateway"], "gateway")
     rows.append(
         (
-            ">= 20,000 relayed chunks/s on one core",
+            ">= 15,000 relayed chunks per CPU-second on one core",
             f"{capacity:,.0f}/s at its CPU per chunk; {tput['gateway']['chunks_per_s']:,.0f}/s measured",
-            capacity >= 20_000,
+            capacity >= 15_000,
         )
     )
     if "litellm" in tput:
         ratio = capacity / overhead.capacity(tput["litellm"], "litellm")
         measured = tput["gateway"]["chunks_per_s"] / max(tput["litellm"]["chunks_per_s"], 1e-9)
-        rows.append(
-            (
-                ">= 5x LiteLLM's chunk throughput",
-                f"x{ratio:,.0f} per core; x{measured:,.0f} measured",
-                ratio >= 5,
-            )
-        )
+        figure = f"x{ratio:,.0f} per core; x{measured:,.0f} measured"
+        rows.append((">= 10x LiteLLM's per-core chunk throughput", figure, ratio >= 10))
     else:
-        rows.append((">= 5x LiteLLM's chunk throughput", "not measured (--no-litellm)", None))
+        rows.append((">= 10x LiteLLM's per-core chunk throughput", "not measured (--no-litellm)", None))
+    return rows + figures(report)
+
+
+def figures(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+    """The other parts' deciding figures, with no verdict."""
+    rows: list[tuple[str, str, bool | None]] = []
+    added = {name: _added(report, "32", "p99", name) for name in ("direct", "relay")}
+    rows.append(("added TTFT p99 at 32 streams", f"{added['direct']:+.2f} ms vs direct, "
+                 f"{added['relay']:+.2f} ms vs relay", None))  # fmt: skip
     queue = report["queue_scale"]
     rss = queue["memory_mb"]["sampled_rss_max"]
-    rows.append(
-        (
-            f"{QUEUED:,} queued clients under 300 MB RSS",
-            f"{rss:.0f} MB with {queue['clients']:,}",
-            rss < 300 if queue["clients"] >= QUEUED else None,
-        )
-    )
-    gap = queue["idle_gap_ms"]
-    floor = queue["direct_idle_gap_ms"]
-    rows.append(
-        (
-            "slot idle gap p99 <= 2 ms",
-            f"{gap['p99']:.2f} ms (direct floor {floor['p99']:.2f} ms)",
-            gap["p99"] <= 2.0,
-        )
-    )
+    rows.append(("RSS with queued clients", f"{rss:.0f} MB with {queue['clients']:,}", None))
+    gap, floor = queue["idle_gap_ms"], queue["direct_idle_gap_ms"]
+    rows.append(("slot idle gap p99", f"{gap['p99']:.2f} ms (direct floor {floor['p99']:.2f} ms)", None))
     vllm = report.get("real_vllm")
-    if vllm is None:
-        rows.append(("real vLLM through the gateway >= 97 % of direct", "not measured", None))
-    else:
+    if vllm is not None:
         ratio, relay = vllm["ratio"]["of_means"], vllm["relay_ratio"]["of_means"]
         low, high = vllm["ratio"]["ci95"]
         figure = f"{ratio:.1%} (95 % CI {low:.1%}..{high:.1%}); zero-work relay {relay:.1%}"
-        rows.append(("real vLLM through the gateway >= 97 % of direct", figure, ratio >= 0.97))
+        rows.append(("real vLLM through the gateway, of direct", figure, None))
     return rows
 
 

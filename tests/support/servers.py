@@ -1,4 +1,5 @@
-"""Real servers for tests: an ASGI app under uvicorn on a free loopback port, in a background thread."""
+"""Real servers for tests: an ASGI app under uvicorn, configured as ``dspark-gateway serve`` configures it
+(:func:`gateway.serve.server_config`), on a free loopback port, in a background thread."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import time
 from typing import Any
 
 import uvicorn
+
+from gateway.serve import server_config
 
 
 def free_port() -> int:
@@ -24,7 +27,7 @@ class ThreadedServer:
         self.app = app
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        config = server_config(app, "127.0.0.1", self.port, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -13,6 +13,7 @@ from sqlalchemy import event
 from gateway.auth import Authenticator, KeyExistsError, KeyStore
 from gateway.auth.secrets import is_well_formed
 from gateway.db import open_engine
+from gateway.dialects.openai import bearer_token
 from gateway.durations import parse_duration
 from gateway.errors import GatewayError
 
@@ -42,7 +43,7 @@ async def test_authenticate_paths(store: KeyStore) -> None:
     auth = Authenticator(store, ttl_s=0)
     _, good = await store.create("good", models=["m1"])
     _, expired = await store.create("old", expires_at=datetime.now(UTC) - timedelta(seconds=1))
-    principal = await auth.authenticate(f"Bearer {good}")
+    principal = await auth.authenticate(good)
     assert principal.name == "good" and principal.may_use("m1") and not principal.may_use("m2")
     for header, reason in [
         (None, "Missing"),
@@ -53,24 +54,24 @@ async def test_authenticate_paths(store: KeyStore) -> None:
         (f"Bearer {expired}", "expired"),
     ]:
         with pytest.raises(GatewayError) as info:
-            await auth.authenticate(header)
+            await auth.authenticate(bearer_token(header))
         assert info.value.status == 401 and info.value.code == "invalid_api_key"
         assert reason in info.value.message
     await store.revoke("good")
     with pytest.raises(GatewayError, match="revoked"):
-        await auth.authenticate(f"Bearer {good}")
+        await auth.authenticate(good)
     await auth.aclose()
 
 
 async def test_cache_bounds_revocation_delay(store: KeyStore) -> None:
     auth = Authenticator(store, ttl_s=1.0)
     _, secret = await store.create("cached")
-    await auth.authenticate(f"Bearer {secret}")
+    await auth.authenticate(secret)
     await store.revoke("cached")
-    await auth.authenticate(f"Bearer {secret}")  # still cached: allowed
+    await auth.authenticate(secret)  # still cached: allowed
     await asyncio.sleep(1.05)
     with pytest.raises(GatewayError):
-        await auth.authenticate(f"Bearer {secret}")
+        await auth.authenticate(secret)
     await auth.aclose()
 
 
@@ -78,7 +79,7 @@ async def test_last_used_is_recorded(store: KeyStore) -> None:
     auth = Authenticator(store, ttl_s=0)
     record, secret = await store.create("user")
     assert record.last_used_at is None
-    await auth.authenticate(f"Bearer {secret}")
+    await auth.authenticate(secret)
     await auth.aclose()
     (listed,) = await store.list()
     assert listed.last_used_at is not None
@@ -106,11 +107,11 @@ async def test_concurrent_lookups_of_one_key_make_one_query(tmp_path: Path) -> N
 
     event.listen(engine.sync_engine, "before_cursor_execute", count)
     auth = Authenticator(store, ttl_s=60)
-    principals = await asyncio.gather(*(auth.authenticate(f"Bearer {secret}") for _ in range(32)))
+    principals = await asyncio.gather(*(auth.authenticate(secret) for _ in range(32)))
     assert {p.name for p in principals} == {"busy"} and len(selects) == 1
 
     auth = Authenticator(store, ttl_s=0)
-    tasks = [asyncio.create_task(auth.authenticate(f"Bearer {secret}")) for _ in range(3)]
+    tasks = [asyncio.create_task(auth.authenticate(secret)) for _ in range(3)]
     await asyncio.sleep(0)
     tasks[0].cancel()
     assert [p.name for p in await asyncio.gather(*tasks[1:])] == ["busy", "busy"]

@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from gateway.auth import Authenticator, KeyStore
 from gateway.auth.audit import AuditLog
-from gateway.db import Base
 from gateway.errors import GatewayError
+from gateway.tables import Base
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.record import RequestTelemetry
 
@@ -50,17 +50,17 @@ async def test_keys_rotation_and_revocation_on_postgres(engine: AsyncEngine) -> 
     record, secret = await store.create("pg-team", models=["m"], rpm=5, metadata={"team": "pg"})
     assert secret is not None and record.metadata == {"team": "pg"}
     auth = Authenticator(store, ttl_s=0)
-    assert (await auth.authenticate(f"Bearer {secret}")).rpm == 5
+    assert (await auth.authenticate(secret)).rpm == 5
     _, new = await store.rotate("pg-team", timedelta(hours=1))
-    assert (await auth.authenticate(f"Bearer {secret}")).name == "pg-team"  # grace
-    assert (await auth.authenticate(f"Bearer {new}")).name == "pg-team"
+    assert (await auth.authenticate(secret)).name == "pg-team"  # grace
+    assert (await auth.authenticate(new)).name == "pg-team"
     updated = await store.update(
         record.id, {"rpm": None, "expires_at": datetime.now(UTC) + timedelta(days=1)}
     )
     assert updated.rpm is None and updated.expires_at is not None and updated.expires_at.tzinfo is not None
     await store.revoke(record.id)
     with pytest.raises(GatewayError):
-        await auth.authenticate(f"Bearer {new}")
+        await auth.authenticate(new)
     await store.delete("pg-team")
     assert await store.list() == []
     await auth.aclose()

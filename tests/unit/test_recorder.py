@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from gateway.openai_api.rewrite import observation
 from gateway.telemetry.record import RequestTelemetry
 from gateway.telemetry.recorder import RequestRecorder
 from gateway.telemetry.spec import ACCEPTED, DRAFT_TOKENS, DRAFTS, from_counters, from_stream
@@ -35,18 +36,23 @@ def chunk(tokens: int, text: str = "", usage_extra: dict | None = None) -> dict:
     }
 
 
+def seen(rec: RequestRecorder, obj: dict, reasoning_chars: int, content_chars: int) -> None:
+    """One OpenAI stream chunk through the chat dialect's observer (:func:`observation`) into ``rec``."""
+    rec.observe(observation(obj, obj["choices"], False, reasoning_chars, content_chars))
+
+
 def test_timing_and_stream_acceptance() -> None:
     clock = Clock()
     rec = recorder(clock)
     clock.now = 101.0
     rec.admitted(1.0)
     clock.now = 101.5
-    rec.observe_chunk(chunk(0), False, 0, 0)  # role chunk: not the first token
+    seen(rec, chunk(0), 0, 0)  # role chunk: not the first token
     clock.now = 102.0
-    rec.observe_chunk(chunk(1, "a"), False, 0, 1)  # first token (prefill)
+    seen(rec, chunk(1, "a"), 0, 1)  # first token (prefill)
     for step_tokens, t in ((6, 102.1), (4, 102.2), (1, 102.3)):
         clock.now = t
-        rec.observe_chunk(chunk(rec._tokens + step_tokens, "x"), False, 0, 1)
+        seen(rec, chunk(rec._tokens + step_tokens, "x"), 0, 1)
     clock.now = 103.0
     record = rec.finish(200, client_disconnected=False)
     assert record.queue_wait_s == 1.0
@@ -62,19 +68,16 @@ def test_timing_and_stream_acceptance() -> None:
 
 def test_impossible_values_are_clamped_and_named() -> None:
     rec = recorder(Clock())
-    rec.observe_body(
-        {
-            "choices": [{"index": 0, "message": {"content": "x"}, "finish_reason": "stop"}],
-            "usage": {
-                "prompt_tokens": 5,
-                "completion_tokens": 3,
-                "prompt_tokens_details": {"cached_tokens": 9},
-                "completion_tokens_details": {"reasoning_tokens": 7},
-            },
+    body = {
+        "choices": [{"index": 0, "message": {"content": "x"}, "finish_reason": "stop"}],
+        "usage": {
+            "prompt_tokens": 5,
+            "completion_tokens": 3,
+            "prompt_tokens_details": {"cached_tokens": 9},
+            "completion_tokens_details": {"reasoning_tokens": 7},
         },
-        0,
-        1,
-    )
+    }
+    rec.observe_answer(observation(body, body["choices"], True, 0, 1))
     record = rec.finish(200, client_disconnected=False)
     assert (record.cached_tokens, record.reasoning_tokens) == (5, 3)
     assert sorted(record.clamped) == ["cached_tokens", "reasoning_tokens"]
@@ -82,8 +85,8 @@ def test_impossible_values_are_clamped_and_named() -> None:
 
 def test_reasoning_tokens_attributed_per_step_when_the_backend_reports_none() -> None:
     rec = recorder(Clock())
-    rec.observe_chunk(chunk(4, "think"), False, 5, 0)  # 4 reasoning tokens
-    rec.observe_chunk(chunk(10, "answer"), False, 2, 4)  # 6 tokens crossing the boundary: 2 of them reasoning
+    seen(rec, chunk(4, "think"), 5, 0)  # 4 reasoning tokens
+    seen(rec, chunk(10, "answer"), 2, 4)  # 6 tokens crossing the boundary: 2 of them reasoning
     record = rec.finish(200, client_disconnected=False)
     assert record.reasoning_tokens == 6 and record.completion_tokens == 10
 

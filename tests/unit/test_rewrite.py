@@ -8,10 +8,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gateway.proxy.client_view import ClientView
-from gateway.proxy.rewrite import MalformedChunkError, StreamRewriter, rewrite_body
-from gateway.proxy.sse import event_data
+from gateway.openai_api.client_view import ClientView
+from gateway.openai_api.rewrite import MalformedChunkError, StreamRewriter, rewrite_body
 from gateway.reasoning.policy import ReasoningPolicy
+from gateway.sse import event_data
 from gateway.traits import UpstreamTraits
 
 FW = "｜DSML｜"
@@ -229,7 +229,7 @@ def test_steps_are_counted_when_reasoning_is_hidden() -> None:
         ReasoningPolicy("gateway", True, include_reasoning=False),
         UpstreamTraits(),
         SEE_ALL,
-        recorder.observe_chunk,
+        recorder.observe,
     )
     totals = [1, 4, 7, 9]
     texts = ["a", "bc", "d</think>", "Hi"]
@@ -323,7 +323,7 @@ def test_the_plain_delta_shortcut_gives_what_the_general_path_gives(chunks, poli
             policy,
             UpstreamTraits(splits_reasoning=splits),
             view,
-            lambda obj, final, r, c, name=name: seen[name].append((json.dumps(obj), final, r, c)),
+            lambda facts, name=name: seen[name].append(repr(facts)),
         )
         for name, cls in (("shortcut", StreamRewriter), ("general", GeneralPathOnly))
     }

@@ -9,7 +9,7 @@ import gc
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
-from gateway.drain import Drain
+from gateway.http.drain import Drain
 from gateway.serve import FULL_COLLECTION_EVERY, _GatewayServer
 
 

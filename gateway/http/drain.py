@@ -2,14 +2,15 @@
 
 The drain follows Envoy's listener drain (``--drain-time-s``): the process keeps its listening socket
 open while draining, so a client (or a load balancer) that still sends a request gets a clear
-``503 service_unavailable_error`` with ``Retry-After`` and ``Connection: close`` instead of a refused
-connection, and ``/ready`` turns 503 so health-checking balancers take the replica out. Requests
-already in flight — queued for a slot or streaming — run to their end; when none is left, or when
-the grace period (``GATEWAY_SHUTDOWN_GRACE_S``) is over, :mod:`gateway.serve` lets uvicorn shut down,
-which cancels what still runs (slots are released and usage rows recorded by the cancelled requests'
-own ``finally`` blocks) and flushes the usage ledger.
+``503 draining`` with ``Retry-After`` and ``Connection: close`` instead of a refused connection, and
+``/ready`` turns 503 so health-checking balancers take the replica out. Requests already in flight
+— queued for a slot or streaming — run to their end; when none is left, or when the grace period
+(``GATEWAY_SHUTDOWN_GRACE_S``) is over, :mod:`gateway.serve` lets uvicorn shut down, which cancels
+what still runs (slots are released and usage rows recorded by the cancelled requests' own exits)
+and flushes the usage ledger.
 
 ``/health`` and ``/metrics`` stay open during the drain: the process is alive and scrapes continue.
+The edge middleware (:mod:`gateway.http.edge`) refuses and counts requests.
 """
 
 from __future__ import annotations
@@ -18,17 +19,24 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 
-from starlette.types import ASGIApp, Receive, Scope, Send
-
-from gateway.errors import GatewayError, error_response
+from gateway.errors import GatewayError
 
 #: Paths served normally while draining (liveness and scrapes, never counted as in flight).
 EXEMPT_PATHS = frozenset({"/health", "/metrics"})
 RETRY_AFTER_S = 5
 
 
+def draining_error() -> GatewayError:
+    """The 503 a request gets while the gateway drains."""
+    return GatewayError(
+        "draining",
+        "The gateway is shutting down; retry the request (another replica, or this one after its restart).",
+        headers={"Retry-After": str(RETRY_AFTER_S), "Connection": "close"},
+    )
+
+
 class Drain:
-    """Drain state shared by the server (which starts the drain on a signal) and :class:`DrainMiddleware`.
+    """Drain state shared by the server (which starts the drain on a signal) and the edge middleware.
 
     ``in_flight`` counts HTTP requests between their first ASGI call and the end of their response
     body (a stream counts until its last byte), exempt paths excluded.
@@ -61,28 +69,3 @@ class Drain:
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle.set()
-
-
-class DrainMiddleware:
-    """Pure ASGI middleware: counts requests in flight and refuses new ones while draining."""
-
-    def __init__(self, app: ASGIApp, drain: Drain) -> None:
-        self.app = app
-        self.drain = drain
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in EXEMPT_PATHS:
-            await self.app(scope, receive, send)
-            return
-        if self.drain.draining:
-            refusal = GatewayError(
-                503,
-                "The gateway is shutting down; retry the request (another replica, or this one after "
-                "its restart).",
-                code="draining",
-                headers={"Retry-After": str(RETRY_AFTER_S), "Connection": "close"},
-            )
-            await error_response(refusal)(scope, receive, send)
-            return
-        with self.drain.track():
-            await self.app(scope, receive, send)

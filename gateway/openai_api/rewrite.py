@@ -1,9 +1,10 @@
-"""Rewrite upstream responses for the client: reasoning split and field policy, in one pass.
+"""Rewrite OpenAI-shaped upstream responses for the client: reasoning split and field policy, in one pass.
 
 :class:`StreamRewriter` takes raw SSE events (``step(event) -> [events]``) and keeps one
 :class:`~gateway.reasoning.policy.ChoiceSplit` per choice index; :func:`rewrite_body` does the same
 for a whole non-stream response. Chat (``chat.completion[.chunk]``: ``delta``/``message``) and text
-completions (``text_completion``: ``text``) are both handled.
+completions (``text_completion``: ``text``) are both handled. What each chunk carried goes to telemetry
+as an :class:`~gateway.telemetry.observation.Observation` (:func:`observation`).
 
 Invariants: events the policy does not change are forwarded byte for byte; ``id``, ``index``,
 ``finish_reason`` and ``logprobs`` stay as upstream sent them (except ``stop`` -> ``tool_calls`` when
@@ -18,10 +19,12 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway import json_codec
-from gateway.proxy.client_view import ClientView
-from gateway.proxy.sse import DONE
+from gateway.errors import MalformedResponseError
+from gateway.openai_api.client_view import ClientView
 from gateway.reasoning import SplitDelta
 from gateway.reasoning.policy import UPSTREAM_REASONING_FIELDS, ChoiceSplit, ReasoningPolicy
+from gateway.sse import DONE
+from gateway.telemetry.observation import Observation
 from gateway.traits import UpstreamTraits
 
 
@@ -112,13 +115,59 @@ def _slot(obj: dict[str, Any]) -> str | None:
     return _SLOTS.get(kind) if isinstance(kind, str) else None  # any other JSON value: a text completion
 
 
-#: Called with each parsed upstream chunk (after the split), whether it is the final usage chunk, and its
-#: reasoning / answer character counts.
-Observer = Callable[[dict[str, Any], bool, int, int], None]
+#: Where each chunk's :class:`Observation` goes (the request's telemetry recorder).
+Observer = Callable[[Observation], None]
+#: The text fields whose content counts as output (the first token), besides ``tool_calls``.
+_OUTPUT_FIELDS = ("content", "text", "reasoning", "reasoning_content")
 
 
-class MalformedChunkError(ValueError):
+class MalformedChunkError(MalformedResponseError):
     """An upstream chunk or body whose choices don't have OpenAI's shape."""
+
+
+def json_object(data: bytes, what: str) -> dict[str, Any]:
+    """``data`` parsed; :class:`MalformedChunkError` naming ``what`` unless it is a JSON object."""
+    try:
+        obj = json_codec.loads(data)
+    except ValueError:
+        raise MalformedChunkError(f"{what} is not JSON") from None
+    if not isinstance(obj, dict):
+        raise MalformedChunkError(f"{what} is not a JSON object")
+    return obj
+
+
+def observation(
+    obj: dict[str, Any], choices: list[Any], final: bool, reasoning_chars: int, content_chars: int
+) -> Observation:
+    """What telemetry needs of one OpenAI chunk or body (``choices`` after the split, ``final``: the
+    stream's closing usage chunk): its indices, first finish reason, whether it carried output
+    (released reasoning or answer, or, when nothing was split, any text field or a tool call), usage
+    and vLLM's per-request ``metrics``."""
+    output = bool(reasoning_chars or content_chars)
+    finish_reason, indices = None, []
+    for choice in choices:
+        if type(choice) is not dict:
+            continue
+        indices.append(choice.get("index", 0))
+        reason = choice.get("finish_reason")
+        if finish_reason is None and isinstance(reason, str):
+            finish_reason = reason
+        if not output:
+            delta = choice.get("delta")
+            part = delta if type(delta) is dict else choice.get("message")
+            part = part if type(part) is dict else choice
+            output = any(part.get(name) for name in _OUTPUT_FIELDS) or bool(part.get("tool_calls"))
+    usage, metrics = obj.get("usage"), obj.get("metrics")
+    return Observation(
+        output=output,
+        reasoning_chars=reasoning_chars,
+        content_chars=content_chars,
+        finish_reason=finish_reason,
+        usage=usage if type(usage) is dict else None,
+        final=final,
+        metrics=metrics if type(metrics) is dict else None,
+        indices=tuple(indices),
+    )
 
 
 def _text_fields(target: dict[str, Any], text_key: str) -> tuple[Any, Any, Any]:
@@ -177,19 +226,14 @@ class StreamRewriter:
 
     def step(self, event: bytes, data: bytes | None) -> list[bytes]:
         """Rewrite one whole SSE event (bytes including its blank-line terminator) whose ``data``
-        payload is ``data`` (:func:`~gateway.proxy.sse.event_data`; None if it has none).
+        payload is ``data`` (:func:`~gateway.sse.event_data`; None if it has none).
 
         Raises :class:`MalformedChunkError` for a ``data`` payload that is not a JSON object (a client
         SDK would fail on it with a parse error) or a chunk whose choices are not OpenAI-shaped.
         """
         if data is None or data == DONE:
             return [event]
-        try:
-            obj = json_codec.loads(data)
-        except ValueError:
-            raise MalformedChunkError("a data line is not JSON") from None
-        if not isinstance(obj, dict):
-            raise MalformedChunkError("a data line is not a JSON object")
+        obj = json_object(data, "a data line")
         if "error" in obj:
             return [event]
         choices = obj.get("choices")
@@ -197,7 +241,7 @@ class StreamRewriter:
             raise MalformedChunkError("choices is not a list")
         final = not choices  # vLLM's usage chunk: choices == []
         changed, reasoning_chars, content_chars = self._split(obj, choices) if choices else (False, 0, 0)
-        self._observe(obj, final, reasoning_chars, content_chars)
+        self._observe(observation(obj, obj.get("choices") or [], final, reasoning_chars, content_chars))
         changed = self._view.apply_chunk(obj, final) or changed
         if not changed:
             return [event]

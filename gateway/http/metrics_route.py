@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import hmac
 
-from fastapi import APIRouter
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.errors import GatewayError
 
-router = APIRouter(tags=["metrics"])
 
-
-@router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
     """Prometheus text format. With ``GATEWAY_METRICS_TOKEN`` set, requires ``Authorization: Bearer <it>``
     (compared in constant time)."""
@@ -22,5 +18,5 @@ async def metrics(request: Request) -> Response:
     if token:
         sent = request.headers.get("authorization", "")
         if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
-            raise GatewayError(401, "A valid metrics token is required.", code="invalid_metrics_token")
+            raise GatewayError("invalid_metrics_token", "A valid metrics token is required.")
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

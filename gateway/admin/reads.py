@@ -1,38 +1,25 @@
-"""``/admin``: usage and recent requests (admin scope only; client keys get 403)."""
+"""``/admin`` reads: usage, live status, the audit trail and recent requests (admin scope: the route
+table, :mod:`gateway.routes`, attaches the check)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import Query
 from starlette.requests import Request
 
-from gateway.auth import Principal
-from gateway.auth.dependency import require_principal
 from gateway.durations import parse_since
 from gateway.errors import GatewayError
 from gateway.telemetry.ledger import GroupBy, UsageLedger
 
-ADMIN_SCOPE = "admin"
-
-
-async def require_admin(principal: Annotated[Principal, Depends(require_principal)]) -> Principal:
-    """The caller, if it has the ``admin`` scope; else 403."""
-    if ADMIN_SCOPE not in principal.scopes:
-        raise GatewayError(403, "This route needs an admin key.", code="admin_required")
-    return principal
-
-
-router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)], tags=["admin"])
-
 
 async def _flushed_ledger(request: Request) -> UsageLedger:
     ledger: UsageLedger = request.app.state.ledger
-    await ledger.flush()  # an admin reading usage sees every finished request
+    await request.app.state.pipeline.settled()  # an admin reading usage sees every finished request
+    await ledger.flush()
     return ledger
 
 
-@router.get("/usage", summary="Token usage totals, grouped by day, key or model")
 async def usage(
     request: Request,
     group_by: GroupBy = "key",
@@ -44,14 +31,13 @@ async def usage(
     try:
         start = parse_since(since)
     except ValueError as exc:
-        raise GatewayError(400, str(exc), code="invalid_value", param="since") from None
+        raise GatewayError("invalid_value", str(exc), param="since") from None
     ledger = await _flushed_ledger(request)
     return {"group_by": group_by, "data": await ledger.usage(group_by, since=start, key_name=key)}
 
 
-@router.get("/status", summary="Live admission state: slots, queue, per-key in flight and waiting")
 async def status(request: Request) -> dict[str, Any]:
-    traits = request.app.state.forwarder.traits
+    traits = request.app.state.pipeline.traits
     return {
         **request.app.state.admission.status(),
         "upstream": {
@@ -61,12 +47,10 @@ async def status(request: Request) -> dict[str, Any]:
     }
 
 
-@router.get("/audit", summary="Admin actions, newest first")
 async def audit(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:
     return {"data": await request.app.state.audit.recent(limit)}
 
 
-@router.get("/requests", summary="Recent requests' telemetry (no prompt text, no keys)")
 async def requests(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> dict[str, Any]:
     ledger = await _flushed_ledger(request)
     return {"data": await ledger.recent(limit)}

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from gateway.errors import GatewayError
+from gateway.proxy.upstream import probe
 
-router = APIRouter(tags=["health"])
 
-
-@router.get("/health", summary="Liveness: the gateway process is up")
 async def health() -> dict[str, str]:
+    """Liveness: the gateway process is up (also while draining)."""
     return {"status": "ok"}
 
 
-@router.get("/ready", summary="Readiness: the model server answers /health")
 async def ready(request: Request) -> JSONResponse:
+    """Readiness: the model server answers its ``/health`` (503 while draining: the edge refuses it)."""
     settings = request.app.state.settings
-    if await request.app.state.forwarder.upstream.probe(settings.ready_timeout_s):
+    if await probe(request.app.state.pipeline.upstream, settings.ready_timeout_s):
         return JSONResponse({"status": "ready"})
-    raise GatewayError(503, "The model server is not reachable.", code="upstream_unavailable")
+    raise GatewayError("upstream_unavailable", "The model server is not reachable.")

@@ -1,1 +1,0 @@
-"""Routes that need no API key: process health, readiness."""

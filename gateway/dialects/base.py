@@ -1,0 +1,110 @@
+"""The dialect seam: what differs between the client APIs the gateway speaks, behind one interface.
+
+A dialect (OpenAI chat completions, text completions; later the Responses API and Anthropic
+Messages) is one small module implementing :class:`Dialect`. The pipeline (:mod:`gateway.proxy`) —
+admission, limits, relay, disconnect handling, telemetry — is written once against it and knows no
+dialect. The shape follows Envoy AI Gateway's translators: a request body in, the upstream body
+out; each response chunk in, the client's chunks out, with what telemetry needs reported on the side
+(:class:`~gateway.telemetry.observation.Observation`); no dialect records metrics itself.
+
+Pure: no web framework, no HTTP client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.auth.principal import Principal
+from gateway.config import Settings
+from gateway.errors import GatewayError
+from gateway.telemetry.observation import Observation
+from gateway.traits import UpstreamTraits
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """A request body read into the dialect's request model: the model it names, whether it streams,
+    and the validated ``request`` itself (the dialect's own type)."""
+
+    model: str
+    stream: bool
+    request: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a dialect may read to prepare one request: the caller, the settings, what the gateway learnt
+    of its upstream, where telemetry facts go (``observe``), and the client ``telemetry`` object's
+    builder when the client asked for one (header ``x-gateway-telemetry: 1``), else None."""
+
+    principal: Principal
+    settings: Settings
+    traits: UpstreamTraits
+    observe: Callable[[Observation], None]
+    telemetry: Callable[[], dict[str, Any]] | None = None
+
+
+class Translator(Protocol):
+    """One request's response rewriting (reasoning split, field names, what the client asked to see).
+
+    ``step`` takes one whole upstream SSE event (bytes with its blank-line terminator) and its ``data``
+    payload (None if it has none) and returns the events to send the client (unchanged ones byte for
+    byte); ``answer`` takes a whole non-stream body and returns the client's. Both report what they
+    saw to the context's ``observe`` and raise :class:`MalformedResponseError` for a chunk or body
+    that is not the API's shape.
+    """
+
+    def step(self, event: bytes, data: bytes | None) -> list[bytes]: ...
+
+    def answer(self, body: bytes) -> bytes: ...
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A request ready for the backend.
+
+    ``body``: the JSON to send (bytes, made before the request queues: a waiting request holds one
+    bytes object, not a tree the cyclic GC walks); ``output_budget``: the most tokens it may generate
+    (None: the backend's default), named ``output_param`` in the client's API, checked against the
+    KV pool; ``prompt_estimate``: prompt tokens borrowed from a tokens-per-minute limit (0 when the
+    key has none).
+    """
+
+    body: bytes
+    stream: bool
+    output_budget: int | None
+    output_param: str
+    prompt_estimate: int
+    translator: Translator
+
+
+class Dialect(Protocol):
+    """One client API.
+
+    - ``route``: its path at the gateway (the telemetry record's ``route``); ``upstream_path``: where
+      vLLM serves it.
+    - ``credentials(headers)``: the caller's secret (key or JWT) from the request headers; raises 401
+      ``invalid_api_key`` when there is none or it is malformed.
+    - ``parse(raw)``: the JSON body into :class:`Parsed`; raises 400 for a body that isn't valid.
+    - ``prepare(parsed, context)``: normalised for vLLM serving DeepSeek-V4 (thinking controls, field
+      names, usage always asked for); raises 400 for values it can't honour.
+    - ``error_body(error)`` / ``error_event(error)``: the error as this API shows it, as a JSON body
+      (before the response started) or as one SSE event (after).
+    """
+
+    route: str
+    upstream_path: str
+
+    def __hash__(self) -> int: ...
+
+    def credentials(self, headers: Mapping[str, str]) -> str: ...
+
+    def parse(self, raw: bytes) -> Parsed: ...
+
+    def prepare(self, parsed: Parsed, context: Context) -> Prepared: ...
+
+    def error_body(self, error: GatewayError) -> dict[str, Any]: ...
+
+    def error_event(self, error: GatewayError) -> bytes: ...

@@ -1,0 +1,32 @@
+"""OpenAI text completions: ``POST /v1/completions`` (API reference, "Completions", legacy).
+
+vLLM's reasoning parser never touches this route, so the gateway splits reasoning itself whenever
+thinking is on — when the raw prompt ends with ``<think>``
+(:func:`~gateway.openai_api.normalize.normalize_completion`) — unless the split is off.
+"""
+
+from __future__ import annotations
+
+from gateway.dialects.base import Context, Parsed, Prepared
+from gateway.dialects.openai import OpenAIDialect, finish
+from gateway.openai_api import CompletionRequest
+from gateway.openai_api.normalize import normalize_completion
+from gateway.reasoning.policy import SplitMode
+
+
+class TextCompletions(OpenAIDialect):
+    """The text completions dialect."""
+
+    route = "/v1/completions"
+    upstream_path = "/v1/completions"
+    request_model = CompletionRequest
+
+    def prepare(self, parsed: Parsed, context: Context) -> Prepared:
+        request: CompletionRequest = parsed.request
+        payload = request.upstream_payload()
+        normalized = normalize_completion(payload)
+        mode: SplitMode = "off" if context.settings.reasoning_split == "off" else "gateway"
+        return finish(request, payload, normalized, mode, context, (request.max_tokens, "max_tokens"))
+
+
+COMPLETIONS = TextCompletions()

@@ -1,0 +1,154 @@
+"""What the OpenAI dialects (chat completions, text completions) share: Bearer credentials, OpenAI's
+error shape, usage always asked for, and the translator over OpenAI-shaped responses.
+
+Error shape (OpenAI API reference, "Error codes"): ``{"error": {"message", "type", "param", "code"}}``;
+after a stream has started, the same object as one ``data:`` event (what the OpenAI SDKs raise on).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from gateway import json_codec
+from gateway.auth.authenticator import unauthorized
+from gateway.dialects.base import Context, Parsed, Prepared
+from gateway.errors import GatewayError, invalid_request
+from gateway.openai_api import InferenceRequest
+from gateway.openai_api.client_view import ClientView
+from gateway.openai_api.normalize import Normalized
+from gateway.openai_api.rewrite import StreamRewriter, json_object, observation, rewrite_body
+from gateway.reasoning.policy import ReasoningPolicy, SplitMode
+
+
+def bearer_token(header: str | None) -> str:
+    """The token of an ``Authorization`` header value.
+
+    The scheme is case-insensitive (RFC 7235) and separated from the token by spaces (RFC 6750
+    ``1*SP``); only SP and HTAB count as whitespace around the token (RFC 9110 OWS), not everything
+    :meth:`str.strip` removes (e.g. a no-break space, which a latin-1 header can carry).
+    Raises :class:`GatewayError` 401 when the header is missing or not ``Bearer <token>``.
+    """
+    if not header:
+        raise unauthorized("Missing API key: send 'Authorization: Bearer <key>'.")
+    scheme, _, token = header.partition(" ")
+    token = token.strip(" \t")
+    if scheme.lower() != "bearer" or not token:
+        raise unauthorized("Malformed Authorization header: expected 'Bearer <key>'.")
+    return token
+
+
+def error_body(error: GatewayError) -> dict[str, Any]:
+    """``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": error.message, "type": error.type, "param": error.param, "code": error.code}}
+
+
+class OpenAIDialect:
+    """The OpenAI API's credentials, errors and request parsing; subclasses add the body's normalisation
+    (:meth:`prepare`) for their route."""
+
+    route = ""
+    upstream_path = ""
+    request_model: type[InferenceRequest] = InferenceRequest
+
+    def credentials(self, headers: Mapping[str, str]) -> str:
+        """``Authorization: Bearer <key or JWT>``."""
+        return bearer_token(headers.get("authorization"))
+
+    def error_body(self, error: GatewayError) -> dict[str, Any]:
+        return error_body(error)
+
+    def error_event(self, error: GatewayError) -> bytes:
+        return b"data: " + json_codec.dumps(error_body(error)) + b"\n\n"
+
+    def parse(self, raw: bytes) -> Parsed:
+        """The body as :attr:`request_model`; 400 ``invalid_request`` naming the first bad field."""
+        try:
+            request = self.request_model.model_validate_json(raw)
+        except ValidationError as exc:
+            raise invalid_request(exc.errors()) from None
+        return Parsed(request.model, request.stream, request)
+
+    def prepare(self, parsed: Parsed, context: Context) -> Prepared:
+        raise NotImplementedError
+
+
+def finish(
+    request: InferenceRequest,
+    payload: dict[str, Any],
+    normalized: Normalized,
+    mode: SplitMode,
+    context: Context,
+    output: tuple[int | None, str],
+) -> Prepared:
+    """The :class:`Prepared` of an OpenAI request whose ``payload`` (the body to send, as a dict) is
+    normalised (``normalized``), its reasoning split by ``mode``: usage asked for on every stream
+    chunk (telemetry needs it, whatever the client asked; :class:`ClientView` gives the client what
+    it asked for), vLLM's per-request ``metrics`` shown only to a client that sent
+    ``include_metrics: true``. ``output``: the output budget and the name of its field."""
+    if mode == "off" and not normalized.include_reasoning:
+        payload["include_reasoning"] = False  # untouched passthrough: let vLLM drop it
+    policy = ReasoningPolicy(
+        mode=mode,
+        thinking=normalized.thinking.on,
+        fields=context.settings.reasoning_fields,
+        include_reasoning=normalized.include_reasoning,
+    )
+    include_metrics = payload.pop("include_metrics", False) is True
+    asked = payload.get("stream_options") or {}
+    if request.stream:
+        payload["stream_options"] = {**asked, "include_usage": True, "continuous_usage_stats": True}
+    view = ClientView(
+        include_usage=asked.get("include_usage") is True,
+        continuous_usage=asked.get("continuous_usage_stats") is True,
+        include_metrics=include_metrics,
+        telemetry=context.telemetry,
+    )
+    budget, param = output
+    return Prepared(
+        json_codec.dumps(payload),
+        request.stream,
+        budget,
+        param,
+        # a second serialization of the prompt (~12 ms for a 1M-token one): only where it is used
+        estimate_prompt_tokens(payload) if context.principal.tpm else 0,
+        OpenAITranslator(policy, view, context),
+    )
+
+
+def estimate_prompt_tokens(payload: dict[str, Any]) -> int:
+    """A cheap prompt-size estimate for the tokens-per-minute borrow: ~4 characters per token."""
+    text = payload.get("messages", payload.get("prompt", ""))
+    return max(1, len(json.dumps(text, ensure_ascii=False)) // 4)
+
+
+class OpenAITranslator:
+    """:class:`~gateway.dialects.base.Translator` of OpenAI-shaped responses (chat and text completions)."""
+
+    def __init__(self, policy: ReasoningPolicy, view: ClientView, context: Context) -> None:
+        self._policy = policy
+        self._view = view
+        self._context = context
+        self._stream = StreamRewriter(policy, context.traits, view, context.observe)
+
+    def step(self, event: bytes, data: bytes | None) -> list[bytes]:
+        """One upstream SSE event: :meth:`StreamRewriter.step`."""
+        return self._stream.step(event, data)
+
+    def answer(self, body: bytes) -> bytes:
+        """A non-stream body: split, observed, shown as the client asked."""
+        obj = json_object(body, "the response")
+        reasoning_chars, content_chars = rewrite_body(obj, self._policy, self._context.traits)
+        self._context.observe(
+            observation(obj, obj.get("choices") or [], True, reasoning_chars, content_chars)
+        )
+        self._view.apply_body(obj)
+        return json_codec.dumps(obj)
+
+
+#: The OpenAI dialect of the routes that are not inference (the admin API, ``/v1/models``, health):
+#: Bearer credentials and OpenAI's error shape.
+OPENAI = OpenAIDialect()

@@ -1,0 +1,51 @@
+"""Authentication as FastAPI dependencies, attached by the route table (:mod:`gateway.routes`) to
+every route that is not public — deny by default.
+
+The route's dialect says where the caller's secret is (``Authorization: Bearer``; ``x-api-key`` for
+Anthropic clients); :class:`~gateway.auth.Authenticator` resolves it to a :class:`Principal`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+
+from gateway.auth.authenticator import Authenticator
+from gateway.auth.principal import Principal
+from gateway.dialects.base import Dialect
+from gateway.errors import GatewayError
+
+ADMIN_SCOPE = "admin"
+#: A dependency resolving the request's caller.
+PrincipalDependency = Callable[[Request], Awaitable[Principal]]
+
+
+@functools.cache
+def principal_for(dialect: Dialect) -> PrincipalDependency:
+    """The dependency that authenticates a request of ``dialect`` (one per dialect, so FastAPI runs it
+    once per request however many times a route names it). 401 ``invalid_api_key`` otherwise."""
+
+    async def require_principal(request: Request) -> Principal:
+        authenticator: Authenticator = request.app.state.authenticator
+        principal = await authenticator.authenticate(dialect.credentials(request.headers))
+        request.state.principal = principal
+        return principal
+
+    return require_principal
+
+
+@functools.cache
+def admin_for(dialect: Dialect) -> PrincipalDependency:
+    """The dependency that authenticates an admin (the ``admin`` scope); 403 ``admin_required`` for
+    any other caller."""
+    authenticate = principal_for(dialect)
+
+    async def require_admin(request: Request) -> Principal:
+        principal = await authenticate(request)
+        if ADMIN_SCOPE not in principal.scopes:
+            raise GatewayError("admin_required", "This route needs an admin key.")
+        return principal
+
+    return require_admin

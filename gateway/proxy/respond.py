@@ -1,0 +1,147 @@
+"""One inference request, answered: the response a route handler returns runs the whole exchange.
+
+:class:`ExchangeResponse` is the ASGI response of every inference route. Its call enters an
+:class:`~gateway.proxy.exchange.Exchange` (which gives everything back on the way out) and goes
+through the request's life in order, answering through one :class:`~gateway.proxy.reply.Reply`:
+
+1. read the body (413 past ``GATEWAY_MAX_BODY_BYTES``), parse and normalise it in the route's
+   dialect (400, 404/403 model), take the rate-limit ticket (429);
+2. take a slot, or a place in the key's queue (429 ``queue_full``);
+3. non-stream, or a stream admitted at once: wait for the slot and open the upstream before any byte,
+   so a down upstream is still a 503; a stream that has to wait is answered 200 at once with
+   ``: queued N`` comments while it waits (so idle-timeout proxies don't cut it and the client sees
+   its place), and a failure after that point is an error event;
+4. relay the stream (:func:`~gateway.proxy.relay.relay_events`) or answer the whole body.
+
+From the body read on, the work races the client's ``http.disconnect``
+(:func:`~gateway.asgi.unless_disconnected`): a client that leaves cancels it at once, whatever phase
+it is in (queued, waiting for headers, mid-stream), and the exchange's exit aborts the upstream and
+frees the slot. Errors are answered in the route's dialect from here only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from gateway.asgi import unless_disconnected
+from gateway.auth.principal import Principal
+from gateway.dialects.base import Dialect, Prepared
+from gateway.errors import ClientDisconnectedError, GatewayError, MalformedResponseError, internal_error
+from gateway.proxy.body import read_bounded
+from gateway.proxy.exchange import QUEUE_COMMENT_INTERVAL_S, Exchange
+from gateway.proxy.pipeline import Pipeline
+from gateway.proxy.relay import RelayOutcome, let_waiter_send, relay_events
+from gateway.proxy.reply import Reply
+
+log = logging.getLogger("gateway.errors")
+
+
+class ExchangeResponse(Response):
+    """The response of one inference request in ``dialect`` from ``principal`` (already authenticated)."""
+
+    def __init__(self, pipeline: Pipeline, dialect: Dialect, principal: Principal) -> None:
+        super().__init__()
+        self.pipeline = pipeline
+        self.dialect = dialect
+        self.principal = principal
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        pipeline, settings = self.pipeline, self.pipeline.settings
+        reply = Reply(send, self.dialect, settings.keep_alive_s)
+        telemetry = request.headers.get("x-gateway-telemetry") == "1"
+        request_id = scope["state"]["request_id"]
+        async with Exchange(pipeline, self.dialect, self.principal, request_id, telemetry) as exchange:
+            try:
+                try:
+                    prepared = exchange.prepare(await read_bounded(request, settings.max_body_bytes))
+                    headers = await exchange.take_ticket(prepared)
+                    admitted = exchange.enqueue()
+                    await unless_disconnected(
+                        receive, lambda: _serve(exchange, prepared, headers, admitted, reply)
+                    )
+                except MalformedResponseError as exc:
+                    message = f"The model server sent a malformed response: {exc}"
+                    raise GatewayError("upstream_error", message, status=502) from exc
+            except GatewayError as error:
+                log.log(error.kind.log_level, "request %s: %d %s", request_id, error.status, error.code)
+                exchange.status = error.status
+                await reply.fail(error)
+            except ClientDisconnectedError:
+                exchange.left()
+                await reply.left()
+            except asyncio.CancelledError:  # a server shutdown: the exchange still gives everything back
+                exchange.left()
+                raise
+            except Exception:
+                log.exception("request %s failed", request_id)
+                exchange.status = 500
+                await reply.fail(internal_error())
+            finally:
+                reply.stop_keep_alive()
+
+
+async def _serve(
+    exchange: Exchange, prepared: Prepared, headers: dict[str, str], admitted: bool, reply: Reply
+) -> None:
+    """Steps 3 and 4 of the module doc; sets ``exchange.status`` (a failure raises)."""
+    if not prepared.stream:
+        if not admitted:
+            await exchange.wait()
+        upstream = await exchange.open(prepared)
+        body = await upstream.read()
+        if exchange.release_early():
+            await let_waiter_send()
+        answer = prepared.translator.answer(body)
+        exchange.status, exchange.complete = upstream.status, True
+        await reply.json(upstream.status, answer, headers)
+        return
+    if admitted:
+        await exchange.open(prepared)
+        await reply.start_stream(headers)
+    else:
+        await reply.start_stream(headers)
+        await _wait_in_queue(exchange, reply)
+        await exchange.open(prepared)
+    await _relay(exchange, prepared, reply)
+
+
+async def _wait_in_queue(exchange: Exchange, reply: Reply) -> None:
+    """Wait for the slot, sending ``: queued N`` every :data:`QUEUE_COMMENT_INTERVAL_S` seconds."""
+    waiting = asyncio.ensure_future(exchange.wait())
+    try:
+        while not waiting.done():
+            await reply.events(b": queued %d\n\n" % exchange.position())
+            await asyncio.wait({waiting}, timeout=QUEUE_COMMENT_INTERVAL_S)
+    finally:
+        if not waiting.done():
+            waiting.cancel()  # gives the place up (Admission.wait); the exchange's exit makes sure
+            await asyncio.wait({waiting})
+    waiting.result()
+
+
+async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
+    """The upstream's events to the client; a broken stream ends with the dialect's error event. One
+    event may be at most twice ``max_body_bytes``: it can echo the whole prompt (``echo``)."""
+    assert exchange.upstream is not None
+    outcome = RelayOutcome()
+    limit = 2 * exchange.pipeline.settings.max_body_bytes
+    exchange.status = 200
+    events = relay_events(exchange.upstream, prepared.translator.step, outcome, limit, exchange.release_early)
+    try:
+        async with contextlib.aclosing(events):
+            async for data in events:
+                await reply.events(data)
+    finally:
+        exchange.complete = outcome.done  # a client that hangs up right after [DONE] got it all
+    if outcome.error is not None:
+        exchange.status = outcome.error.status
+        await reply.fail(outcome.error)
+    else:
+        await reply.end()

@@ -1,0 +1,114 @@
+"""The route table: every route the gateway serves, and nothing else.
+
+Deny by default: every route needs credentials except those in :data:`PUBLIC_ROUTES` (liveness,
+readiness, the Prometheus scrape — which has a token of its own — and the API docs FastAPI serves).
+Admin routes need the ``admin`` scope. Any other path is a 404 in OpenAI shape, so vLLM's
+``/tokenize``, ``/invocations``, ``/pause``, its ``/metrics`` ... are unreachable.
+
+=======================================  ======  ============================================
+``POST /v1/chat/completions``            key     proxied, stream and non-stream (dialect: chat)
+``POST /v1/completions``                 key     proxied (dialect: text completions)
+``GET  /v1/models``                      key     the upstream's list, filtered by the key
+``/admin/keys`` (CRUD, rotate)           admin   API keys (:mod:`gateway.admin.keys`)
+``GET  /admin/{status,audit,usage,…}``   admin   slots, audit trail, ledger (:mod:`gateway.admin.reads`)
+``GET  /health``, ``GET /ready``         public  process up; upstream answers (503 while draining)
+``GET  /metrics``                        public  Prometheus (bearer token if ``GATEWAY_METRICS_TOKEN``)
+=======================================  ======  ============================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Depends, FastAPI
+
+from gateway.admin import keys, reads
+from gateway.dialects.base import Dialect
+from gateway.dialects.chat import CHAT
+from gateway.dialects.completions import COMPLETIONS
+from gateway.dialects.openai import OPENAI
+from gateway.http import health, inference, metrics_route
+from gateway.http.auth import admin_for, principal_for
+from gateway.openai_api import ChatCompletionRequest, CompletionRequest
+
+#: The paths anyone may call. FastAPI serves the docs routes itself.
+PUBLIC_ROUTES = frozenset(
+    {"/health", "/ready", "/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
+)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route: ``method``, ``path``, its handler and summary, whether it needs the admin scope, the
+    dialect of its credentials and errors, and what else FastAPI documents of it."""
+
+    method: str
+    path: str
+    endpoint: Callable[..., Any]
+    summary: str
+    admin: bool = False
+    dialect: Dialect = OPENAI
+    status_code: int | None = None
+    openapi_extra: dict[str, Any] | None = None
+    tags: tuple[str, ...] = ()
+
+
+_KEYS, _ADMIN, _OPENAI = ("admin: keys",), ("admin",), ("openai",)
+ROUTES = (
+    Route("POST", CHAT.route, inference.inference(CHAT), "Create a chat completion (OpenAI-compatible)",
+          dialect=CHAT, openapi_extra=inference.documented(ChatCompletionRequest), tags=_OPENAI),
+    Route("POST", COMPLETIONS.route, inference.inference(COMPLETIONS),
+          "Create a text completion (OpenAI-compatible)",
+          dialect=COMPLETIONS, openapi_extra=inference.documented(CompletionRequest), tags=_OPENAI),
+    Route("GET", "/v1/models", inference.list_models, "List the models this key may use", tags=_OPENAI),
+    Route("POST", "/admin/keys", keys.create_key, "Create a key (the secret is returned once)",
+          admin=True, status_code=201, tags=_KEYS),
+    Route("GET", "/admin/keys", keys.list_keys, "List keys (no secrets)", admin=True, tags=_KEYS),
+    Route("GET", "/admin/keys/{key_id}", keys.get_key, "Read one key", admin=True, tags=_KEYS),
+    Route("PATCH", "/admin/keys/{key_id}", keys.update_key,
+          "Change limits, models, expiry, thinking default or metadata", admin=True, tags=_KEYS),
+    Route("POST", "/admin/keys/{key_id}/rotate", keys.rotate_key,
+          "New secret; the old one keeps working for a grace period", admin=True, tags=_KEYS),
+    Route("POST", "/admin/keys/{key_id}/revoke", keys.revoke_key, "Revoke a key (idempotent)",
+          admin=True, tags=_KEYS),
+    Route("DELETE", "/admin/keys/{key_id}", keys.delete_key, "Delete a key for good", admin=True, tags=_KEYS),
+    Route("GET", "/admin/usage", reads.usage, "Token usage totals, grouped by day, key or model",
+          admin=True, tags=_ADMIN),
+    Route("GET", "/admin/status", reads.status,
+          "Live admission state: slots, queue, per-key in flight and waiting", admin=True, tags=_ADMIN),
+    Route("GET", "/admin/audit", reads.audit, "Admin actions, newest first", admin=True, tags=_ADMIN),
+    Route("GET", "/admin/requests", reads.requests, "Recent requests' telemetry (no prompt text, no keys)",
+          admin=True, tags=_ADMIN),
+    Route("GET", "/health", health.health, "Liveness: the gateway process is up", tags=("health",)),
+    Route("GET", "/ready", health.ready, "Readiness: the model server answers /health", tags=("health",)),
+    Route("GET", "/metrics", metrics_route.metrics, "Prometheus exposition", tags=("metrics",)),
+)  # fmt: skip
+
+_DIALECTS = {route.path: route.dialect for route in ROUTES}
+
+
+def dialect_for(path: str) -> Dialect:
+    """The dialect of the route at ``path`` (OpenAI's for anything else: a 404 is answered in it)."""
+    return _DIALECTS.get(path, OPENAI)
+
+
+def install(app: FastAPI) -> None:
+    """Add every route of :data:`ROUTES` to ``app``, each with its authentication unless it is public."""
+    for route in ROUTES:
+        dependencies = []
+        if route.path not in PUBLIC_ROUTES:
+            check = admin_for if route.admin else principal_for
+            dependencies.append(Depends(check(route.dialect)))
+        app.add_api_route(
+            route.path,
+            route.endpoint,
+            methods=[route.method],
+            dependencies=dependencies,
+            status_code=route.status_code,
+            openapi_extra=route.openapi_extra,
+            tags=list(route.tags),
+            include_in_schema=route.path != "/metrics",
+            summary=route.summary,
+        )

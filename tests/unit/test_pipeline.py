@@ -1,0 +1,289 @@
+"""The request pipeline (gateway/proxy: exchange, respond, relay, reply) in one event loop, in front of
+the in-memory upstream: no sockets, no threads, no sleeps. Each request gives back its slot (or its
+place in the queue) and closes its upstream response exactly once, and publishes exactly one record,
+whichever way it ends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from gateway.admission import Admission
+from gateway.auth.principal import Principal
+from gateway.config import Settings
+from gateway.dialects.chat import CHAT
+from gateway.errors import GatewayError
+from gateway.limits import RateLimiter, storage_for
+from gateway.proxy.pipeline import Pipeline
+from gateway.proxy.respond import ExchangeResponse
+from gateway.proxy.upstream import unavailable
+from gateway.telemetry import GatewayMetrics
+from gateway.telemetry.backend import BackendMonitor
+from gateway.telemetry.record import RequestTelemetry
+from tests.support.asgi_call import Call
+from tests.support.fake_upstream import Answer, FakeUpstream
+
+MODEL = "deepseek-v4-flash-0731"
+KEY = Principal(key_id="key_1", name="team")
+
+
+class Records:
+    """The telemetry sink: every published record."""
+
+    def __init__(self) -> None:
+        self.published: list[RequestTelemetry] = []
+
+    def publish(self, record: RequestTelemetry) -> None:
+        self.published.append(record)
+
+
+def build(upstream: FakeUpstream, slots: int = 2, **settings: Any) -> tuple[Pipeline, Records]:
+    config = Settings(upstream="http://fake", spec_counters="never", slots=slots, **settings)
+    admission = Admission(config.slots, config.queue_max, config.queue_timeout_s, config.queue_max_per_key)
+    records = Records()
+    backend = BackendMonitor(upstream, GatewayMetrics(admission), 3600)
+    limits = RateLimiter(storage_for("memory://"))
+    return Pipeline(upstream, admission, config, records, backend, limits), records
+
+
+def chat(stream: bool, **fields: Any) -> dict[str, Any]:
+    return {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": stream, **fields}
+
+
+def call(pipeline: Pipeline, body: dict[str, Any] | bytes, request_id: str = "req-1", **options: Any) -> Call:
+    response = ExchangeResponse(pipeline, CHAT, KEY)
+    return Call(response, "/v1/chat/completions", body, state={"request_id": request_id}, **options)
+
+
+def chunk(
+    tokens: int, content: str | None = None, reasoning: str | None = None, finish: str | None = None
+) -> bytes:
+    delta = {k: v for k, v in (("content", content), ("reasoning", reasoning)) if v is not None}
+    obj = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": tokens, "total_tokens": 3 + tokens},
+    }
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+async def streaming() -> tuple[Answer, FakeUpstream, Pipeline, Records, Call]:
+    """One stream request whose request has reached the upstream, nothing answered yet: its answer,
+    the upstream, the pipeline, its records and the call."""
+    answer = Answer()
+    upstream = FakeUpstream(answer)
+    pipeline, records = build(upstream)
+    running = call(pipeline, chat(True)).start()
+    await upstream.arrived.wait()
+    return answer, upstream, pipeline, records, running
+
+
+async def steps_until(condition: Any, limit: int = 1000) -> None:
+    """Loop steps (no time passes) until ``condition()`` holds."""
+    for _ in range(limit):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"not within {limit} loop steps")
+
+
+async def settled(pipeline: Pipeline) -> None:
+    """The exchanges that ended have recorded (their background task ran)."""
+    await pipeline.settled()
+
+
+def assert_nothing_held(pipeline: Pipeline) -> None:
+    admission = pipeline.admission
+    assert admission.in_use == 0 and admission.queue_depth == 0, admission.status()
+
+
+async def test_a_non_stream_answer_is_split_shown_and_recorded_once() -> None:
+    body = {
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Let me think</think>Hi"}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8},
+    }
+    answer = Answer().send(json.dumps(body).encode()).end()
+    upstream = FakeUpstream(answer)
+    pipeline, records = build(upstream, reasoning_split="gateway")
+    done = await call(pipeline, chat(False)).done()
+    await settled(pipeline)
+    assert done.status == 200 and done.headers["content-type"] == "application/json"
+    message = done.json()["choices"][0]["message"]
+    assert (message["reasoning_content"], message["content"]) == ("Let me think", "Hi")
+    assert (
+        upstream.sent[0].path == "/v1/chat/completions"
+        and upstream.sent[0].headers["x-request-id"] == "req-1"
+    )
+    [record] = records.published
+    assert (record.status, record.prompt_tokens, record.completion_tokens) == (200, 3, 5)
+    assert answer.closed and answer.read_to_end
+    assert_nothing_held(pipeline)
+
+
+async def test_a_stream_is_relayed_as_it_arrives_and_the_slot_freed_at_done() -> None:
+    answer, upstream, pipeline, records, running = await streaming()
+    sent = json.loads(upstream.sent[0].body or b"{}")
+    assert sent["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    answer.send(chunk(1, content="Hel"))
+    await running.wait_for(lambda c: b"Hel" in c.body)
+    assert running.status == 200 and running.headers["content-type"] == "text/event-stream"
+    assert pipeline.admission.in_use == 1
+    answer.send(chunk(2, content="lo", finish="stop"), DONE)
+    await running.wait_for(lambda c: DONE in c.body)
+    assert pipeline.admission.in_use == 0  # handed on at [DONE], before the upstream's end
+    answer.end()
+    await running.done()
+    await settled(pipeline)
+    assert b'"usage"' not in running.body  # the client did not ask for it
+    [record] = records.published
+    assert (record.status, record.completion_tokens, record.finish_reason) == (200, 2, "stop")
+    assert record.ttft_s is not None and answer.closed
+
+
+async def test_an_unreachable_upstream_is_a_503_before_any_byte() -> None:
+    upstream = FakeUpstream(Answer(refuse=unavailable("ConnectionRefusedError")))
+    pipeline, records = build(upstream)
+    done = await call(pipeline, chat(True)).done()
+    await settled(pipeline)
+    assert done.status == 503 and done.json()["error"]["code"] == "upstream_unavailable"
+    assert [r.status for r in records.published] == [503]
+    assert_nothing_held(pipeline)
+
+
+async def test_an_invalid_body_is_a_400_with_a_record_and_no_slot() -> None:
+    upstream = FakeUpstream()
+    pipeline, records = build(upstream)
+    done = await call(pipeline, {"model": MODEL, "messages": []}).done()
+    await settled(pipeline)
+    assert done.status == 400 and done.json()["error"]["param"] == "messages"
+    assert [r.status for r in records.published] == [400] and upstream.sent == []
+    assert_nothing_held(pipeline)
+
+
+async def test_a_stream_that_must_wait_is_told_its_place_then_relayed() -> None:
+    first, second = Answer(), Answer()
+    upstream = FakeUpstream(first, second)
+    pipeline, records = build(upstream, slots=1)
+    holding = call(pipeline, chat(True), "req-1").start()
+    await upstream.arrived.wait()
+    waiting = call(pipeline, chat(True), "req-2").start()
+    await waiting.wait_for(lambda c: b": queued 1\n\n" in c.body)
+    assert waiting.status == 200 and len(upstream.sent) == 1
+    first.send(chunk(1, content="a", finish="stop"), DONE).end()
+    await holding.done()
+    await waiting.wait_for(lambda _: len(upstream.sent) == 2)
+    second.send(chunk(1, content="b", finish="stop"), DONE).end()
+    await waiting.done()
+    await settled(pipeline)
+    assert waiting.body.startswith(b": queued 1\n\n") and waiting.body.endswith(DONE)
+    assert sorted(r.status for r in records.published) == [200, 200]
+    assert records.published[1].queue_wait_s is not None and records.published[1].queue_wait_s > 0
+    assert_nothing_held(pipeline)
+
+
+async def test_a_client_that_leaves_while_queued_gives_its_place_up() -> None:
+    first = Answer()
+    upstream = FakeUpstream(first)
+    pipeline, records = build(upstream, slots=1)
+    holding = call(pipeline, chat(True), "req-1").start()
+    await upstream.arrived.wait()
+    for stream in (True, False):
+        leaving = call(pipeline, chat(stream), f"req-gone-{stream}").start()
+        await steps_until(lambda: pipeline.admission.queue_depth == 1)
+        leaving.disconnect()
+        await leaving.done()
+        assert pipeline.admission.queue_depth == 0
+    first.send(DONE).end()
+    await holding.done()
+    await settled(pipeline)
+    assert sorted(r.status for r in records.published) == [200, 499, 499]
+    assert len(upstream.sent) == 1
+    assert_nothing_held(pipeline)
+
+
+async def test_a_queued_stream_whose_connection_broke_before_it_started_leaves_no_place_behind() -> None:
+    """The server's ``send`` raises at the stream's start: the place in the queue, never waited on,
+    is given up by the exchange's exit."""
+    first = Answer()
+    upstream = FakeUpstream(first)
+    pipeline, records = build(upstream, slots=1)
+    holding = call(pipeline, chat(True), "req-1").start()
+    await upstream.arrived.wait()
+    broken = call(pipeline, chat(True), "req-broken", send_fails=True).start()
+    with pytest.raises(OSError):
+        await broken.done()
+    assert pipeline.admission.queue_depth == 0
+    first.send(DONE).end()
+    await holding.done()
+    await settled(pipeline)
+    assert sorted(r.status for r in records.published) == [200, 500]
+    assert_nothing_held(pipeline)
+
+
+async def test_a_client_that_leaves_mid_stream_closes_the_upstream_response() -> None:
+    answer, upstream, pipeline, records, running = await streaming()
+    answer.send(chunk(1, content="a"))
+    await running.wait_for(lambda c: b'"a"' in c.body)
+    running.disconnect()
+    await running.done()
+    await settled(pipeline)
+    assert answer.closed and not answer.read_to_end
+    [record] = records.published
+    assert record.status == 499 and record.client_disconnected
+    assert_nothing_held(pipeline)
+
+
+async def test_a_stream_that_breaks_ends_with_the_events_then_one_error_event() -> None:
+    answer, upstream, pipeline, records, running = await streaming()
+    answer.send(chunk(1, content="a")).fail(GatewayError("upstream_timeout", "The model server timed out"))
+    await running.done()
+    await settled(pipeline)
+    events = running.body.split(b"\n\n")[:-1]
+    assert b'"a"' in events[0] and json.loads(events[1][6:])["error"]["code"] == "upstream_timeout"
+    assert running.ended and DONE not in running.body
+    assert [r.status for r in records.published] == [504]
+    assert_nothing_held(pipeline)
+
+
+async def test_a_malformed_whole_body_is_a_502() -> None:
+    upstream = FakeUpstream(Answer().send(b"<html>").end())
+    pipeline, records = build(upstream)
+    done = await call(pipeline, chat(False)).done()
+    await settled(pipeline)
+    assert done.status == 502 and done.json()["error"]["code"] == "upstream_error"
+    assert [r.status for r in records.published] == [502]
+    assert_nothing_held(pipeline)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_whichever_step_a_client_leaves_at_nothing_is_held_and_one_record_is_left(stream: bool) -> None:
+    """The client hangs up after each number of loop steps from its arrival, with a second request
+    queued behind it: every time, the slot and the queue come back empty, each upstream response is
+    closed, and each request has exactly one record."""
+    whole = json.dumps({"object": "chat.completion", "choices": []}).encode()
+    for steps in range(40):
+        answers = [Answer(), Answer()]
+        for answer in answers:
+            answer.send(*((chunk(1, content="x", finish="stop"), DONE) if stream else (whole,))).end()
+        upstream = FakeUpstream(*answers)
+        pipeline, records = build(upstream, slots=1)
+        leaving = call(pipeline, chat(stream), "req-leaving").start()
+        behind = call(pipeline, chat(stream), "req-behind").start()
+        for _ in range(steps):
+            await asyncio.sleep(0)  # one loop step: no time passes
+        leaving.disconnect()
+        await leaving.done()
+        await behind.done()
+        await settled(pipeline)
+        assert_nothing_held(pipeline)
+        assert sorted(r.request_id for r in records.published) == ["req-behind", "req-leaving"], steps
+        assert behind.status == 200, steps
+        assert all(answer.closed for answer in answers[: len(upstream.sent)]), steps
