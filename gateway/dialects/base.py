@@ -36,13 +36,15 @@ class Parsed:
 @dataclass(frozen=True, slots=True)
 class Context:
     """What a dialect may read to prepare one request: the caller, the settings, what the gateway learnt
-    of its upstream, where telemetry facts go (``observe``), and the client ``telemetry`` object's
-    builder when the client asked for one (header ``x-gateway-telemetry: 1``), else None."""
+    of its upstream, where telemetry facts go (``observe`` each stream chunk's, ``observe_answer`` a
+    whole body's), and the client ``telemetry`` object's builder when the client asked for one
+    (header ``x-gateway-telemetry: 1``), else None."""
 
     principal: Principal
     settings: Settings
     traits: UpstreamTraits
     observe: Callable[[Observation], None]
+    observe_answer: Callable[[Observation], None]
     telemetry: Callable[[], dict[str, Any]] | None = None
 
 
@@ -52,8 +54,8 @@ class Translator(Protocol):
     ``step`` takes one whole upstream SSE event (bytes with its blank-line terminator) and its ``data``
     payload (None if it has none) and returns the events to send the client (unchanged ones byte for
     byte); ``answer`` takes a whole non-stream body and returns the client's. Both report what they
-    saw to the context's ``observe`` and raise :class:`MalformedResponseError` for a chunk or body
-    that is not the API's shape.
+    saw to the context (``observe``, ``observe_answer``) and raise :class:`MalformedResponseError`
+    for a chunk or body that is not the API's shape.
     """
 
     def step(self, event: bytes, data: bytes | None) -> list[bytes]: ...

@@ -142,7 +142,7 @@ class OpenAITranslator:
         """A non-stream body: split, observed, shown as the client asked."""
         obj = json_object(body, "the response")
         reasoning_chars, content_chars = rewrite_body(obj, self._policy, self._context.traits)
-        self._context.observe(
+        self._context.observe_answer(
             observation(obj, obj.get("choices") or [], True, reasoning_chars, content_chars)
         )
         self._view.apply_body(obj)

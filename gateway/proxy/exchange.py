@@ -98,6 +98,7 @@ class Exchange:
             pipeline.settings,
             pipeline.traits,
             recorder.observe,
+            recorder.observe_answer,
             (lambda: recorder.snapshot().client_view()) if self._telemetry else None,
         )
         prepared = self.dialect.prepare(parsed, context)

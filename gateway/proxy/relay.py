@@ -120,7 +120,8 @@ async def relay_events(
     several). A broken or truncated stream ends with its error in ``outcome`` (for the caller to send
     in the client's dialect): 504 ``upstream_timeout`` when the read timeout ran out, else 502
     ``upstream_stream_error`` (reset, malformed chunk, an event over ``max_event_bytes``, or an end
-    without ``[DONE]``); events completed before the failure are still yielded. ``release`` is called
+    without ``[DONE]``); events completed before the failure are still yielded, and a failure after
+    ``[DONE]`` is none. ``release`` is called
     when ``[DONE]`` arrives (see :class:`EventPipe`); if a waiting request got the slot, it is let send
     its request before this one's ``[DONE]`` goes on. Pure asyncio: the caller sends what it yields.
     """
@@ -137,5 +138,7 @@ async def relay_events(
         outcome.error = pipe.failed(exc)
     else:
         outcome.error = pipe.ended(None)
+    if outcome.done:  # the client has the whole answer: what broke after [DONE] is not its business
+        outcome.error = None
     if pipe.ready:
         yield pipe.take()

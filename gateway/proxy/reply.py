@@ -86,7 +86,7 @@ class Reply:
     async def start_stream(self, headers: Mapping[str, str]) -> None:
         """Start a 200 event stream (``STREAM_HEADERS`` and ``headers``) and its keep-alive watchdog."""
         self.status = 200
-        start = _headers("text/event-stream", {**STREAM_HEADERS, **headers})
+        start = _headers("text/event-stream; charset=utf-8", {**STREAM_HEADERS, **headers})
         async with self._lock:
             await self._send({"type": "http.response.start", "status": 200, "headers": start})
             self._last_sent = self._loop.time()

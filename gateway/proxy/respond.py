@@ -5,8 +5,8 @@
 through the request's life in order, answering through one :class:`~gateway.proxy.reply.Reply`:
 
 1. read the body (413 past ``GATEWAY_MAX_BODY_BYTES``), parse and normalise it in the route's
-   dialect (400, 404/403 model), take the rate-limit ticket (429);
-2. take a slot, or a place in the key's queue (429 ``queue_full``);
+   dialect (400, 404/403 model);
+2. take the rate-limit ticket (429), then a slot or a place in the key's queue (429 ``queue_full``);
 3. non-stream, or a stream admitted at once: wait for the slot and open the upstream before any byte,
    so a down upstream is still a 503; a stream that has to wait is answered 200 at once with
    ``: queued N`` comments while it waits (so idle-timeout proxies don't cut it and the client sees
@@ -61,11 +61,7 @@ class ExchangeResponse(Response):
             try:
                 try:
                     prepared = exchange.prepare(await read_bounded(request, settings.max_body_bytes))
-                    headers = await exchange.take_ticket(prepared)
-                    admitted = exchange.enqueue()
-                    await unless_disconnected(
-                        receive, lambda: _serve(exchange, prepared, headers, admitted, reply)
-                    )
+                    await unless_disconnected(receive, lambda: _serve(exchange, prepared, reply))
                 except MalformedResponseError as exc:
                     message = f"The model server sent a malformed response: {exc}"
                     raise GatewayError("upstream_error", message, status=502) from exc
@@ -76,6 +72,8 @@ class ExchangeResponse(Response):
             except ClientDisconnectedError:
                 exchange.left()
                 await reply.left()
+            except OSError:  # the server's send failed: the connection is gone, nothing more can be sent
+                exchange.left()
             except asyncio.CancelledError:  # a server shutdown: the exchange still gives everything back
                 exchange.left()
                 raise
@@ -87,10 +85,11 @@ class ExchangeResponse(Response):
                 reply.stop_keep_alive()
 
 
-async def _serve(
-    exchange: Exchange, prepared: Prepared, headers: dict[str, str], admitted: bool, reply: Reply
-) -> None:
-    """Steps 3 and 4 of the module doc; sets ``exchange.status`` (a failure raises)."""
+async def _serve(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
+    """The rate-limit ticket, then steps 2 to 4 of the module doc; sets ``exchange.status`` (a failure
+    raises)."""
+    headers = await exchange.take_ticket(prepared)
+    admitted = exchange.enqueue()
     if not prepared.stream:
         if not admitted:
             await exchange.wait()
@@ -123,6 +122,8 @@ async def _wait_in_queue(exchange: Exchange, reply: Reply) -> None:
         if not waiting.done():
             waiting.cancel()  # gives the place up (Admission.wait); the exchange's exit makes sure
             await asyncio.wait({waiting})
+        elif not waiting.cancelled():
+            waiting.exception()  # retrieved here too: this task may be leaving for another reason
     waiting.result()
 
 
