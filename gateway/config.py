@@ -102,7 +102,12 @@ class Settings(BaseSettings):
         default=None,
         description="SHA-256 (hex) of a bootstrap admin key, for containers: no plaintext in env",
     )
-    jwt_secret: str | None = Field(default=None, description="HS256 secret of gateway-minted tokens")
+    jwt_secret: str | None = Field(
+        default=None,
+        min_length=32,
+        description="HS256 secret of gateway-minted tokens: at least 32 characters (RFC 7518 section "
+        "3.2: a key as long as the hash)",
+    )
     jwt_issuer: str = "dspark-gateway"
     jwt_audience: str = "dspark-gateway"
     jwt_jwks_file: str | None = Field(default=None, description="JWKS file of an external identity provider")

@@ -10,9 +10,12 @@ verified:
 
 A token's header ``alg`` only picks which of the two roots to try; ``none`` and any algorithm outside the
 chosen root's list are rejected, so an RS256 public key is never used as an HMAC secret (the HS/RS
-confusion attack, CVE-2016-10555 class). Claims map to a :class:`Principal`: ``sub`` -> name,
-``scope`` (space-separated) or ``scopes`` (list), ``models``, ``rpm``, ``tpm``, ``max_concurrency``,
-``priority``.
+confusion attack, CVE-2016-10555 class). An identity provider's token is checked against the one JWKS
+key its ``kid`` names whose type (``kty``) fits its algorithm (or the only such key, when it names
+none): python-jose, given the whole set, would try to build every key with the token's algorithm
+and fail on one of another type. Every JOSE failure is a 401; so is an ``iat`` in the future (beyond
+:data:`LEEWAY_S`). Claims map to a :class:`Principal`: ``sub`` -> name, ``scope`` (space-separated)
+or ``scopes`` (list), ``models``, ``rpm``, ``tpm``, ``max_concurrency``, ``priority``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jose import JWTError, jwt
+from jose import jwt
+from jose.exceptions import JOSEError
 
 from gateway.auth.principal import Principal
 from gateway.errors import GatewayError
@@ -32,6 +36,10 @@ HMAC_ALGORITHMS = ("HS256",)
 #: Claims every token must carry: python-jose skips the audience check when ``aud`` is absent (a token
 #: minted for another service would pass) and accepts a token without ``exp`` forever.
 REQUIRED_CLAIMS = {"require_aud": True, "require_exp": True, "require_iss": True}
+#: Clock skew allowed between the gateway and a token's issuer, seconds (an ``iat`` this far ahead).
+LEEWAY_S = 60
+#: JWK key type (RFC 7518 section 6.1) of each algorithm family.
+KEY_TYPES = {"RS": "RSA", "PS": "RSA", "ES": "EC"}
 
 
 def _invalid(reason: str) -> GatewayError:
@@ -99,7 +107,7 @@ def verify(config: TokenConfig, token: str) -> Principal:
     """Verify ``token`` against the root its header names; raise 401 ``GatewayError`` otherwise."""
     try:
         header = jwt.get_unverified_header(token)
-    except JWTError:
+    except JOSEError:
         raise _invalid("malformed") from None
     alg = str(header.get("alg", ""))
     try:
@@ -114,14 +122,38 @@ def verify(config: TokenConfig, token: str) -> Principal:
             )
         elif config.jwks is not None and alg in config.idp_algorithms:
             claims = jwt.decode(
-                token, config.jwks, algorithms=list(config.idp_algorithms),
+                token, idp_key(config.jwks, header.get("kid"), alg), algorithms=[alg],
                 audience=config.idp_audience, issuer=config.idp_issuer, options=REQUIRED_CLAIMS,
             )  # fmt: skip
         else:
             raise _invalid(f"algorithm {alg or 'none'!r} is not accepted")
-    except JWTError as exc:
+    except JOSEError as exc:
         raise _invalid(str(exc).rstrip(".").lower() or "verification failed") from None
+    issued = claims.get("iat")
+    if isinstance(issued, int | float) and issued > time.time() + LEEWAY_S:
+        raise _invalid("issued in the future")
     return _principal(claims)
+
+
+def idp_key(jwks: dict[str, Any], kid: Any, alg: str) -> dict[str, Any]:
+    """The JWK of ``jwks`` that verifies a token signed with ``alg`` naming ``kid``: the key with that
+    ``kid`` whose ``kty`` fits ``alg`` (and whose own ``alg``, if it has one, is ``alg``), or, for a
+    token naming no key, the only key that fits. 401 when there is none, or more than one to choose."""
+    kty = KEY_TYPES.get(alg[:2])
+    fitting = [
+        key
+        for key in jwks.get("keys", ())
+        if isinstance(key, dict)
+        and key.get("kty") == kty
+        and key.get("alg", alg) == alg
+        and key.get("use", "sig") == "sig"
+        and (kid is None or key.get("kid") == kid)
+    ]
+    if len(fitting) == 1:
+        return fitting[0]
+    if not fitting:
+        raise _invalid(f"no {kty or alg} key {kid!r} in the identity provider's key set")
+    raise _invalid("the token names no key (kid) and the key set has several")
 
 
 def _principal(claims: dict[str, Any]) -> Principal:

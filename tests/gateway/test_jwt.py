@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jose import jwk, jwt
 
 MODEL = "deepseek-v4-flash-0731"
@@ -132,3 +132,74 @@ def _hmac_signed(payload: dict, secret: bytes) -> str:
     )
     signature = hmac.new(secret, signing_input.encode(), hashlib.sha256).digest()
     return f"{signing_input}.{_b64(signature)}"
+
+
+@pytest.fixture(scope="module")
+def ec_keys():
+    private = ec.generate_private_key(ec.SECP256R1())
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public_pem = private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    public_jwk = jwk.construct(public_pem, "ES256").to_dict()
+    public_jwk.update({"kid": "e1", "use": "sig"})
+    return pem, public_jwk
+
+
+def test_a_key_set_of_two_types_and_two_algorithms(
+    start_sim, start_gateway, rsa_keys, ec_keys, tmp_path
+) -> None:
+    """An IdP publishing an RSA and an EC key, both algorithms allowed: each legitimate token is
+    verified by its own key (python-jose, handed the whole set, failed with a 500 on the key of the
+    other type), and every forged or mismatched header is a 401, never a 500."""
+    rsa_pem, _, rsa_set = rsa_keys
+    ec_pem, ec_jwk = ec_keys
+    jwks_file = tmp_path / "jwks.json"
+    jwks_file.write_text(json.dumps({"keys": [*rsa_set["keys"], ec_jwk]}))
+    gateway = start_gateway(
+        start_sim().url,
+        jwt_jwks_file=str(jwks_file),
+        jwt_idp_issuer="https://idp.example",
+        jwt_idp_audience="dspark",
+        jwt_idp_algorithms="RS256,ES256",
+    )
+    admin = claims(scope="admin")
+    good = [
+        jwt.encode(admin, rsa_pem, algorithm="RS256", headers={"kid": "k1"}),
+        jwt.encode(admin, ec_pem, algorithm="ES256", headers={"kid": "e1"}),
+    ]
+    assert [call(gateway, token).status_code for token in good] == [200, 200]
+    forged = {
+        "ES256 naming the RSA key": jwt.encode(admin, ec_pem, algorithm="ES256", headers={"kid": "k1"}),
+        "RS256 naming the EC key": jwt.encode(admin, rsa_pem, algorithm="RS256", headers={"kid": "e1"}),
+        "an unknown kid": jwt.encode(admin, rsa_pem, algorithm="RS256", headers={"kid": "nope"}),
+        "signed by another key": jwt.encode(
+            admin,
+            ec.generate_private_key(ec.SECP256R1()).private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            ),
+            algorithm="ES256",
+            headers={"kid": "e1"},
+        ),
+        "issued in the future": jwt.encode(
+            claims(scope="admin", iat=int(time.time()) + 3600),
+            rsa_pem,
+            algorithm="RS256",
+            headers={"kid": "k1"},
+        ),
+    }
+    for name, token in forged.items():
+        response = call(gateway, token)
+        assert response.status_code == 401, (name, response.text)
+        assert response.json()["error"]["code"] == "invalid_api_key", name
+
+
+def test_a_short_jwt_secret_is_refused_at_start(tmp_path: Path) -> None:
+    """RFC 7518 section 3.2: an HS256 key as long as the hash; ``serve`` does not start with less."""
+    env = {"GATEWAY_JWT_SECRET": "short-secret", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    started = subprocess.run(
+        [CLI, "serve", "--port", "1"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert started.returncode != 0 and "jwt_secret" in (started.stdout + started.stderr)
