@@ -1,13 +1,16 @@
-"""Admission: at most ``slots`` requests upstream; the rest wait in per-key queues served fairly.
+"""Admission: at most ``slots`` sequences upstream; the rest wait in per-key queues served fairly.
 
 The backend runs ``--max-num-seqs`` sequences (2 on the DGX Spark pair) over one shared KV pool; a
 request sent beyond that only waits inside vLLM, out of the gateway's sight and fairness. So the
-gateway holds the queue itself.
+gateway holds the queue itself. A request asking for ``n`` answers is ``n`` sequences and takes ``n``
+slots.
 
 Fairness: each key has its own FIFO queue; keys with waiters take turns (round robin), a key with
 ``priority`` p getting up to p grants per turn (weighted round robin). A key flooding 100 requests
 therefore delays another key's single request by at most one slot turn, and no key starves. A key at
-its ``max_concurrency`` is skipped until one of its requests ends.
+its ``max_concurrency`` is skipped until one of its requests ends. The queue keeps room for keys
+with nothing waiting: a key that already waits may not take the last :attr:`Admission.reserve`
+places, so a few keys filling their own bounds cannot lock every other key out.
 
 Invariants (tested):
 - ``in_use <= slots`` at every instant; a freed slot is handed straight to the next waiter (no barging).
@@ -64,6 +67,7 @@ class Waiter:
     priority: int
     max_concurrency: int | None
     future: asyncio.Future[None]
+    sequences: int = 1
     enqueued_at: float = field(default_factory=time.monotonic)
     settled: bool = False
 
@@ -75,13 +79,14 @@ class Lease:
     backend keeps for all requests (vLLM's spec-decode totals) are then not this request's alone.
     """
 
-    __slots__ = ("_admission", "_released", "granted_at", "key", "overlapped", "queue_wait_s")
+    __slots__ = ("_admission", "_released", "granted_at", "key", "overlapped", "queue_wait_s", "sequences")
 
-    def __init__(self, admission: Admission, key: str, queue_wait_s: float) -> None:
+    def __init__(self, admission: Admission, key: str, queue_wait_s: float, sequences: int = 1) -> None:
         self._admission = admission
         self._released = False
         self.key = key
         self.queue_wait_s = queue_wait_s
+        self.sequences = sequences
         self.granted_at = time.monotonic()
         self.overlapped = False
         admission._hold(self)
@@ -100,9 +105,9 @@ class Lease:
             return False
         self._released = True
         admission = self._admission
-        in_use = admission.in_use
+        grants = admission.grants
         admission._unhold(self, time.monotonic() - self.granted_at)
-        return admission.in_use >= in_use
+        return admission.grants > grants
 
 
 class Admission:
@@ -113,6 +118,9 @@ class Admission:
         queue_max: requests allowed to wait in total; one more gets :class:`QueueFullError`.
         queue_timeout_s: longest wait in seconds before :class:`QueueTimeoutError`.
         queue_max_per_key: requests one key may have waiting (None: only the total bound).
+
+    ``in_use`` counts sequences holding slots; ``grants`` counts every grant to a waiter so far;
+    ``reserve`` is the queue room kept for keys with nothing waiting (a quarter of ``queue_max``).
     """
 
     def __init__(
@@ -125,6 +133,8 @@ class Admission:
         self.queue_timeout_s = queue_timeout_s
         self.queue_max_per_key = queue_max_per_key
         self.in_use = 0
+        self.grants = 0
+        self.reserve = max(1, queue_max // 4)
         self._queues: dict[str, deque[Waiter]] = {}
         self._turns: deque[str] = deque()  # keys with waiters, in serving order
         self._credit: dict[str, int] = {}  # grants left in the current turn of the key at the front
@@ -167,19 +177,26 @@ class Admission:
     def _eligible(self, key: str, max_concurrency: int | None) -> bool:
         return max_concurrency is None or self._active_per_key[key] < max_concurrency
 
-    def enqueue(self, key: str = "", priority: int = 1, max_concurrency: int | None = None) -> Lease | Waiter:
-        """Take a slot now if fairness allows, else join ``key``'s queue. Raises :class:`QueueFullError`."""
-        if self.in_use < self.slots and not self._turns and self._eligible(key, max_concurrency):
-            self._grant_slot(key)
-            return Lease(self, key, 0.0)
-        if self._waiting >= self.queue_max:
-            raise QueueFullError(self.retry_after_s())
-        queue = self._queues.setdefault(key, deque())
-        if self.queue_max_per_key is not None and len(queue) >= self.queue_max_per_key:
-            if not queue:
-                del self._queues[key]
+    def enqueue(
+        self, key: str = "", priority: int = 1, max_concurrency: int | None = None, sequences: int = 1
+    ) -> Lease | Waiter:
+        """Take ``sequences`` slots now if fairness allows, else join ``key``'s queue. Raises
+        :class:`QueueFullError` (the queue, the key's bound, or the reserve a key that waits already may
+        not take), ``ValueError`` for more sequences than there are slots."""
+        if not 1 <= sequences <= self.slots:
+            raise ValueError(f"a request of {sequences} sequences can never hold {self.slots} slots")
+        if self.in_use + sequences <= self.slots and not self._turns and self._eligible(key, max_concurrency):
+            self._grant_slot(key, sequences)
+            return Lease(self, key, 0.0, sequences)
+        waits = len(self._queues.get(key, ()))
+        if self._waiting >= self.queue_max - (self.reserve if waits else 0):
+            raise QueueFullError(self.retry_after_s(), per_key=waits > 0)
+        if self.queue_max_per_key is not None and waits >= self.queue_max_per_key:
             raise QueueFullError(self.retry_after_s(), per_key=True)
-        waiter = Waiter(key, max(1, priority), max_concurrency, asyncio.get_running_loop().create_future())
+        queue = self._queues.setdefault(key, deque())
+        waiter = Waiter(
+            key, max(1, priority), max_concurrency, asyncio.get_running_loop().create_future(), sequences
+        )
         queue.append(waiter)
         self._waiting += 1
         if key not in self._credit:
@@ -202,7 +219,7 @@ class Admission:
                 raise QueueTimeoutError(waited, self.retry_after_s()) from None
             raise
         waiter.settled = True
-        return Lease(self, waiter.key, time.monotonic() - waiter.enqueued_at)
+        return Lease(self, waiter.key, time.monotonic() - waiter.enqueued_at, waiter.sequences)
 
     def abandon(self, waiter: Waiter) -> None:
         """Give up ``waiter``'s place: out of its queue, or, if it was granted a slot that no
@@ -211,7 +228,7 @@ class Admission:
             return
         waiter.settled = True
         if waiter.future.done() and not waiter.future.cancelled():
-            self._unhold_slot(waiter.key)  # granted in the same tick it was given up: hand it on
+            self._unhold_slot(waiter.key, waiter.sequences)  # granted in the tick it was given up: hand it on
         else:
             waiter.future.cancel()
             self._discard(waiter)
@@ -246,6 +263,8 @@ class Admission:
             if head.future.done():  # cancelled (client gone, queue timeout), its task not yet run: skip it
                 self._discard(head)
                 continue
+            if self.in_use + head.sequences > self.slots:
+                return  # it waits for enough slots; the ones behind it keep their turn order
             if not self._eligible(key, head.max_concurrency):
                 self._turns.rotate(-1)
                 skipped += 1
@@ -253,7 +272,8 @@ class Admission:
             skipped = 0
             queue.popleft()
             self._waiting -= 1
-            self._grant_slot(key)
+            self._grant_slot(key, head.sequences)
+            self.grants += 1
             head.future.set_result(None)
             self._credit[key] -= 1
             if not queue:
@@ -262,9 +282,9 @@ class Admission:
                 self._credit[key] = queue[0].priority
                 self._turns.rotate(-1)
 
-    def _grant_slot(self, key: str) -> None:
+    def _grant_slot(self, key: str, sequences: int) -> None:
         # counted at grant, so max_concurrency holds before the waiter's Lease exists
-        self.in_use += 1
+        self.in_use += sequences
         self._active_per_key[key] += 1
 
     def _hold(self, lease: Lease) -> None:
@@ -276,10 +296,10 @@ class Admission:
     def _unhold(self, lease: Lease, held_s: float) -> None:
         self._active.discard(lease)
         self._mean_hold_s += _EWMA_ALPHA * (held_s - self._mean_hold_s)
-        self._unhold_slot(lease.key)
+        self._unhold_slot(lease.key, lease.sequences)
 
-    def _unhold_slot(self, key: str) -> None:
-        self.in_use -= 1
+    def _unhold_slot(self, key: str, sequences: int) -> None:
+        self.in_use -= sequences
         self._active_per_key[key] -= 1
         if self._active_per_key[key] <= 0:
             del self._active_per_key[key]

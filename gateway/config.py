@@ -57,6 +57,23 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest request body, bytes (32 MiB holds a 1M-token prompt as JSON text); more -> 413",
     )
+    body_idle_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest wait for the next piece of a request body (not for the whole body: a "
+        "1M-token upload is legitimate); past it: 408 request_timeout",
+    )
+    tpm_output_reserve_tokens: int = Field(
+        default=1024,
+        ge=1,
+        description="Tokens per minute reserved for each sequence's output when a request sets no "
+        "max_tokens (the reservation is settled against real usage afterwards)",
+    )
+    max_n: int = Field(
+        default=1,
+        ge=1,
+        description="Most answers (sequences) one request may ask for (OpenAI's n); each takes a slot",
+    )
     keep_alive_s: float = Field(
         default=15.0,
         gt=0,

@@ -17,7 +17,10 @@ def parse_duration(text: str) -> timedelta:
     value, unit = float(match.group(1)), match.group(2).lower()
     if value <= 0:
         raise ValueError(f"duration must be positive: {text!r}")
-    return timedelta(**{_UNITS[unit]: value})
+    try:
+        return timedelta(**{_UNITS[unit]: value})
+    except OverflowError:
+        raise ValueError(f"duration {text!r} is longer than {timedelta.max.days} days") from None
 
 
 def parse_since(text: str | None) -> datetime | None:
@@ -28,9 +31,14 @@ def parse_since(text: str | None) -> datetime | None:
     if not text:
         return None
     try:
-        return datetime.now(UTC) - parse_duration(text)
+        duration = parse_duration(text)
     except ValueError:
         pass
+    else:
+        try:
+            return datetime.now(UTC) - duration
+        except OverflowError:
+            raise ValueError(f"since {text!r} reaches before the year 1") from None
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

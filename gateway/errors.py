@@ -38,6 +38,9 @@ CATALOGUE: Mapping[str, ErrorKind] = {
     "not_found": ErrorKind(404, _INVALID, _INFO),
     "method_not_allowed": ErrorKind(405, _INVALID, _INFO),
     "request_too_large": ErrorKind(413, _INVALID, _INFO),
+    "request_too_complex": ErrorKind(413, _INVALID, _INFO),  # too many JSON values or containers
+    "request_timeout": ErrorKind(408, _INVALID, _INFO),  # the body stopped arriving
+    "unsupported_field": ErrorKind(400, _INVALID, _INFO),  # a field this key may not set
     "request_headers_too_large": ErrorKind(431, _INVALID, _INFO),
     # who is asking
     "invalid_api_key": ErrorKind(401, "authentication_error", _INFO),

@@ -5,9 +5,11 @@ model fixes limits per route at import time and writes its own header names, whi
 per key, change at runtime (PATCH /admin/keys) and answer with OpenAI's headers
 (``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``; OpenAI API docs, "Rate limits").
 
-Tokens per minute are borrowed up front with an estimate of the prompt and settled after the response
-against real usage (TensorZero's ticket pattern): the window then holds what was really used, and a
-key over its budget is refused at the next admission. Windows are fixed minutes, as slowapi's.
+Tokens per minute are reserved at admission — the prompt's estimate plus the whole output budget, in
+one atomic increment, so a parallel burst cannot admit more than the window holds — and settled
+after the response against real usage (TensorZero's ticket pattern): what was reserved and not used
+is given back (while the window it was taken from lasts), what was used beyond it is charged.
+Windows are fixed minutes, as slowapi's.
 """
 
 from __future__ import annotations
@@ -40,13 +42,19 @@ def _reset(seconds: float) -> str:
     return f"{whole // 60}m{whole % 60}s" if whole >= 60 else f"{whole}s"
 
 
+#: Windows whose reset times differ by less than this are one window (storages round expiries), s.
+_SAME_WINDOW_S = 1.0
+
+
 @dataclass(slots=True)
 class Ticket:
-    """One admitted request's borrowing: ``estimate`` tokens charged up front, headers to send."""
+    """One admitted request's borrowing: ``reserved`` tokens charged up front in the window that resets
+    at ``window_reset`` (epoch s), headers to send."""
 
     principal: Principal
-    estimate: int
+    reserved: int
     headers: dict[str, str] = field(default_factory=dict)
+    window_reset: float = 0.0
 
 
 class RateLimiter:
@@ -69,16 +77,21 @@ class RateLimiter:
             headers={"Retry-After": str(retry)},
         )
 
-    async def _headers(self, what: str, item: RateLimitItem, key: str, out: dict[str, str]) -> None:
+    async def _headers(self, what: str, item: RateLimitItem, key: str, out: dict[str, str]) -> float:
+        """Write the window's ``x-ratelimit-*`` headers into ``out``; return its reset time (epoch s)."""
         stats = await self._limiter.get_window_stats(item, what, key)
         out[f"x-ratelimit-limit-{what}"] = str(item.amount)
         out[f"x-ratelimit-remaining-{what}"] = str(max(0, stats.remaining))
         out[f"x-ratelimit-reset-{what}"] = _reset(stats.reset_time - time.time())
+        return float(stats.reset_time)
 
-    async def admit(self, principal: Principal, estimate: int) -> Ticket:
-        """Count one request and borrow ``estimate`` tokens; 429 (``Retry-After``) if either is spent.
+    async def admit(self, principal: Principal, tokens: int) -> Ticket:
+        """Count one request and reserve ``tokens`` (prompt estimate + output budget); 429
+        (``Retry-After``) if either is spent.
 
-        An estimate larger than the whole budget is capped at it, so one big request per window passes.
+        A reservation larger than the whole budget is capped at it, so one big request per window
+        passes. The reservation is one increment, given back at once when it does not fit, so two
+        requests at the same moment cannot both take the window's last tokens.
         """
         ticket = Ticket(principal, 0)
         key = principal.key_id
@@ -89,20 +102,23 @@ class RateLimiter:
             await self._headers("requests", item, key, ticket.headers)
         if principal.tpm:
             item = self._item(principal.tpm)
-            ticket.estimate = min(max(1, estimate), principal.tpm)
-            if not await self._limiter.test(item, "tokens", key, cost=ticket.estimate):
+            reserve = min(max(1, tokens), principal.tpm)
+            if not await self._limiter.hit(item, "tokens", key, cost=reserve):
+                await self._limiter.hit(item, "tokens", key, cost=-reserve)
                 raise await self._refuse("tokens", item, key)
-            await self._limiter.hit(item, "tokens", key, cost=ticket.estimate)
-            await self._headers("tokens", item, key, ticket.headers)
+            ticket.reserved = reserve
+            ticket.window_reset = await self._headers("tokens", item, key, ticket.headers)
         return ticket
 
     async def settle(self, ticket: Ticket, used_tokens: int) -> None:
-        """Charge what the request used beyond its estimate (fixed windows can't refund)."""
+        """Settle the reservation against ``used_tokens``: charge what was used beyond it; give back
+        what was not used if the window it was taken from still runs (a later one owes it nothing)."""
         tpm = ticket.principal.tpm
-        if tpm and used_tokens > ticket.estimate:
-            await self._limiter.hit(
-                self._item(tpm),
-                "tokens",
-                ticket.principal.key_id,
-                cost=used_tokens - ticket.estimate,
-            )
+        if not tpm or not ticket.reserved or used_tokens == ticket.reserved:
+            return
+        item, key = self._item(tpm), ticket.principal.key_id
+        if used_tokens < ticket.reserved:
+            stats = await self._limiter.get_window_stats(item, "tokens", key)
+            if abs(stats.reset_time - ticket.window_reset) >= _SAME_WINDOW_S:
+                return
+        await self._limiter.hit(item, "tokens", key, cost=used_tokens - ticket.reserved)

@@ -31,6 +31,7 @@ from gateway.dialects.completions import COMPLETIONS
 from gateway.dialects.openai import OPENAI
 from gateway.http import health, inference, metrics_route
 from gateway.http.auth import admin_for, principal_for
+from gateway.http.openapi import documented
 from gateway.openai_api import ChatCompletionRequest, CompletionRequest
 
 #: The paths anyone may call. FastAPI serves the docs routes itself.
@@ -58,19 +59,21 @@ class Route:
 _KEYS, _ADMIN, _OPENAI = ("admin: keys",), ("admin",), ("openai",)
 ROUTES = (
     Route("POST", CHAT.route, inference.inference(CHAT), "Create a chat completion (OpenAI-compatible)",
-          dialect=CHAT, openapi_extra=inference.documented(ChatCompletionRequest), tags=_OPENAI),
+          dialect=CHAT, openapi_extra=documented(ChatCompletionRequest, streams=True), tags=_OPENAI),
     Route("POST", COMPLETIONS.route, inference.inference(COMPLETIONS),
           "Create a text completion (OpenAI-compatible)",
-          dialect=COMPLETIONS, openapi_extra=inference.documented(CompletionRequest), tags=_OPENAI),
+          dialect=COMPLETIONS, openapi_extra=documented(CompletionRequest, streams=True), tags=_OPENAI),
     Route("GET", "/v1/models", inference.list_models, "List the models this key may use", tags=_OPENAI),
     Route("POST", "/admin/keys", keys.create_key, "Create a key (the secret is returned once)",
-          admin=True, status_code=201, tags=_KEYS),
+          admin=True, status_code=201, openapi_extra=documented(keys.KeyCreate), tags=_KEYS),
     Route("GET", "/admin/keys", keys.list_keys, "List keys (no secrets)", admin=True, tags=_KEYS),
     Route("GET", "/admin/keys/{key_id}", keys.get_key, "Read one key", admin=True, tags=_KEYS),
     Route("PATCH", "/admin/keys/{key_id}", keys.update_key,
-          "Change limits, models, expiry, thinking default or metadata", admin=True, tags=_KEYS),
+          "Change limits, models, expiry, thinking default or metadata", admin=True,
+          openapi_extra=documented(keys.KeyLimits), tags=_KEYS),
     Route("POST", "/admin/keys/{key_id}/rotate", keys.rotate_key,
-          "New secret; the old one keeps working for a grace period", admin=True, tags=_KEYS),
+          "New secret; the old one keeps working for a grace period", admin=True,
+          openapi_extra=documented(keys.KeyRotate, required=False), tags=_KEYS),
     Route("POST", "/admin/keys/{key_id}/revoke", keys.revoke_key, "Revoke a key (idempotent)",
           admin=True, tags=_KEYS),
     Route("DELETE", "/admin/keys/{key_id}", keys.delete_key, "Delete a key for good", admin=True, tags=_KEYS),

@@ -1,4 +1,9 @@
-"""Audit log: every admin action — who, what, on which key, when, from where — stored for good."""
+"""Audit log: every admin action — who, what, on which key, when, from where — stored for good.
+
+Who is the actor's name, its id and its kind (``key``, ``jwt``, ``bootstrap``): names alone could be
+confused (a key and a JWT subject may both be called ``ops``). The id and kind are kept in the row's
+detail (``actor_id``, ``actor_kind``) and shown beside the name.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,12 @@ from typing import Any
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.auth.principal import Principal
+from gateway.auth.store import METADATA_DEPTH, readable
 from gateway.tables import AuditRow, utc
+
+#: How deep an action's detail may nest in a listing (it holds a key's metadata one level down).
+DETAIL_DEPTH = METADATA_DEPTH + 1
 
 
 class AuditLog:
@@ -19,22 +29,23 @@ class AuditLog:
 
     async def record(
         self,
-        actor: str,
+        actor: Principal,
         action: str,
         target: str | None,
         client: str | None,
         detail: dict[str, Any] | None = None,
     ) -> None:
         """Store one action (written at once: admin actions are rare and must not be lost)."""
+        who = {"actor_id": actor.key_id, "actor_kind": actor.kind}
         async with self._engine.begin() as conn:
             await conn.execute(
                 insert(AuditRow).values(
                     at=datetime.now(UTC),
-                    actor=actor,
+                    actor=actor.name,
                     action=action,
                     target=target,
                     client=client,
-                    detail=detail or {},
+                    detail={**(detail or {}), **who},
                 )
             )
 
@@ -49,14 +60,18 @@ class AuditLog:
         out = []
         for row in rows:
             at = utc(row["at"])
+            detail = readable(row["detail"], DETAIL_DEPTH)
+            who = detail if isinstance(detail, dict) else {}
             out.append(
                 {
                     "at": at.isoformat() if at else None,
                     "actor": row["actor"],
+                    "actor_id": who.get("actor_id"),
+                    "actor_kind": who.get("actor_kind"),
                     "action": row["action"],
                     "target": row["target"],
                     "client": row["client"],
-                    "detail": row["detail"],
+                    "detail": detail,
                 }
             )
         return out

@@ -26,7 +26,9 @@ from gateway.auth.tokens import TokenConfig, looks_like_jwt, verify
 from gateway.errors import GatewayError
 
 #: Who the ``GATEWAY_ADMIN_KEY_SHA256`` key authenticates as.
-BOOTSTRAP_ADMIN = Principal(key_id="bootstrap-admin", name="bootstrap-admin", scopes=("admin",))
+BOOTSTRAP_ADMIN = Principal(
+    key_id="bootstrap-admin", name="bootstrap-admin", kind="bootstrap", scopes=("admin",)
+)
 
 #: ``last_used_at`` is written at most this often per key (it is for humans, not billing).
 TOUCH_INTERVAL = timedelta(seconds=60)

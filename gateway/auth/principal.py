@@ -10,14 +10,16 @@ class Principal:
     """Who is calling and what they may do.
 
     ``models`` is the model allow-list; ``None`` means every served model. ``name`` is what metrics and
-    logs carry — never the key itself. ``default_thinking`` (off|low|high|max) overrides the gateway's
-    default for this key's requests that don't choose. Limits (``rpm`` requests/min, ``tpm``
-    tokens/min, ``max_concurrency`` requests in flight) are None when unlimited; ``priority`` >= 1 is
-    the key's weight in the fair queue.
+    logs carry — never the key itself. ``kind`` is what authenticated it: ``key`` (an API key), ``jwt``
+    (a bearer token) or ``bootstrap`` (``GATEWAY_ADMIN_KEY_SHA256``). ``default_thinking``
+    (off|low|high|max) overrides the gateway's default for this key's requests that don't choose.
+    Limits (``rpm`` requests/min, ``tpm`` tokens/min, ``max_concurrency`` requests in flight) are None
+    when unlimited; ``priority`` >= 1 is the key's weight in the fair queue.
     """
 
     key_id: str
     name: str
+    kind: str = "key"
     models: tuple[str, ...] | None = None
     scopes: tuple[str, ...] = ()
     default_thinking: str | None = None

@@ -20,7 +20,31 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from gateway.auth.principal import Principal
 from gateway.auth.secrets import display_prefix, generate_key, hash_key
 from gateway.db import open_engine
+from gateway.json_limits import deeper_than
 from gateway.tables import ApiKeyRow, utc
+
+#: Name prefixes of identities that are not keys (a JWT's ``jwt:<sub>``, the bootstrap admin key): a key
+#: named so would pass for them in the audit trail, the queue and the usage ledger.
+RESERVED_NAME_PREFIXES = ("jwt:", "bootstrap-")
+#: How deep key metadata (free-form labels) may nest, and how large it may be as JSON, bytes.
+METADATA_DEPTH = 4
+METADATA_BYTES = 4096
+
+
+def check_name(name: str) -> None:
+    """Raise ``ValueError`` for a key name other identities use (:data:`RESERVED_NAME_PREFIXES`)."""
+    if name.lower().startswith(RESERVED_NAME_PREFIXES):
+        reserved = " or ".join(repr(p) for p in RESERVED_NAME_PREFIXES)
+        raise ValueError(f"key names may not start with {reserved}: those name other identities")
+
+
+def readable(value: Any, max_depth: int) -> Any:
+    """``value`` (a stored JSON column) as a listing shows it: itself, or a note in its place when it
+    nests deeper than ``max_depth`` (a row written before the bounds must not break a listing)."""
+    if deeper_than(value, max_depth):
+        return {"unreadable": f"nested more than {max_depth} levels deep"}
+    return value
+
 
 #: Fields an admin may change after creation (PATCH).
 MUTABLE_FIELDS = (
@@ -120,7 +144,7 @@ class KeyRecord:
             "tpm": self.tpm,
             "max_concurrency": self.max_concurrency,
             "priority": self.priority,
-            "metadata": dict(self.metadata),
+            "metadata": readable(dict(self.metadata), METADATA_DEPTH),
             "previous_key_valid_until": iso(self.previous_expires_at)
             if self.previous_expires_at and self.previous_expires_at > now
             else None,
@@ -169,8 +193,10 @@ class KeyStore:
         """Create a key; return its record and the plaintext secret (the only time it exists).
 
         ``key_hash`` registers a key whose secret was made elsewhere (bootstrap from
-        ``GATEWAY_ADMIN_KEY_SHA256``); the returned secret is then None. Raises :class:`KeyExistsError`.
+        ``GATEWAY_ADMIN_KEY_SHA256``); the returned secret is then None. Raises :class:`KeyExistsError`,
+        ``ValueError`` for a reserved name (:func:`check_name`).
         """
+        check_name(name)
         secret = None if key_hash else generate_key()
         row = ApiKeyRow(
             id="key_" + uuid.uuid4().hex[:24],

@@ -182,6 +182,7 @@ def _principal(claims: dict[str, Any]) -> Principal:
     return Principal(
         key_id=f"jwt:{subject}",
         name=f"jwt:{subject}",
+        kind="jwt",
         models=tuple(models) if models is not None else None,
         scopes=scopes,
         rpm=limit("rpm"),

@@ -25,12 +25,14 @@ from gateway.traits import UpstreamTraits
 
 @dataclass(frozen=True, slots=True)
 class Parsed:
-    """A request body read into the dialect's request model: the model it names, whether it streams,
-    and the validated ``request`` itself (the dialect's own type)."""
+    """A request body validated by the dialect's request model: the model it names, whether it
+    streams, the validated ``request`` (the dialect's own type) and the parsed ``body`` it came from
+    (what is forwarded, every field the client sent)."""
 
     model: str
     stream: bool
     request: Any
+    body: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +71,16 @@ class Prepared:
 
     ``body``: the JSON to send (bytes, made before the request queues: a waiting request holds one
     bytes object, not a tree the cyclic GC walks); ``output_budget``: the most tokens it may generate
-    (None: the backend's default), named ``output_param`` in the client's API, checked against the
-    KV pool; ``prompt_estimate``: prompt tokens borrowed from a tokens-per-minute limit (0 when the
-    key has none).
+    per sequence (None: the backend's default), named ``output_param`` in the client's API, checked
+    against the KV pool; ``sequences``: how many the backend runs for it (OpenAI's ``n``), each
+    taking a slot.
     """
 
     body: bytes
     stream: bool
     output_budget: int | None
     output_param: str
-    prompt_estimate: int
+    sequences: int
     translator: Translator
 
 
@@ -89,9 +91,11 @@ class Dialect(Protocol):
       vLLM serves it.
     - ``credentials(headers)``: the caller's secret (key or JWT) from the request headers; raises 401
       ``invalid_api_key`` when there is none or it is malformed.
-    - ``parse(raw)``: the JSON body into :class:`Parsed`; raises 400 for a body that isn't valid.
+    - ``parse(body)``: the parsed JSON body (:mod:`gateway.json_limits`) validated into
+      :class:`Parsed`; raises 400 for a body that isn't valid.
     - ``prepare(parsed, context)``: normalised for vLLM serving DeepSeek-V4 (thinking controls, field
-      names, usage always asked for); raises 400 for values it can't honour.
+      names, usage always asked for) under the field policy; raises 400 for values it can't honour
+      or fields the key may not set.
     - ``error_body(error)`` / ``error_event(error)``: the error as this API shows it, as a JSON body
       (before the response started) or as one SSE event (after).
     """
@@ -103,7 +107,7 @@ class Dialect(Protocol):
 
     def credentials(self, headers: Mapping[str, str]) -> str: ...
 
-    def parse(self, raw: bytes) -> Parsed: ...
+    def parse(self, body: dict[str, Any]) -> Parsed: ...
 
     def prepare(self, parsed: Parsed, context: Context) -> Prepared: ...
 

@@ -26,7 +26,7 @@ class ChatCompletions(OpenAIDialect):
     def prepare(self, parsed: Parsed, context: Context) -> Prepared:
         request: ChatCompletionRequest = parsed.request
         settings = context.settings
-        payload = request.upstream_payload()
+        payload = request.payload(parsed.body)
         default = as_level(context.principal.default_thinking or settings.default_thinking)
         normalized = normalize_chat(payload, default, settings.backend_reasoning_field)
         output: tuple[int | None, str]

@@ -23,7 +23,7 @@ class TextCompletions(OpenAIDialect):
 
     def prepare(self, parsed: Parsed, context: Context) -> Prepared:
         request: CompletionRequest = parsed.request
-        payload = request.upstream_payload()
+        payload = request.payload(parsed.body)
         normalized = normalize_completion(payload)
         mode: SplitMode = "off" if context.settings.reasoning_split == "off" else "gateway"
         return finish(request, payload, normalized, mode, context, (request.max_tokens, "max_tokens"))

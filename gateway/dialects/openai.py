@@ -7,7 +7,6 @@ after a stream has started, the same object as one ``data:`` event (what the Ope
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +18,7 @@ from gateway.dialects.base import Context, Parsed, Prepared
 from gateway.errors import GatewayError, invalid_request
 from gateway.openai_api import InferenceRequest
 from gateway.openai_api.client_view import ClientView
+from gateway.openai_api.fields import check_fields
 from gateway.openai_api.normalize import Normalized
 from gateway.openai_api.rewrite import StreamRewriter, json_object, observation, rewrite_body
 from gateway.reasoning.policy import ReasoningPolicy, SplitMode
@@ -64,13 +64,13 @@ class OpenAIDialect:
     def error_event(self, error: GatewayError) -> bytes:
         return b"data: " + json_codec.dumps(error_body(error)) + b"\n\n"
 
-    def parse(self, raw: bytes) -> Parsed:
-        """The body as :attr:`request_model`; 400 ``invalid_request`` naming the first bad field."""
+    def parse(self, body: dict[str, Any]) -> Parsed:
+        """``body`` validated by :attr:`request_model`; 400 ``invalid_request`` naming the first bad field."""
         try:
-            request = self.request_model.model_validate_json(raw)
+            request = self.request_model.model_validate(body)
         except ValidationError as exc:
             raise invalid_request(exc.errors()) from None
-        return Parsed(request.model, request.stream, request)
+        return Parsed(request.model, request.stream, request, body)
 
     def prepare(self, parsed: Parsed, context: Context) -> Prepared:
         raise NotImplementedError
@@ -97,6 +97,7 @@ def finish(
         fields=context.settings.reasoning_fields,
         include_reasoning=normalized.include_reasoning,
     )
+    sequences = check_fields(payload, context.principal, context.settings.max_n)
     include_metrics = payload.pop("include_metrics", False) is True
     asked = payload.get("stream_options") or {}
     if request.stream:
@@ -108,21 +109,8 @@ def finish(
         telemetry=context.telemetry,
     )
     budget, param = output
-    return Prepared(
-        json_codec.dumps(payload),
-        request.stream,
-        budget,
-        param,
-        # a second serialization of the prompt (~12 ms for a 1M-token one): only where it is used
-        estimate_prompt_tokens(payload) if context.principal.tpm else 0,
-        OpenAITranslator(policy, view, context),
-    )
-
-
-def estimate_prompt_tokens(payload: dict[str, Any]) -> int:
-    """A cheap prompt-size estimate for the tokens-per-minute borrow: ~4 characters per token."""
-    text = payload.get("messages", payload.get("prompt", ""))
-    return max(1, len(json.dumps(text, ensure_ascii=False)) // 4)
+    translator = OpenAITranslator(policy, view, context)
+    return Prepared(json_codec.dumps(payload), request.stream, budget, param, sequences, translator)
 
 
 class OpenAITranslator:

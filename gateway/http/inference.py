@@ -3,7 +3,7 @@
 
 The handlers take no body parameter: the exchange reads and parses the body itself, after
 authentication (FastAPI would parse a body parameter before the route's dependencies). Their OpenAPI
-request body is generated from the dialect's request model (:func:`documented`).
+request body is generated from the dialect's request model (:func:`gateway.http.openapi.documented`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from starlette.responses import Response
 
 from gateway import json_codec
 from gateway.dialects.base import Dialect
-from gateway.openai_api import InferenceRequest
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.respond import ExchangeResponse
 
@@ -46,42 +45,3 @@ async def list_models(request: Request) -> dict[str, Any]:
     principal = request.state.principal
     data["data"] = [m for m in data.get("data", []) if principal.may_use(m.get("id", ""))]
     return dict(data)
-
-
-def request_schema(model: type[InferenceRequest]) -> dict[str, Any]:
-    """``model``'s JSON schema (``model_json_schema``), self-contained: pydantic's ``#/$defs/...`` refs
-    would resolve against the OpenAPI document's root, so the definitions are inlined (these request
-    models are not recursive)."""
-    schema = model.model_json_schema()
-    defs = schema.pop("$defs", {})
-
-    def inline(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/"):
-                return inline(defs[ref.removeprefix("#/$defs/")])
-            return {key: inline(value) for key, value in node.items()}
-        if isinstance(node, list):
-            return [inline(item) for item in node]
-        return node
-
-    inlined: dict[str, Any] = inline(schema)
-    return inlined
-
-
-def documented(model: type[InferenceRequest]) -> dict[str, Any]:
-    """OpenAPI for a route whose body the exchange parses itself: the request body's schema, from the
-    same pydantic model, for ``/docs`` and schema-driven clients and fuzzers; a 200 is JSON, or
-    server-sent events when the body asks for ``stream``."""
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": request_schema(model)}},
-        },
-        "responses": {
-            "200": {
-                "description": "The completion, or with `stream: true` server-sent events",
-                "content": {"application/json": {}, "text/event-stream": {}},
-            }
-        },
-    }

@@ -1,24 +1,23 @@
-"""Request bodies of the inference routes.
+"""Request bodies of the inference routes: the fields the gateway reads or checks.
 
-Only the fields the gateway reads or checks are declared; every other field is kept as sent
-(``extra="allow"``) and forwarded, because vLLM accepts many extensions (``chat_template_kwargs``,
-``top_k``, ``include_metrics``, ...). Field names are OpenAI's (API reference, "Create chat completion").
-No number anywhere in a body may be ``NaN`` or ``Infinity``.
+A body is parsed once, by orjson (:mod:`gateway.json_limits`: bounded, and no ``NaN`` / ``Infinity``),
+and these models validate the fields the gateway reads; everything else stays in the parsed object
+as the client sent it and is forwarded (vLLM accepts many extensions: ``chat_template_kwargs``,
+``top_k``, ``include_metrics``, ...), subject to the field policy (:mod:`gateway.openai_api.fields`).
+Field names are OpenAI's (API reference, "Create chat completion").
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class StreamOptions(BaseModel):
     """``stream_options``; ``continuous_usage_stats`` is vLLM's extension."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="ignore")
 
     include_usage: bool | None = None
     continuous_usage_stats: bool | None = None
@@ -27,7 +26,7 @@ class StreamOptions(BaseModel):
 class ChatMessage(BaseModel):
     """One message of ``messages``; content may be a string, a list of parts or null (tool calls)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="ignore")
 
     role: str = Field(min_length=1)
     content: str | list[Any] | None = None
@@ -36,7 +35,7 @@ class ChatMessage(BaseModel):
 class InferenceRequest(BaseModel):
     """Fields shared by chat and text completions."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="ignore")
 
     model: str = Field(min_length=1)
     #: strict: ``"yes"`` or ``1`` is a 400, not a stream the client may not expect
@@ -47,26 +46,12 @@ class InferenceRequest(BaseModel):
     #: checked here so a negative value is refused before it takes a slot (vLLM refuses it too)
     temperature: float | None = Field(default=None, ge=0)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _finite_numbers(cls, data: Any) -> Any:
-        """Refuse ``NaN``/``Infinity`` anywhere in the body, extra fields included.
-
-        They are not JSON (RFC 8259), but pydantic's parser and Python's ``json`` (hence vLLM) accept
-        them, and a ``NaN`` sampling parameter would reach the engine. The error is a
-        ``ValidationError`` located at the offending value, so the 400 names it as ``param``.
-        """
-        path = non_finite_path(data)
-        if path is not None:
-            error = PydanticCustomError("finite_number", "NaN and Infinity are not valid JSON numbers")
-            raise ValidationError.from_exception_data(
-                cls.__name__, [{"type": error, "loc": path, "input": None}]
-            )
-        return data
-
-    def upstream_payload(self) -> dict[str, Any]:
-        """The JSON object to send upstream: what the client sent (unset fields stay unset)."""
-        return self.model_dump(exclude_unset=True)
+    def payload(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The object to send upstream: the parsed ``body`` this model was validated from, with the
+        scalar fields it declares as validated (``"8"`` sent as ``max_tokens`` goes on as ``8``)."""
+        for name in self.model_fields_set & _SCALARS:
+            body[name] = getattr(self, name)
+        return body
 
 
 class ChatCompletionRequest(InferenceRequest):
@@ -82,22 +67,5 @@ class CompletionRequest(InferenceRequest):
     prompt: str | list[Any]
 
 
-def non_finite_path(data: Any) -> tuple[str | int, ...] | None:
-    """Where a non-finite float (``nan``, ``inf``) sits in parsed JSON ``data``, or None if there is none.
-
-    Iterative (no nesting depth can exhaust the stack; pydantic's parser stops at ~255 levels anyway),
-    and a path is built only for containers, so a long list of numbers costs no allocations.
-    """
-    if not isinstance(data, dict | list):
-        return () if isinstance(data, float) and not math.isfinite(data) else None
-    stack: list[tuple[tuple[str | int, ...], Any]] = [((), data)]
-    while stack:
-        path, container = stack.pop()
-        items = container.items() if isinstance(container, dict) else enumerate(container)
-        for key, item in items:
-            if isinstance(item, float):
-                if not math.isfinite(item):
-                    return (*path, key)
-            elif isinstance(item, dict | list):
-                stack.append(((*path, key), item))
-    return None
+#: The scalar fields the models declare: written back into the forwarded body as validated.
+_SCALARS = frozenset({"model", "stream", "max_tokens", "n", "temperature", "max_completion_tokens"})

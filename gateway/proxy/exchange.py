@@ -16,6 +16,7 @@ one whose body never arrived or was invalid too.
 from __future__ import annotations
 
 from types import TracebackType
+from typing import Any
 
 from gateway.admission import Lease, Waiter
 from gateway.auth.principal import Principal
@@ -59,6 +60,8 @@ class Exchange:
         self.complete = False
         self.client_gone = False
         self._before: dict[str, float] | None = None
+        self._prompt_estimate = 0
+        self._sequences = 1
 
     async def __aenter__(self) -> Exchange:
         return self
@@ -83,11 +86,13 @@ class Exchange:
         if not self.complete:
             self.status, self.client_gone = 499, True
 
-    def prepare(self, raw: bytes) -> Prepared:
-        """Parse and check the body (400, 404 / 403 for the model, 400 ``context_length_exceeded``) and
-        normalise it for the backend, in the exchange's dialect."""
+    def prepare(self, body: dict[str, Any], size: int) -> Prepared:
+        """Validate the parsed body (400, 404 / 403 for the model, 400 ``context_length_exceeded``)
+        and normalise it for the backend, in the exchange's dialect. ``size``: the body's bytes, the
+        prompt estimate's base (~4 bytes of JSON a token)."""
         pipeline, record = self.pipeline, self.recorder.record
-        parsed = self.dialect.parse(raw)
+        self._prompt_estimate = max(1, size // 4)
+        parsed = self.dialect.parse(body)
         served = parsed.model == pipeline.settings.served_model
         record.model = parsed.model if served else "unknown"  # a bounded metrics label
         record.stream = parsed.stream
@@ -103,18 +108,25 @@ class Exchange:
         )
         prepared = self.dialect.prepare(parsed, context)
         pipeline.check_budget(prepared.output_budget, prepared.output_param)
+        self._sequences = prepared.sequences
         return prepared
 
     async def take_ticket(self, prepared: Prepared) -> dict[str, str]:
-        """Count the request against its key's limits (429 when spent); the ticket's headers."""
-        self.ticket = await self.pipeline.limits.admit(self.principal, prepared.prompt_estimate)
+        """Count the request against its key's limits (429 when spent), reserving its prompt estimate
+        and its whole output budget (``GATEWAY_TPM_OUTPUT_RESERVE_TOKENS`` a sequence when it sets
+        none); the ticket's headers."""
+        output = prepared.output_budget or self.pipeline.settings.tpm_output_reserve_tokens
+        tokens = self._prompt_estimate + prepared.sequences * output if self.principal.tpm else 0
+        self.ticket = await self.pipeline.limits.admit(self.principal, tokens)
         return self.ticket.headers
 
     def enqueue(self) -> bool:
         """Take a slot now if fairness allows, else a place in the key's queue (429 ``queue_full``);
         True if the slot is held."""
         principal = self.principal
-        entry = self.pipeline.admission.enqueue(principal.name, principal.priority, principal.max_concurrency)
+        entry = self.pipeline.admission.enqueue(
+            principal.name, principal.priority, principal.max_concurrency, self._sequences
+        )
         if isinstance(entry, Lease):
             self._admitted(entry)
             return True

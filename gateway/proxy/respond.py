@@ -33,13 +33,16 @@ from gateway.asgi import unless_disconnected
 from gateway.auth.principal import Principal
 from gateway.dialects.base import Dialect, Prepared
 from gateway.errors import ClientDisconnectedError, GatewayError, MalformedResponseError, internal_error
-from gateway.proxy.body import read_bounded
+from gateway.json_limits import JsonLimits
+from gateway.proxy.body import read_json
 from gateway.proxy.exchange import QUEUE_COMMENT_INTERVAL_S, Exchange
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.relay import RelayOutcome, let_waiter_send, relay_events
 from gateway.proxy.reply import Reply
 
 log = logging.getLogger("gateway.errors")
+#: The shape bounds of an inference body.
+INFERENCE = JsonLimits()
 
 
 class ExchangeResponse(Response):
@@ -60,7 +63,10 @@ class ExchangeResponse(Response):
         async with Exchange(pipeline, self.dialect, self.principal, request_id, telemetry) as exchange:
             try:
                 try:
-                    prepared = exchange.prepare(await read_bounded(request, settings.max_body_bytes))
+                    body, size = await read_json(
+                        request, settings.max_body_bytes, settings.body_idle_timeout_s, INFERENCE
+                    )
+                    prepared = exchange.prepare(body, size)
                     await unless_disconnected(receive, lambda: _serve(exchange, prepared, reply))
                 except MalformedResponseError as exc:
                     message = f"The model server sent a malformed response: {exc}"

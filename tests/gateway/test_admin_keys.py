@@ -63,9 +63,9 @@ def test_key_lifecycle_and_audit(admin_stack) -> None:
     assert admin.post("/admin/keys", json={"name": "team-x"}).status_code == 409
     assert admin.patch(f"/admin/keys/{key_id}", json={"name": "renamed"}).status_code == 400
     assert admin.get("/admin/keys/key_nope").json()["error"]["code"] == "key_not_found"
-    surrogate = b'{"name": "team-y", "metadata": {"team": "\\ud800"}}'  # valid JSON, not valid UTF-8 text
+    surrogate = b'{"name": "team-y", "metadata": {"team": "\\ud800"}}'  # a lone surrogate: no UTF-8 text
     refused = admin.post("/admin/keys", content=surrogate, headers={"content-type": "application/json"})
-    assert refused.status_code == 400 and refused.json()["error"]["param"] == "metadata", refused.text
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "team", refused.text
     assert {k["name"] for k in admin.get("/admin/keys").json()["data"]} == {"root", "team-x"}  # none made
 
     rotated = admin.post(f"/admin/keys/{key_id}/rotate", json={"grace_s": 1.5}).json()

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from gateway.auth import Authenticator, KeyStore
 from gateway.auth.audit import AuditLog
+from gateway.auth.principal import Principal
 from gateway.errors import GatewayError
 from gateway.tables import Base
 from gateway.telemetry.ledger import UsageLedger
@@ -81,5 +82,5 @@ async def test_ledger_and_audit_on_postgres(engine: AsyncEngine) -> None:
     assert day["day"] == datetime.now(UTC).strftime("%Y-%m-%d")
     assert [r["request_id"] for r in await ledger.recent(2)] == ["r2", "r1"]
     audit = AuditLog(engine)
-    await audit.record("root", "key.create", "key_1", "127.0.0.1", {"name": "pg-team"})
+    await audit.record(Principal("key_root", "root"), "key.create", "key_1", "127.0.0.1", {"name": "pg-team"})
     assert (await audit.recent(5))[0]["action"] == "key.create"

@@ -1,0 +1,66 @@
+"""The request-field policy: what a client may ask the backend for beyond the OpenAI API.
+
+vLLM accepts request fields that reach past one client's own answer — they change how the engine
+schedules everyone's sequences, which template renders the prompt, what the KV cache shares or
+transfers, or which code runs in the engine. They are refused (400 ``unsupported_field``, naming
+the field) unless the key holds the :data:`BACKEND_FIELDS_SCOPE` scope (a trusted client, e.g. a
+benchmark):
+
+==========================  ====================================================================
+``chat_template``           a Jinja template of the client's instead of the model's
+``priority``                a place ahead of other clients' sequences (``--scheduling-policy``)
+``request_id``              vLLM's own id of the sequence (the gateway sends ``x-request-id``)
+``kv_transfer_params``      disaggregated prefill: KV blocks sent to or fetched from elsewhere
+``cache_salt``              which prefix-cache blocks the request may share
+``vllm_xargs``              custom sampling arguments for engine plugins
+``logits_processors``       logits processors named by their Python qualified name
+``use_beam_search``         beam search: ``n`` beams, each a sequence
+``best_of``                 ``best_of`` sequences generated for each answer
+``prompt_embeds``           a prompt as embedding tensors, fed to the engine as they are
+``mm_processor_kwargs``     arguments of the multimodal processor
+==========================  ====================================================================
+
+``n`` (answers per request) is a number of sequences, each taking a slot: it is refused above
+``GATEWAY_MAX_N`` (default 1: on the two-slot profile one request may not take both) and counted as
+that many sequences by admission. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.auth.principal import Principal
+from gateway.errors import GatewayError
+
+#: The scope that lets a key set :data:`BACKEND_FIELDS`.
+BACKEND_FIELDS_SCOPE = "backend_fields"
+BACKEND_FIELDS = frozenset(
+    {
+        "chat_template",
+        "priority",
+        "request_id",
+        "kv_transfer_params",
+        "cache_salt",
+        "vllm_xargs",
+        "logits_processors",
+        "use_beam_search",
+        "best_of",
+        "prompt_embeds",
+        "mm_processor_kwargs",
+    }
+)
+
+
+def check_fields(body: Mapping[str, Any], principal: Principal, max_n: int) -> int:
+    """Refuse what ``principal`` may not ask for in ``body``; return the sequences it asks for (``n``)."""
+    if BACKEND_FIELDS_SCOPE not in principal.scopes:
+        for name in BACKEND_FIELDS.intersection(body):
+            message = f"{name} changes how the backend serves other clients; this key may not set it."
+            raise GatewayError("unsupported_field", message, param=name)
+    n = body.get("n")
+    sequences = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+    if sequences > max_n:
+        message = f"n may be at most {max_n} here (each answer is a sequence of the backend's)."
+        raise GatewayError("unsupported_field", message, param="n")
+    return sequences
