@@ -96,6 +96,7 @@ def finish(
         thinking=normalized.thinking.on,
         fields=context.settings.reasoning_fields,
         include_reasoning=normalized.include_reasoning,
+        tools=bool(payload.get("tools")),
     )
     sequences = check_fields(payload, context.principal, context.settings.max_n)
     include_metrics = payload.pop("include_metrics", False) is True
@@ -129,9 +130,9 @@ class OpenAITranslator:
     def answer(self, body: bytes) -> bytes:
         """A non-stream body: split, observed, shown as the client asked."""
         obj = json_object(body, "the response")
-        reasoning_chars, content_chars = rewrite_body(obj, self._policy, self._context.traits)
+        reasoning_chars, content_chars, dropped = rewrite_body(obj, self._policy, self._context.traits)
         self._context.observe_answer(
-            observation(obj, obj.get("choices") or [], True, reasoning_chars, content_chars)
+            observation(obj, obj.get("choices") or [], True, reasoning_chars, content_chars, dropped)
         )
         self._view.apply_body(obj)
         return json_codec.dumps(obj)

@@ -69,6 +69,7 @@ class _ChoiceWriter:
             out.reasoning += tail.reasoning
             out.content += tail.content
             out.tool_calls.extend(tail.tool_calls)
+            out.tool_calls_dropped += tail.tool_calls_dropped
             if choice["finish_reason"] == "stop" and self.split.tool_calls_seen:
                 choice["finish_reason"] = "tool_calls"
         whole = slot == "message"
@@ -137,7 +138,12 @@ def json_object(data: bytes, what: str) -> dict[str, Any]:
 
 
 def observation(
-    obj: dict[str, Any], choices: list[Any], final: bool, reasoning_chars: int, content_chars: int
+    obj: dict[str, Any],
+    choices: list[Any],
+    final: bool,
+    reasoning_chars: int,
+    content_chars: int,
+    tool_calls_dropped: int = 0,
 ) -> Observation:
     """What telemetry needs of one OpenAI chunk or body (``choices`` after the split, ``final``: the
     stream's closing usage chunk): its indices, first finish reason, whether it carried output
@@ -167,6 +173,7 @@ def observation(
         final=final,
         metrics=metrics if type(metrics) is dict else None,
         indices=tuple(indices),
+        tool_calls_dropped=tool_calls_dropped,
     )
 
 
@@ -223,6 +230,7 @@ class StreamRewriter:
         self._observe = observe
         self._passthrough = policy.passthrough
         self._choices: dict[int, _ChoiceWriter] = {}
+        self._dropped = 0  # tool calls dropped in the chunk being rewritten
 
     def step(self, event: bytes, data: bytes | None) -> list[bytes]:
         """Rewrite one whole SSE event (bytes including its blank-line terminator) whose ``data``
@@ -240,8 +248,11 @@ class StreamRewriter:
         if choices is not None and not isinstance(choices, list):
             raise MalformedChunkError("choices is not a list")
         final = not choices  # vLLM's usage chunk: choices == []
+        self._dropped = 0
         changed, reasoning_chars, content_chars = self._split(obj, choices) if choices else (False, 0, 0)
-        self._observe(observation(obj, obj.get("choices") or [], final, reasoning_chars, content_chars))
+        self._observe(
+            observation(obj, obj.get("choices") or [], final, reasoning_chars, content_chars, self._dropped)
+        )
         changed = self._view.apply_chunk(obj, final) or changed
         if not changed:
             return [event]
@@ -268,6 +279,7 @@ class StreamRewriter:
             keep, out = writer.rewrite(choice, slot)
             reasoning_chars += len(out.reasoning)
             content_chars += len(out.content)
+            self._dropped += out.tool_calls_dropped
             if keep:
                 kept.append(choice)
         obj["choices"] = kept
@@ -314,12 +326,15 @@ class StreamRewriter:
         return writer
 
 
-def rewrite_body(body: dict[str, Any], policy: ReasoningPolicy, traits: UpstreamTraits) -> tuple[int, int]:
-    """Apply the policy to a non-stream response in place; return its (reasoning, answer) characters.
+def rewrite_body(
+    body: dict[str, Any], policy: ReasoningPolicy, traits: UpstreamTraits
+) -> tuple[int, int, int]:
+    """Apply the policy to a non-stream response in place; return its reasoning and answer characters
+    and the tool calls dropped (no tools declared).
 
     Raises :class:`MalformedChunkError` if the choices are not OpenAI-shaped.
     """
-    reasoning_chars = content_chars = 0
+    reasoning_chars = content_chars = dropped = 0
     choices = body.get("choices")
     if choices is not None and not isinstance(choices, list):
         raise MalformedChunkError("choices is not a list")
@@ -331,4 +346,5 @@ def rewrite_body(body: dict[str, Any], policy: ReasoningPolicy, traits: Upstream
             _, out = _ChoiceWriter(policy, traits).rewrite(choice, slot)
             reasoning_chars += len(out.reasoning)
             content_chars += len(out.content)
-    return reasoning_chars, content_chars
+            dropped += out.tool_calls_dropped
+    return reasoning_chars, content_chars, dropped

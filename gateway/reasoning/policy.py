@@ -10,6 +10,10 @@ answer. ``GATEWAY_REASONING_SPLIT``:
 - ``gateway``: always split the text (upstream reasoning fields are kept as reasoning too).
 - ``upstream``: never split think markers; only DSML markup is taken out of the answer.
 - ``off``: pass reasoning through untouched (no split, no renaming, no DSML parsing).
+
+DSML markup becomes ``tool_calls`` only when the request declared tools (``tools``); otherwise the
+calls it spells are dropped — out of the answer as ever, and not handed to a client that never asked
+to run tools (a model echoing injected text could otherwise make it run one) — and counted.
 """
 
 from __future__ import annotations
@@ -29,13 +33,15 @@ class ReasoningPolicy:
     """How one request's reasoning is split and shown.
 
     ``fields``: client-facing names the reasoning is written under (e.g. ``reasoning_content``,
-    ``reasoning``); ``include_reasoning`` False drops it from what the client sees.
+    ``reasoning``); ``include_reasoning`` False drops it from what the client sees; ``tools``: the
+    request declared tools, so DSML tool-call markup becomes ``tool_calls``.
     """
 
     mode: SplitMode
     thinking: bool
     fields: tuple[str, ...] = ("reasoning_content", "reasoning")
     include_reasoning: bool = True
+    tools: bool = True
 
     @property
     def passthrough(self) -> bool:
@@ -63,10 +69,8 @@ class ChoiceSplit:
         if upstream_reasoning:
             out.reasoning += upstream_reasoning
         if text:
-            calls = len(out.tool_calls)
             self._splitter.feed(text, out)
-            self.tool_calls_seen += len(out.tool_calls) - calls
-        return out
+        return self._released(out)
 
     def passes_through(self, upstream_reasoning: bool, text: str | None) -> bool:
         """True when :meth:`take` of a piece with (``upstream_reasoning``: any) reasoning field and
@@ -81,7 +85,7 @@ class ChoiceSplit:
         """Flush what the splitter holds back; call when the choice finishes."""
         out = SplitDelta()
         self._merge(out, self._splitter.finish())
-        return out
+        return self._released(out)
 
     def _switch_to_upstream_split(self, out: SplitDelta) -> None:
         self._traits.splits_reasoning = True
@@ -93,4 +97,12 @@ class ChoiceSplit:
         out.reasoning += part.reasoning
         out.content += part.content
         out.tool_calls.extend(part.tool_calls)
-        self.tool_calls_seen += len(part.tool_calls)
+
+    def _released(self, out: SplitDelta) -> SplitDelta:
+        """``out`` as the client gets it: its tool calls counted, or dropped when no tools were declared."""
+        if self._policy.tools:
+            self.tool_calls_seen += len(out.tool_calls)
+        elif out.tool_calls:
+            out.tool_calls_dropped += len(out.tool_calls)
+            out.tool_calls.clear()
+        return out

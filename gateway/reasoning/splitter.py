@@ -49,11 +49,13 @@ class State(Enum):
 
 @dataclass(slots=True)
 class SplitDelta:
-    """What one ``feed``/``finish`` released: reasoning text, answer text, completed tool calls."""
+    """What one ``feed``/``finish`` released: reasoning text, answer text, completed tool calls, and how
+    many completed tool calls were dropped instead (the request declared no tools)."""
 
     reasoning: str = ""
     content: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_calls_dropped: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.reasoning or self.content or self.tool_calls)

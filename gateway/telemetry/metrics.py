@@ -83,6 +83,13 @@ class GatewayMetrics:
             buckets=_LENGTH,
             registry=registry,
         )
+        self.tool_calls_dropped = Counter(
+            "gateway_tool_calls_dropped",
+            "Tool calls the model spelled out (DSML) in answers to requests that declared no tools: "
+            "dropped, not handed to the client",
+            labels,
+            registry=registry,
+        )
         self.clamped = Counter(
             "gateway_telemetry_clamped",
             "Impossible upstream values clamped, by field",
@@ -133,5 +140,7 @@ class GatewayMetrics:
                 bound(self.acceptance, spec.source).observe(spec.acceptance_rate)
             if spec.mean_acceptance_length is not None:
                 bound(self.acceptance_length, spec.source).observe(spec.mean_acceptance_length)
+        if record.tool_calls_dropped:
+            bound(self.tool_calls_dropped).inc(record.tool_calls_dropped)
         for name in record.clamped:
             self.clamped.labels(name).inc()

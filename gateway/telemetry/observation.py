@@ -27,7 +27,9 @@ class Observation:
       (vLLM ``continuous_usage_stats``: each chunk is one engine step) unless ``final``;
     - ``final``: the stream's closing usage chunk (totals, not a step);
     - ``metrics``: vLLM's per-request ``metrics`` object (``--enable-per-request-metrics``), raw;
-    - ``indices``: the choice (sequence) indices the chunk spoke for — step accounting needs one.
+    - ``indices``: the choice (sequence) indices the chunk spoke for — step accounting needs one;
+    - ``tool_calls_dropped``: tool calls the model spelled out (DSML) that were not handed over, since
+      the request declared no tools.
     """
 
     output: bool = False
@@ -38,3 +40,4 @@ class Observation:
     final: bool = False
     metrics: Mapping[str, Any] | None = None
     indices: tuple[int, ...] = ()
+    tool_calls_dropped: int = 0

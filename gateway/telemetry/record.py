@@ -65,6 +65,7 @@ class RequestTelemetry:
     spec: SpecStats | None = None
     spec_candidates: list[SpecStats] = field(default_factory=list)
     clamped: list[str] = field(default_factory=list)
+    tool_calls_dropped: int = 0
 
     def client_view(self) -> dict[str, Any]:
         """The ``telemetry`` object a client gets: exactly :data:`CLIENT_FIELDS` plus ``spec``."""

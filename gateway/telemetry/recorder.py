@@ -79,6 +79,7 @@ class RequestRecorder:
         now = None  # the clock is read only when a time is taken (once: TTFT and the last token agree)
         record = self.record
         self._indices.update(seen.indices)
+        record.tool_calls_dropped += seen.tool_calls_dropped
         if record.finish_reason is None and seen.finish_reason is not None:
             record.finish_reason = seen.finish_reason[:32]
         if self._t_first is None and seen.output:
@@ -109,6 +110,7 @@ class RequestRecorder:
             self._backend = seen.metrics
         reason = seen.finish_reason
         self.record.finish_reason = reason[:32] if reason is not None else None
+        self.record.tool_calls_dropped += seen.tool_calls_dropped
         self._split_chars = [seen.reasoning_chars, seen.content_chars]
 
     def snapshot(

@@ -148,7 +148,7 @@ def test_upstream_split_is_kept_and_learnt() -> None:
         "object": "chat.completion",
         "choices": [{"index": 0, "message": {"content": "plain"}, "finish_reason": "stop"}],
     }
-    assert rewrite_body(body, policy, traits) == (0, 5)
+    assert rewrite_body(body, policy, traits) == (0, 5, 0)
     assert body["choices"][0]["message"] == {"content": "plain", "reasoning_content": None, "reasoning": None}
 
 
@@ -163,7 +163,7 @@ def test_non_stream_length_cut_is_all_reasoning_with_null_content() -> None:
             }
         ],
     }
-    assert rewrite_body(body, ReasoningPolicy(mode="gateway", thinking=True), UpstreamTraits()) == (12, 0)
+    assert rewrite_body(body, ReasoningPolicy(mode="gateway", thinking=True), UpstreamTraits()) == (12, 0, 0)
     assert body["choices"][0]["message"] == {
         "role": "assistant",
         "content": None,
@@ -211,7 +211,7 @@ def test_an_object_field_that_is_not_a_string_reads_as_a_text_completion() -> No
         assert parsed[0]["choices"][0]["text"] == "b"
         assert parsed[0]["choices"][0]["reasoning_content"] == "a"
         body = {"object": kind, "choices": [{"index": 0, "text": "a</think>b"}]}
-        assert rewrite_body(body, ReasoningPolicy("gateway", True), UpstreamTraits()) == (1, 1)
+        assert rewrite_body(body, ReasoningPolicy("gateway", True), UpstreamTraits()) == (1, 1, 0)
         assert body["choices"][0]["text"] == "b"
 
 
