@@ -25,6 +25,7 @@ from gateway.http.drain import Drain
 from gateway.http.edge import EdgeMiddleware
 from gateway.http.errors import install_error_handlers, renderer
 from gateway.http.http_metrics import HttpMetrics
+from gateway.http.throttle import AddressThrottle
 from gateway.limits import RateLimiter, storage_for
 from gateway.proxy.aiohttp_upstream import AiohttpUpstream, build_session
 from gateway.proxy.pipeline import Pipeline
@@ -98,13 +99,17 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         app.state.authenticator = Authenticator(
             store, settings.key_cache_ttl_s, token_config(settings), settings.admin_key_sha256
         )
+        limits_storage = storage_for(settings.limits_storage)
         app.state.pipeline = pipeline = Pipeline(
             upstream,
             admission,
             settings,
             TelemetrySinks(metrics, ledger),
             monitor,
-            RateLimiter(storage_for(settings.limits_storage), settings.limits_window_s),
+            RateLimiter(limits_storage, settings.limits_window_s),
+        )
+        app.state.throttle = AddressThrottle(
+            limits_storage, settings.auth_failures_per_minute, settings.public_requests_per_minute
         )
         try:
             yield

@@ -86,6 +86,21 @@ class Settings(BaseSettings):
         "get 503 (then they are cut). 25 min: a 1M-token prefill alone takes ~18 min; keep it below "
         "the orchestrator's kill timeout (the deploy files allow 30 min)",
     )
+    max_connections: int = Field(
+        default=4096,
+        ge=1,
+        description="Connections (and requests) the server takes at once; past it new ones get 503 "
+        "(uvicorn --limit-concurrency). Queued clients each hold one",
+    )
+    keep_alive_timeout_s: int = Field(
+        default=5, ge=1, description="How long an idle keep-alive connection stays open after a response"
+    )
+    trusted_proxies: str | None = Field(
+        default=None,
+        description="Comma-separated addresses (or CIDRs) of the reverse proxies whose X-Forwarded-For / "
+        "-Proto are believed (uvicorn --forwarded-allow-ips); unset: none, the peer address is the "
+        "client's (the audit's client address can't be spoofed with a header)",
+    )
     ready_timeout_s: float = Field(default=2.0, gt=0, description="Timeout of the /ready upstream probe")
     reasoning_split: Literal["auto", "gateway", "upstream", "off"] = Field(
         default="auto",
@@ -134,6 +149,17 @@ class Settings(BaseSettings):
     limits_storage: str = Field(
         default="memory://",
         description="Rate-limit state: memory:// (this process) or redis://host:port/db (shared by replicas)",
+    )
+    auth_failures_per_minute: int | None = Field(
+        default=60,
+        ge=1,
+        description="Failed authentications one client address may make a minute; past them its "
+        "requests get 429 until the minute ends (none: no limit)",
+    )
+    public_requests_per_minute: int | None = Field(
+        default=1200,
+        ge=1,
+        description="Requests one client address may make a minute to /health, /ready, /metrics",
     )
     limits_window_s: int = Field(
         default=60, ge=1, description="Window of the rpm/tpm limits, seconds (60: per minute, as named)"

@@ -54,6 +54,8 @@ CATALOGUE: Mapping[str, ErrorKind] = {
     # capacity
     "rate_limit_requests": ErrorKind(429, "rate_limit_error", _INFO),
     "rate_limit_tokens": ErrorKind(429, "rate_limit_error", _INFO),
+    "rate_limit_address": ErrorKind(429, "rate_limit_error", _INFO),  # a public route, per client address
+    "too_many_failed_authentications": ErrorKind(429, "rate_limit_error", _WARNING),
     "queue_full": ErrorKind(429, "rate_limit_error", _WARNING),
     "queue_timeout": ErrorKind(429, "rate_limit_error", _WARNING),
     "draining": ErrorKind(503, "service_unavailable_error", _INFO),

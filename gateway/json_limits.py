@@ -28,7 +28,7 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 #: The key an error position is inside the value of: the last one before it, followed by the start of
 #: its value (a string read so far, or a number or literal).
-_KEY_BEFORE = re.compile(rb'"([^"\\]{1,128})"\s*:\s*(?:"(?:[^"\\]|\\.)*|[^"\[{,]*)$')
+_KEY_BEFORE = re.compile(rb'"([^"\\]{1,128})"\s*:\s*(?:"(?:[^"\\]|\\.)*|[^"\[\]{},]*)$')
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,8 +42,9 @@ def _reset(seconds: float) -> str:
     return f"{whole // 60}m{whole % 60}s" if whole >= 60 else f"{whole}s"
 
 
-#: Windows whose reset times differ by less than this are one window (storages round expiries), s.
-_SAME_WINDOW_S = 1.0
+#: Unused tokens are given back only while their window has at least this long left, s: a refund
+#: that landed in the next window would let it hold more than its budget.
+_REFUND_MARGIN_S = 0.05
 
 
 @dataclass(slots=True)
@@ -116,9 +117,8 @@ class RateLimiter:
         tpm = ticket.principal.tpm
         if not tpm or not ticket.reserved or used_tokens == ticket.reserved:
             return
-        item, key = self._item(tpm), ticket.principal.key_id
-        if used_tokens < ticket.reserved:
-            stats = await self._limiter.get_window_stats(item, "tokens", key)
-            if abs(stats.reset_time - ticket.window_reset) >= _SAME_WINDOW_S:
-                return
-        await self._limiter.hit(item, "tokens", key, cost=used_tokens - ticket.reserved)
+        if used_tokens < ticket.reserved and time.time() > ticket.window_reset - _REFUND_MARGIN_S:
+            return
+        await self._limiter.hit(
+            self._item(tpm), "tokens", ticket.principal.key_id, cost=used_tokens - ticket.reserved
+        )

@@ -30,7 +30,7 @@ from gateway.dialects.chat import CHAT
 from gateway.dialects.completions import COMPLETIONS
 from gateway.dialects.openai import OPENAI
 from gateway.http import health, inference, metrics_route
-from gateway.http.auth import admin_for, principal_for
+from gateway.http.auth import admin_for, principal_for, public_limit
 from gateway.http.openapi import documented
 from gateway.openai_api import ChatCompletionRequest, CompletionRequest
 
@@ -100,10 +100,11 @@ def dialect_for(path: str) -> Dialect:
 def install(app: FastAPI) -> None:
     """Add every route of :data:`ROUTES` to ``app``, each with its authentication unless it is public."""
     for route in ROUTES:
-        dependencies = []
-        if route.path not in PUBLIC_ROUTES:
+        if route.path in PUBLIC_ROUTES:
+            dependencies = [Depends(public_limit)]
+        else:
             check = admin_for if route.admin else principal_for
-            dependencies.append(Depends(check(route.dialect)))
+            dependencies = [Depends(check(route.dialect))]
         app.add_api_route(
             route.path,
             route.endpoint,

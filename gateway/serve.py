@@ -36,12 +36,29 @@ def log_config() -> dict[str, Any]:
     return config
 
 
-def server_config(app: Any, host: str, port: int, **options: Any) -> uvicorn.Config:
+def server_config(
+    app: Any, host: str, port: int, settings: Settings | None = None, **options: Any
+) -> uvicorn.Config:
     """The uvicorn configuration of every server the gateway runs: uvicorn's own access line off (it
     would be written at the response's start, query string and all: ``?api_key=…``), the gateway's on
     (:func:`log_config`), no WebSocket protocol (no route takes one: an upgrade is a plain 404, path
-    only in the log), and a short cut of the connections still open after the drain. ``options`` go
-    to ``uvicorn.Config`` as well."""
+    only in the log), and a short cut of the connections still open after the drain. With
+    ``settings`` (the gateway's own server): its connection cap, keep-alive timeout and trusted
+    proxies (none by default: ``X-Forwarded-For`` is ignored). ``options`` go to ``uvicorn.Config``.
+
+    What uvicorn cannot do — a timeout on reading a request's headers, a cap on their size before they
+    are buffered — the reverse proxy in front does (``deploy/caddy/Caddyfile``: ``read_header``,
+    ``max_header_size``); the body is bounded by the gateway itself, in size and in idle time.
+    """
+    if settings is not None:
+        trusted = settings.trusted_proxies
+        options = {
+            "limit_concurrency": settings.max_connections,
+            "timeout_keep_alive": settings.keep_alive_timeout_s,
+            "proxy_headers": bool(trusted),
+            "forwarded_allow_ips": trusted or "",
+            **options,
+        }
     return uvicorn.Config(
         app,
         host=host,
@@ -168,7 +185,7 @@ async def run_gateway(settings: Settings) -> None:
         )
     app = create_app(settings)
     gateway = _GatewayServer(
-        server_config(app, settings.host, settings.port), app.state.drain, settings.shutdown_grace_s
+        server_config(app, settings.host, settings.port, settings), app.state.drain, settings.shutdown_grace_s
     )
     # uvicorn re-raises the signal it handled after a graceful shutdown, for outer handlers; ours
     # have nothing left to do, so the process ends with status 0 instead of dying by the signal.

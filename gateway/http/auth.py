@@ -1,5 +1,7 @@
 """Authentication as FastAPI dependencies, attached by the route table (:mod:`gateway.routes`) to
-every route that is not public — deny by default.
+every route that is not public — deny by default — and the public routes' per-address limit.
+An address with too many failed authentications is refused before its credentials are read
+(:mod:`gateway.http.throttle`).
 
 The route's dialect says where the caller's secret is (``Authorization: Bearer``; ``x-api-key`` for
 Anthropic clients); :class:`~gateway.auth.Authenticator` resolves it to a :class:`Principal`.
@@ -16,6 +18,7 @@ from gateway.auth.authenticator import Authenticator
 from gateway.auth.principal import Principal
 from gateway.dialects.base import Dialect
 from gateway.errors import GatewayError
+from gateway.http.throttle import AddressThrottle
 
 ADMIN_SCOPE = "admin"
 #: A dependency resolving the request's caller.
@@ -28,12 +31,30 @@ def principal_for(dialect: Dialect) -> PrincipalDependency:
     once per request however many times a route names it). 401 ``invalid_api_key`` otherwise."""
 
     async def require_principal(request: Request) -> Principal:
+        throttle: AddressThrottle = request.app.state.throttle
+        address = client_address(request)
+        await throttle.check_failures(address)
         authenticator: Authenticator = request.app.state.authenticator
-        principal = await authenticator.authenticate(dialect.credentials(request.headers))
+        try:
+            principal = await authenticator.authenticate(dialect.credentials(request.headers))
+        except GatewayError:
+            await throttle.failed(address)
+            raise
         request.state.principal = principal
         return principal
 
     return require_principal
+
+
+def client_address(request: Request) -> str:
+    """The client's address (the peer's, or what a trusted proxy forwarded)."""
+    return request.client.host if request.client else "unknown"
+
+
+async def public_limit(request: Request) -> None:
+    """The per-address limit of the public routes (:class:`AddressThrottle`)."""
+    throttle: AddressThrottle = request.app.state.throttle
+    await throttle.public(client_address(request))
 
 
 @functools.cache

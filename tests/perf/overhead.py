@@ -397,7 +397,7 @@ def servers(
     ``litellm``, the LiteLLM proxy (CPU 0; each idle while another path is measured); yield (chat
     completions target per path, pid per server, the trace file)."""
     keys = asyncio.run(make_keys(f"sqlite+aiosqlite:///{workdir / 'bench.db'}", ["bench"]))
-    limits = {"queue_max": 100_000, "queue_max_per_key": 100_000}
+    limits = {"queue_max": 100_000, "queue_max_per_key": 100_000, "max_connections": 100_000}
     trace = workdir / "sim-trace.jsonl"
     sim_args = ["--decode-tps", str(decode_tps), "--trace-file", str(trace)]
     with (

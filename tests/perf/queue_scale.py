@@ -437,7 +437,13 @@ def measure_queue_scale(workdir: Path, clients: int = 5000, keys: int = 8) -> di
     pinned = {GATEWAY_CPU, LOAD_CPU} <= affinity
     started = time.monotonic()
     sim_args = ["--decode-tps", "2000", "--trace-file", str(trace_file)]
-    limits = {"queue_max": clients + 100, "queue_max_per_key": clients + 100, "queue_timeout_s": 3600}
+    # the queue keeps a quarter of itself for keys with nothing waiting: twice the clients leave room
+    limits = {
+        "queue_max": 2 * clients + 100,
+        "queue_max_per_key": clients + 100,
+        "queue_timeout_s": 3600,
+        "max_connections": 2 * clients + 100,
+    }
     with simulator_and_gateway(workdir, SLOTS, sim_args, **limits) as (sim_url, gw_url, pids):
         try:
             if pinned:  # the floor's client where the gateway runs (idle meanwhile)

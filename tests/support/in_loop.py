@@ -46,7 +46,9 @@ async def gateway_in_loop(
     app = create_app(
         Settings(upstream=upstream, database_url=database_url, **{**QUIET, **settings}), upstream_factory
     )
-    server = uvicorn.Server(server_config(app, "127.0.0.1", 0, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(
+        server_config(app, "127.0.0.1", 0, app.state.settings, log_level="warning", lifespan="on")
+    )
     serving = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(20):

@@ -27,7 +27,8 @@ class ThreadedServer:
         self.app = app
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = server_config(app, "127.0.0.1", self.port, log_level="warning", lifespan="on")
+        settings = getattr(getattr(app, "state", None), "settings", None)  # a gateway's server settings
+        config = server_config(app, "127.0.0.1", self.port, settings, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, daemon=True)
 

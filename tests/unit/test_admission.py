@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.admission import Admission, QueueFullError, QueueTimeoutError
+from gateway.admission import Admission, QueueFullError, QueueTimeoutError, Waiter
 
 
 async def test_never_more_than_slots_and_fifo_order() -> None:
@@ -221,3 +221,45 @@ async def test_max_concurrency_per_key_and_per_key_queue_bound() -> None:
     (await second).release()
     other.release()
     assert admission.in_use == 0 and admission.status()["keys"] == {}
+
+
+async def test_two_keys_at_their_bounds_leave_room_for_the_others() -> None:
+    """queue_max 8, 4 a key: two keys filling their bounds would fill the queue; the reserve (a
+    quarter) keeps places for keys with nothing waiting, one each."""
+    admission = Admission(slots=1, queue_max=8, queue_timeout_s=5, queue_max_per_key=4)
+    held = admission.enqueue("holder")
+    assert not isinstance(held, Waiter)
+    waiting = [admission.enqueue(key) for key in ("a", "b", "a", "b", "a", "b")]  # 6 = 8 - reserve
+    assert admission.reserve == 2 and admission.queue_depth == 6
+    for key in ("a", "b"):
+        with pytest.raises(QueueFullError) as refused:
+            admission.enqueue(key)
+        assert "this key's queue" in refused.value.message
+    others = [admission.enqueue(key) for key in ("c", "d")]  # each key's first place comes from the reserve
+    assert admission.queue_depth == 8
+    with pytest.raises(QueueFullError):
+        admission.enqueue("e")  # now the queue itself is full
+    with pytest.raises(QueueFullError):
+        admission.enqueue("c")
+    for waiter in [*waiting, *others]:
+        assert isinstance(waiter, Waiter)
+        admission.abandon(waiter)
+    assert admission.queue_depth == 0
+
+
+async def test_a_request_of_n_sequences_holds_n_slots() -> None:
+    """n answers are n sequences: a request of 2 waits for both slots, and the single one behind it
+    keeps its turn (no barging past the head of the queue)."""
+    admission = Admission(slots=2, queue_max=4, queue_timeout_s=5)
+    one = await admission.acquire("a")
+    two = admission.enqueue("b", sequences=2)
+    three = admission.enqueue("c")
+    assert isinstance(two, Waiter) and isinstance(three, Waiter) and admission.in_use == 1
+    granted = asyncio.create_task(admission.wait(two))
+    assert one.release() and admission.in_use == 2  # both slots to the request of two
+    lease = await granted
+    assert lease.sequences == 2 and not three.future.done()
+    lease.release()
+    assert (await admission.wait(three)).sequences == 1 and admission.in_use == 1
+    with pytest.raises(ValueError):
+        admission.enqueue("d", sequences=3)

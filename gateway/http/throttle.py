@@ -1,0 +1,62 @@
+"""Per-address throttles for traffic that carries no key: failed authentications, and the public routes.
+
+A client address that fails authentication ``GATEWAY_AUTH_FAILURES_PER_MINUTE`` times in a window gets
+429 ``too_many_failed_authentications`` (with ``Retry-After``) on every request that needs a key until
+the window ends — before its credentials are looked at, so key guessing costs a window per few
+guesses. The public routes (``/health``, ``/ready``, ``/metrics``) answer an address at most
+``GATEWAY_PUBLIC_REQUESTS_PER_MINUTE`` times a window (a probe every second is well within it).
+
+Fixed windows on the ``limits`` storage the per-key limits use (memory, or Redis shared by
+replicas), asynchronous like them. The address is the peer's, or the one a trusted proxy forwarded
+(``GATEWAY_TRUSTED_PROXIES``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from limits import RateLimitItem, RateLimitItemPerMinute
+from limits.aio.storage import Storage
+from limits.aio.strategies import FixedWindowRateLimiter
+
+from gateway.errors import GatewayError
+
+
+class AddressThrottle:
+    """The two per-address limits; ``None`` for a limit turns it off."""
+
+    def __init__(
+        self, storage: Storage, failures_per_minute: int | None, public_per_minute: int | None
+    ) -> None:
+        self._limiter = FixedWindowRateLimiter(storage)
+        self._failures = RateLimitItemPerMinute(failures_per_minute) if failures_per_minute else None
+        self._public = RateLimitItemPerMinute(public_per_minute) if public_per_minute else None
+
+    async def check_failures(self, address: str) -> None:
+        """429 if ``address`` has used up its failed authentications in this window."""
+        item = self._failures
+        if item is not None and not await self._limiter.test(item, "auth-failures", address):
+            message = "Too many failed authentications from this address; retry later."
+            raise await self._refusal(
+                "too_many_failed_authentications", message, item, "auth-failures", address
+            )
+
+    async def failed(self, address: str) -> None:
+        """Count one failed authentication of ``address``."""
+        if self._failures is not None:
+            await self._limiter.hit(self._failures, "auth-failures", address)
+
+    async def public(self, address: str) -> None:
+        """Count one public request of ``address``; 429 ``rate_limit_address`` past the limit."""
+        item = self._public
+        if item is not None and not await self._limiter.hit(item, "public", address):
+            message = f"Rate limit reached for this address ({item.amount} per minute); retry later."
+            raise await self._refusal("rate_limit_address", message, item, "public", address)
+
+    async def _refusal(
+        self, code: str, message: str, item: RateLimitItem, what: str, address: str
+    ) -> GatewayError:
+        stats = await self._limiter.get_window_stats(item, what, address)
+        retry = max(1, math.ceil(stats.reset_time - time.time()))
+        return GatewayError(code, message, headers={"Retry-After": str(retry)})
