@@ -69,6 +69,12 @@ class Settings(BaseSettings):
         description="Tokens per minute reserved for each sequence's output when a request sets no "
         "max_tokens (the reservation is settled against real usage afterwards)",
     )
+    body_min_rate_bytes_s: float = Field(
+        default=1024,
+        gt=0,
+        description="Once a request body has taken GATEWAY_BODY_IDLE_TIMEOUT_S, it must have come at "
+        "this average rate at least, bytes/s; slower: 408",
+    )
     max_n: int = Field(
         default=1,
         ge=1,
@@ -127,7 +133,9 @@ class Settings(BaseSettings):
     backend_poll_s: float = Field(default=2.0, gt=0, description="Interval of the upstream /metrics poll")
     ledger_flush_s: float = Field(default=1.0, gt=0, description="Usage ledger batch interval (rows at risk)")
     metrics_token: str | None = Field(
-        default=None, description="If set, GET /metrics needs this bearer token"
+        default=None,
+        min_length=16,
+        description="If set, GET /metrics needs this bearer token (16+ characters)",
     )
 
     admin_key_sha256: str | None = Field(
@@ -191,6 +199,10 @@ class Settings(BaseSettings):
                 self.slots = defaults["slots"]
             if "kv_budget_tokens" not in self.model_fields_set and defaults["kv_budget_tokens"]:
                 self.kv_budget_tokens = defaults["kv_budget_tokens"]
+        if self.max_n > self.slots:
+            raise ValueError(
+                f"max_n ({self.max_n}) may not exceed slots ({self.slots}): a request could never run"
+            )
         return self
 
     @field_validator("jwt_idp_algorithms", mode="before")

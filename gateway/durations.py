@@ -41,6 +41,8 @@ def parse_since(text: str | None) -> datetime | None:
             raise ValueError(f"since {text!r} reaches before the year 1") from None
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
     except ValueError:
         raise ValueError(f"since must be a duration like 7d or an ISO 8601 time; got {text!r}") from None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"since {text!r} is outside the years 1 to 9999 in UTC") from None

@@ -5,9 +5,10 @@ What a body costs to parse and handle grows with its values and containers, not 
 body of tiny arrays is ten million objects, which orjson alone takes seconds to build. So the body's
 shape is measured while it arrives (:class:`ShapeScanner`, fed each piece the server hands over):
 the bytes outside strings — escaped backslashes and quotes removed, then every other quote-separated
-run — give its values (one per comma, plus one), its objects and arrays, and its depth, at
+run — give its values (one per comma, plus one), its strings (object keys included: each costs a
+Python object, often a dict slot), its objects and arrays, and its depth, at
 ``bytes.split`` / ``bytes.count`` speed, a piece at a time, and the read stops at the first piece
-that passes a limit: 413 ``request_too_complex`` (values, containers), 400 ``invalid_request``
+that passes a limit: 413 ``request_too_complex`` (values, strings, containers), 400 ``invalid_request``
 (depth). Only then does orjson parse it, strictly: ``NaN``, ``Infinity``, numbers beyond a double
 (``1e400``), invalid UTF-8 and lone surrogate escapes are not JSON (RFC 8259) and are refused there,
 so no tree is walked for them afterwards.
@@ -33,20 +34,23 @@ _KEY_BEFORE = re.compile(rb'"([^"\\]{1,128})"\s*:\s*(?:"(?:[^"\\]|\\.)*|[^"\[\]{
 
 @dataclass(frozen=True, slots=True)
 class JsonLimits:
-    """Bounds of one body: values (one per comma outside strings, plus one), containers (objects and
-    arrays), depth.
+    """Bounds of one body: values (one per comma outside strings, plus one), strings (keys too),
+    containers (objects and arrays), depth.
 
-    The inference default admits a 1M-token prompt sent as token ids (a million values) and a long
-    conversation with tools; orjson parses a million numbers in ~15 ms here.
+    The inference default admits a 1M-token prompt sent as token ids (a million numbers: orjson parses
+    them in ~15 ms here) and a conversation of thousands of messages with tools; strings and
+    containers cost many times a number to build (a dict of 100,000 distinct keys: ~45 ms), so they
+    are bounded lower.
     """
 
     max_values: int = 1_100_000
-    max_containers: int = 50_000
+    max_strings: int = 50_000
+    max_containers: int = 10_000
     max_depth: int = 64
 
 
 #: Bounds of the admin API's bodies (a key's settings and labels).
-ADMIN = JsonLimits(max_values=2_000, max_containers=200, max_depth=8)
+ADMIN = JsonLimits(max_values=2_000, max_strings=1_000, max_containers=200, max_depth=8)
 
 
 class ShapeScanner:
@@ -59,7 +63,9 @@ class ShapeScanner:
     def __init__(self, limits: JsonLimits) -> None:
         self.limits = limits
         self.values = 1
+        self.strings = 0
         self.containers = 0
+        self._quotes = 0
         self.depth = 0
         self._in_string = False
         self._carry = b""  # a trailing run of backslashes: its escape may continue in the next piece
@@ -76,8 +82,12 @@ class ShapeScanner:
         outside = parts[1::2] if self._in_string else parts[0::2]
         if len(parts) % 2 == 0:
             self._in_string = not self._in_string
-        skeleton = b"".join(outside)
         limits = self.limits
+        self._quotes += len(parts) - 1
+        self.strings = self._quotes // 2
+        if self.strings > limits.max_strings:
+            raise _too_complex(f"more than {limits.max_strings} strings")
+        skeleton = b"".join(outside)
         self.values += skeleton.count(b",")
         if self.values > limits.max_values:
             raise _too_complex(f"more than {limits.max_values} values")

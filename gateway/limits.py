@@ -86,14 +86,9 @@ class RateLimiter:
         out[f"x-ratelimit-reset-{what}"] = _reset(stats.reset_time - time.time())
         return float(stats.reset_time)
 
-    async def admit(self, principal: Principal, tokens: int) -> Ticket:
-        """Count one request and reserve ``tokens`` (prompt estimate + output budget); 429
-        (``Retry-After``) if either is spent.
-
-        A reservation larger than the whole budget is capped at it, so one big request per window
-        passes. The reservation is one increment, given back at once when it does not fit, so two
-        requests at the same moment cannot both take the window's last tokens.
-        """
+    async def count(self, principal: Principal) -> Ticket:
+        """Count one request against the key's requests per minute (429 with ``Retry-After`` when
+        spent): taken as soon as the caller is known, before its body is read."""
         ticket = Ticket(principal, 0)
         key = principal.key_id
         if principal.rpm:
@@ -101,6 +96,18 @@ class RateLimiter:
             if not await self._limiter.hit(item, "requests", key):
                 raise await self._refuse("requests", item, key)
             await self._headers("requests", item, key, ticket.headers)
+        return ticket
+
+    async def reserve(self, ticket: Ticket, tokens: int) -> None:
+        """Reserve ``tokens`` (prompt estimate + output budget) of the key's tokens per minute (429
+        with ``Retry-After`` when they do not fit).
+
+        A reservation larger than the whole budget is capped at it, so one big request per window
+        passes. The reservation is one increment, given back at once when it does not fit, so two
+        requests at the same moment cannot both take the window's last tokens.
+        """
+        principal = ticket.principal
+        key = principal.key_id
         if principal.tpm:
             item = self._item(principal.tpm)
             reserve = min(max(1, tokens), principal.tpm)
@@ -109,7 +116,6 @@ class RateLimiter:
                 raise await self._refuse("tokens", item, key)
             ticket.reserved = reserve
             ticket.window_reset = await self._headers("tokens", item, key, ticket.headers)
-        return ticket
 
     async def settle(self, ticket: Ticket, used_tokens: int) -> None:
         """Settle the reservation against ``used_tokens``: charge what was used beyond it; give back

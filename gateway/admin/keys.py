@@ -23,7 +23,7 @@ from gateway.dialects.openai import OPENAI
 from gateway.errors import GatewayError, invalid_request
 from gateway.http.auth import admin_for
 from gateway.json_limits import ADMIN, deeper_than
-from gateway.proxy.body import read_json
+from gateway.proxy.body import body_bounds, read_json
 
 AdminDep = Annotated[Principal, Depends(admin_for(OPENAI))]
 Thinking = Literal["off", "low", "high", "max"]
@@ -113,8 +113,7 @@ async def _body(request: Request, model: type[M], empty: M | None = None) -> M:
         and ("transfer-encoding" not in request.headers)
     ):
         return empty
-    settings = request.app.state.settings
-    body, _ = await read_json(request, BODY_BYTES, settings.body_idle_timeout_s, ADMIN)
+    body, _ = await read_json(request, body_bounds(request.app.state.settings, BODY_BYTES, ADMIN))
     try:
         return model.model_validate(body)
     except ValidationError as exc:

@@ -30,6 +30,9 @@ BOOTSTRAP_ADMIN = Principal(
     key_id="bootstrap-admin", name="bootstrap-admin", kind="bootstrap", scopes=("admin",)
 )
 
+#: How many secrets that authenticated are remembered (:meth:`Authenticator.vouched`).
+_VOUCHED = 10_000
+
 #: ``last_used_at`` is written at most this often per key (it is for humans, not billing).
 TOUCH_INTERVAL = timedelta(seconds=60)
 
@@ -66,6 +69,7 @@ class Authenticator:
         self._generation = 0  # bumped by invalidate(): lookups begun before it are not cached
         self._in_flight: dict[str, asyncio.Future[KeyRecord | None]] = {}
         self._touched: dict[str, datetime] = {}
+        self._vouched: dict[str, None] = {}  # hashes of secrets that authenticated, oldest first
         self._background: set[asyncio.Task[None]] = set()
 
     async def authenticate(self, token: str) -> Principal:
@@ -74,6 +78,18 @@ class Authenticator:
         Raises :class:`GatewayError` 401 (``invalid_api_key``) for a malformed, unknown, revoked or
         expired key or an invalid token.
         """
+        principal = await self._authenticate(token)
+        self._vouched[hash_key(token)] = None
+        if len(self._vouched) > _VOUCHED:
+            del self._vouched[next(iter(self._vouched))]  # the oldest
+        return principal
+
+    def vouched(self, token: str) -> bool:
+        """True if ``token`` has authenticated here before (it may have been revoked since): such a
+        caller is no guesser, and an address throttled for others' failures still lets it through."""
+        return hash_key(token) in self._vouched
+
+    async def _authenticate(self, token: str) -> Principal:
         if self._tokens is not None and looks_like_jwt(token):
             return verify(self._tokens, token)
         if not is_well_formed(token):

@@ -96,7 +96,7 @@ def finish(
         thinking=normalized.thinking.on,
         fields=context.settings.reasoning_fields,
         include_reasoning=normalized.include_reasoning,
-        tools=bool(payload.get("tools")),
+        tools=callable_tools(payload),
     )
     sequences = check_fields(payload, context.principal, context.settings.max_n)
     include_metrics = payload.pop("include_metrics", False) is True
@@ -112,6 +112,17 @@ def finish(
     budget, param = output
     translator = OpenAITranslator(policy, view, context)
     return Prepared(json_codec.dumps(payload), request.stream, budget, param, sequences, translator)
+
+
+def callable_tools(payload: dict[str, Any]) -> frozenset[str]:
+    """The functions the model may call for this request: those ``tools`` declares, unless
+    ``tool_choice`` is ``"none"`` (OpenAI API reference, "tool_choice"); none on a text completion."""
+    tools = payload.get("tools")
+    if payload.get("tool_choice") == "none" or not isinstance(tools, list):
+        return frozenset()
+    functions = (tool.get("function") for tool in tools if isinstance(tool, dict))
+    names = (function.get("name") for function in functions if isinstance(function, dict))
+    return frozenset(name for name in names if isinstance(name, str))
 
 
 class OpenAITranslator:

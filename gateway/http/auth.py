@@ -1,7 +1,8 @@
 """Authentication as FastAPI dependencies, attached by the route table (:mod:`gateway.routes`) to
 every route that is not public — deny by default — and the public routes' per-address limit.
-An address with too many failed authentications is refused before its credentials are read
-(:mod:`gateway.http.throttle`).
+An address with too many failed authentications is refused before its credentials are checked
+(:mod:`gateway.http.throttle`) — unless they are ones that authenticated before, so a guesser at
+the same address (an office behind one NAT) does not lock its legitimate clients out.
 
 The route's dialect says where the caller's secret is (``Authorization: Bearer``; ``x-api-key`` for
 Anthropic clients); :class:`~gateway.auth.Authenticator` resolves it to a :class:`Principal`.
@@ -32,13 +33,16 @@ def principal_for(dialect: Dialect) -> PrincipalDependency:
 
     async def require_principal(request: Request) -> Principal:
         throttle: AddressThrottle = request.app.state.throttle
-        address = client_address(request)
-        await throttle.check_failures(address)
         authenticator: Authenticator = request.app.state.authenticator
+        address = client_address(request)
         try:
-            principal = await authenticator.authenticate(dialect.credentials(request.headers))
-        except GatewayError:
-            await throttle.failed(address)
+            token = dialect.credentials(request.headers)
+            if not authenticator.vouched(token):
+                await throttle.check_failures(address)
+            principal = await authenticator.authenticate(token)
+        except GatewayError as error:
+            if error.status == 401:
+                await throttle.failed(address)
             raise
         request.state.principal = principal
         return principal

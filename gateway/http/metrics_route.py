@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.errors import GatewayError
+from gateway.http.auth import client_address
 
 
 async def metrics(request: Request) -> Response:
@@ -18,5 +19,6 @@ async def metrics(request: Request) -> Response:
     if token:
         sent = request.headers.get("authorization", "")
         if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+            await request.app.state.throttle.failed(client_address(request))  # guessing it is key guessing
             raise GatewayError("invalid_metrics_token", "A valid metrics token is required.")
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -17,12 +17,17 @@ benchmark):
 ``use_beam_search``         beam search: ``n`` beams, each a sequence
 ``best_of``                 ``best_of`` sequences generated for each answer
 ``prompt_embeds``           a prompt as embedding tensors, fed to the engine as they are
+``prompt_logprobs``         log-probabilities of every prompt token (a 1M-token prompt's worth)
 ``mm_processor_kwargs``     arguments of the multimodal processor
 ==========================  ====================================================================
 
-``n`` (answers per request) is a number of sequences, each taking a slot: it is refused above
-``GATEWAY_MAX_N`` (default 1: on the two-slot profile one request may not take both) and counted as
-that many sequences by admission. Pure.
+The same names inside ``chat_template_kwargs`` (and ``tokenize`` there), which some vLLM releases let
+override the request's own (GHSA-6fvq-23cw-5628), are refused alike.
+
+``n`` (answers per request) is a number of sequences, each taking a slot, and so is each prompt of a
+text completion's batch (``prompt`` as a list of strings or of token-id lists): their product is
+refused above ``GATEWAY_MAX_N`` (default 1: on the two-slot profile one request may not take both)
+and counted as that many sequences by admission. Pure.
 """
 
 from __future__ import annotations
@@ -47,20 +52,39 @@ BACKEND_FIELDS = frozenset(
         "use_beam_search",
         "best_of",
         "prompt_embeds",
+        "prompt_logprobs",
         "mm_processor_kwargs",
     }
 )
+#: What may not be passed to the chat template either.
+_TEMPLATE_FIELDS = BACKEND_FIELDS | {"tokenize"}
 
 
 def check_fields(body: Mapping[str, Any], principal: Principal, max_n: int) -> int:
-    """Refuse what ``principal`` may not ask for in ``body``; return the sequences it asks for (``n``)."""
+    """Refuse what ``principal`` may not ask for in ``body``; return the sequences it asks for
+    (``n`` times the prompts of a batch)."""
     if BACKEND_FIELDS_SCOPE not in principal.scopes:
-        for name in BACKEND_FIELDS.intersection(body):
+        kwargs = body.get("chat_template_kwargs")
+        inner = _TEMPLATE_FIELDS.intersection(kwargs) if isinstance(kwargs, dict) else set()
+        for name in sorted(BACKEND_FIELDS.intersection(body)) + [
+            f"chat_template_kwargs.{k}" for k in sorted(inner)
+        ]:
             message = f"{name} changes how the backend serves other clients; this key may not set it."
             raise GatewayError("unsupported_field", message, param=name)
     n = body.get("n")
-    sequences = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+    sequences = (n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1) * _prompts(body)
     if sequences > max_n:
-        message = f"n may be at most {max_n} here (each answer is a sequence of the backend's)."
-        raise GatewayError("unsupported_field", message, param="n")
+        message = (
+            f"n times the prompts may be at most {max_n} here (each answer is a sequence of the backend's)."
+        )
+        raise GatewayError("unsupported_field", message, param="n" if _prompts(body) == 1 else "prompt")
     return sequences
+
+
+def _prompts(body: Mapping[str, Any]) -> int:
+    """Prompts of a text completion's batch: a list of strings or of token-id lists (a list of numbers
+    is one prompt as token ids); 1 otherwise."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+        return len(prompt)
+    return 1

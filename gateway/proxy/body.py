@@ -9,49 +9,72 @@ admin handlers read their bodies here.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 
+from gateway.config import Settings
 from gateway.errors import ClientDisconnectedError, GatewayError
 from gateway.json_limits import JsonLimits, ShapeScanner, parse_object
 
 
-async def read_json(
-    request: Request, max_bytes: int, idle_timeout_s: float, limits: JsonLimits
-) -> tuple[dict[str, Any], int]:
+@dataclass(frozen=True, slots=True)
+class BodyBounds:
+    """How much of a body, in what shape, how fast: ``max_bytes``; ``limits`` (its JSON shape); at most
+    ``idle_timeout_s`` between two pieces; and, once it has taken that long, at least
+    ``min_rate_bytes_s`` on average (a client dripping a byte every few seconds would otherwise hold
+    a connection and its buffers for hours)."""
+
+    max_bytes: int
+    limits: JsonLimits
+    idle_timeout_s: float
+    min_rate_bytes_s: float
+
+
+async def read_json(request: Request, bounds: BodyBounds) -> tuple[dict[str, Any], int]:
     """The body parsed (a JSON object) and its size in bytes.
 
     Raises :class:`GatewayError` 413 ``request_too_large`` as soon as it passes ``max_bytes``, 413
     ``request_too_complex`` / 400 as soon as its shape passes ``limits``, 408 ``request_timeout`` when
-    no piece arrives for ``idle_timeout_s`` seconds (a slow upload that keeps sending is fine), 400
-    when it is not a JSON object; :class:`~gateway.errors.ClientDisconnectedError` when the client
-    leaves before it arrived.
+    it stalls or trickles (:class:`BodyBounds`), 400 when it is not a JSON object;
+    :class:`~gateway.errors.ClientDisconnectedError` when the client leaves before it arrived.
     """
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise _too_large(max_bytes)
-    scanner = ShapeScanner(limits)
+    if declared.isdigit() and int(declared) > bounds.max_bytes:
+        raise _too_large(bounds.max_bytes)
+    scanner = ShapeScanner(bounds.limits)
     parts, size = [], 0
     pieces = request.stream().__aiter__()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     try:
         while True:
             try:
-                async with asyncio.timeout(idle_timeout_s):
+                async with asyncio.timeout(bounds.idle_timeout_s):
                     part = await anext(pieces)
             except StopAsyncIteration:
                 break
             except TimeoutError:
-                message = f"No part of the request body arrived for {idle_timeout_s:g} s."
+                message = f"No part of the request body arrived for {bounds.idle_timeout_s:g} s."
                 raise GatewayError("request_timeout", message) from None
             size += len(part)
-            if size > max_bytes:
-                raise _too_large(max_bytes)
+            if size > bounds.max_bytes:
+                raise _too_large(bounds.max_bytes)
+            elapsed = loop.time() - started
+            if elapsed > bounds.idle_timeout_s and size < bounds.min_rate_bytes_s * elapsed:
+                message = f"The request body arrives slower than {bounds.min_rate_bytes_s:g} bytes/s."
+                raise GatewayError("request_timeout", message)
             scanner.feed(part)
             parts.append(part)
     except ClientDisconnect:
         raise ClientDisconnectedError() from None
     return parse_object(b"".join(parts)), size
+
+
+def body_bounds(settings: Settings, max_bytes: int, limits: JsonLimits) -> BodyBounds:
+    """The :class:`BodyBounds` of a route's bodies: its size and shape bounds, the settings' pace."""
+    return BodyBounds(max_bytes, limits, settings.body_idle_timeout_s, settings.body_min_rate_bytes_s)
 
 
 def _too_large(limit: int) -> GatewayError:

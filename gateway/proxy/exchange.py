@@ -24,6 +24,7 @@ from gateway.dialects.base import Context, Dialect, Prepared
 from gateway.limits import Ticket
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.upstream import UpstreamResponse
+from gateway.telemetry.record import RequestTelemetry
 from gateway.telemetry.recorder import RequestRecorder
 from gateway.telemetry.spec import COUNTERS
 
@@ -111,13 +112,21 @@ class Exchange:
         self._sequences = prepared.sequences
         return prepared
 
-    async def take_ticket(self, prepared: Prepared) -> dict[str, str]:
-        """Count the request against its key's limits (429 when spent), reserving its prompt estimate
-        and its whole output budget (``GATEWAY_TPM_OUTPUT_RESERVE_TOKENS`` a sequence when it sets
-        none); the ticket's headers."""
-        output = prepared.output_budget or self.pipeline.settings.tpm_output_reserve_tokens
-        tokens = self._prompt_estimate + prepared.sequences * output if self.principal.tpm else 0
-        self.ticket = await self.pipeline.limits.admit(self.principal, tokens)
+    async def count(self) -> None:
+        """Count the request against its key's requests per minute (429 when spent), before its body
+        is read: the rate limit's ticket."""
+        self.ticket = await self.pipeline.limits.count(self.principal)
+
+    async def reserve(self, prepared: Prepared) -> dict[str, str]:
+        """Reserve the request's prompt estimate and whole output budget of its key's tokens per minute
+        (``GATEWAY_TPM_OUTPUT_RESERVE_TOKENS`` a sequence when it sets none; 429 when they don't fit);
+        the ticket's headers."""
+        assert self.ticket is not None
+        if self.principal.tpm:
+            output = prepared.output_budget or self.pipeline.settings.tpm_output_reserve_tokens
+            await self.pipeline.limits.reserve(
+                self.ticket, self._prompt_estimate + prepared.sequences * output
+            )
         return self.ticket.headers
 
     def enqueue(self) -> bool:
@@ -191,4 +200,15 @@ class Exchange:
             pipeline.traits.per_request_metrics = True
         pipeline.sink.publish(record)
         if self.ticket is not None:
-            await pipeline.limits.settle(self.ticket, record.prompt_tokens + record.completion_tokens)
+            await pipeline.limits.settle(self.ticket, self._used(record))
+
+    def _used(self, record: RequestTelemetry) -> int:
+        """The tokens a request is charged: its usage; a client that left may have run the backend
+        for more than it saw — a whole body it never received, a prefill before its first usage —, so
+        its reservation stands (non-stream), or at least its prompt estimate (stream)."""
+        used = record.prompt_tokens + record.completion_tokens
+        if not self.client_gone or self.ticket is None:
+            return used
+        if not record.stream:
+            return max(used, self.ticket.reserved)
+        return max(used, record.completion_tokens + self._prompt_estimate)

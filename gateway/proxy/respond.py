@@ -4,9 +4,11 @@
 :class:`~gateway.proxy.exchange.Exchange` (which gives everything back on the way out) and goes
 through the request's life in order, answering through one :class:`~gateway.proxy.reply.Reply`:
 
-1. read the body (413 past ``GATEWAY_MAX_BODY_BYTES``), parse and normalise it in the route's
-   dialect (400, 404/403 model);
-2. take the rate-limit ticket (429), then a slot or a place in the key's queue (429 ``queue_full``);
+1. count the request against its key's requests per minute (429), read the body (413 past
+   ``GATEWAY_MAX_BODY_BYTES``, 408 when it stalls), parse and normalise it in the route's dialect
+   (400, 404/403 model);
+2. reserve its tokens per minute (429), then take a slot or a place in the key's queue (429
+   ``queue_full``);
 3. non-stream, or a stream admitted at once: wait for the slot and open the upstream before any byte,
    so a down upstream is still a 503; a stream that has to wait is answered 200 at once with
    ``: queued N`` comments while it waits (so idle-timeout proxies don't cut it and the client sees
@@ -34,7 +36,7 @@ from gateway.auth.principal import Principal
 from gateway.dialects.base import Dialect, Prepared
 from gateway.errors import ClientDisconnectedError, GatewayError, MalformedResponseError, internal_error
 from gateway.json_limits import JsonLimits
-from gateway.proxy.body import read_json
+from gateway.proxy.body import body_bounds, read_json
 from gateway.proxy.exchange import QUEUE_COMMENT_INTERVAL_S, Exchange
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.relay import RelayOutcome, let_waiter_send, relay_events
@@ -63,8 +65,9 @@ class ExchangeResponse(Response):
         async with Exchange(pipeline, self.dialect, self.principal, request_id, telemetry) as exchange:
             try:
                 try:
+                    await exchange.count()
                     body, size = await read_json(
-                        request, settings.max_body_bytes, settings.body_idle_timeout_s, INFERENCE
+                        request, body_bounds(settings, settings.max_body_bytes, INFERENCE)
                     )
                     prepared = exchange.prepare(body, size)
                     await unless_disconnected(receive, lambda: _serve(exchange, prepared, reply))
@@ -92,9 +95,9 @@ class ExchangeResponse(Response):
 
 
 async def _serve(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
-    """The rate-limit ticket, then steps 2 to 4 of the module doc; sets ``exchange.status`` (a failure
-    raises)."""
-    headers = await exchange.take_ticket(prepared)
+    """The tokens' reservation, then steps 2 to 4 of the module doc; sets ``exchange.status`` (a
+    failure raises)."""
+    headers = await exchange.reserve(prepared)
     admitted = exchange.enqueue()
     if not prepared.stream:
         if not admitted:

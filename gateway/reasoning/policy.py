@@ -11,9 +11,10 @@ answer. ``GATEWAY_REASONING_SPLIT``:
 - ``upstream``: never split think markers; only DSML markup is taken out of the answer.
 - ``off``: pass reasoning through untouched (no split, no renaming, no DSML parsing).
 
-DSML markup becomes ``tool_calls`` only when the request declared tools (``tools``); otherwise the
-calls it spells are dropped — out of the answer as ever, and not handed to a client that never asked
-to run tools (a model echoing injected text could otherwise make it run one) — and counted.
+DSML markup becomes ``tool_calls`` only for the functions the request declared and may be called
+(``tools``); any other call it spells is dropped — out of the answer as ever, and not handed to a
+client that never asked to run it (a model echoing injected text could otherwise make it run one) —
+and counted.
 """
 
 from __future__ import annotations
@@ -34,14 +35,14 @@ class ReasoningPolicy:
 
     ``fields``: client-facing names the reasoning is written under (e.g. ``reasoning_content``,
     ``reasoning``); ``include_reasoning`` False drops it from what the client sees; ``tools``: the
-    request declared tools, so DSML tool-call markup becomes ``tool_calls``.
+    function names DSML tool-call markup may call (None: any, for a caller that checks none).
     """
 
     mode: SplitMode
     thinking: bool
     fields: tuple[str, ...] = ("reasoning_content", "reasoning")
     include_reasoning: bool = True
-    tools: bool = True
+    tools: frozenset[str] | None = None
 
     @property
     def passthrough(self) -> bool:
@@ -99,10 +100,11 @@ class ChoiceSplit:
         out.tool_calls.extend(part.tool_calls)
 
     def _released(self, out: SplitDelta) -> SplitDelta:
-        """``out`` as the client gets it: its tool calls counted, or dropped when no tools were declared."""
-        if self._policy.tools:
-            self.tool_calls_seen += len(out.tool_calls)
-        elif out.tool_calls:
-            out.tool_calls_dropped += len(out.tool_calls)
-            out.tool_calls.clear()
+        """``out`` as the client gets it: the tool calls of functions it may call, the others dropped."""
+        allowed = self._policy.tools
+        if allowed is not None and out.tool_calls:
+            kept = [call for call in out.tool_calls if call.name in allowed]
+            out.tool_calls_dropped += len(out.tool_calls) - len(kept)
+            out.tool_calls[:] = kept
+        self.tool_calls_seen += len(out.tool_calls)
         return out

@@ -153,10 +153,10 @@ def test_prometheus_families_and_backend_gauges(stack) -> None:
 
 def test_metrics_token(start_sim, start_gateway) -> None:
     sim = start_sim()
-    gateway = start_gateway(sim.url, metrics_token="s3cret")
+    gateway = start_gateway(sim.url, metrics_token="s3cret-0123456789")
     assert httpx.get(gateway.url + "/metrics").status_code == 401
     assert httpx.get(gateway.url + "/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
-    assert "gateway_slots_total" in scrape(gateway.url, headers={"Authorization": "Bearer s3cret"})
+    assert "gateway_slots_total" in scrape(gateway.url, headers={"Authorization": "Bearer s3cret-0123456789"})
 
 
 def test_ledger_admin_routes_and_cli(stack, database_url: str, tmp_path: Path) -> None:

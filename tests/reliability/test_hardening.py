@@ -125,9 +125,10 @@ def test_unauthenticated_and_authenticated_floods_of_tiny_json_values_cost_nothi
     assert watch.answers and watch.longest < HEALTH_BOUND_S, f"/health took {watch.longest * 1000:.0f} ms"
 
 
-def test_a_body_that_stops_arriving_is_a_408(process, make_key) -> None:
+def test_a_body_that_stops_or_trickles_is_a_408(process, make_key) -> None:
     """Half a body, then silence: the gateway stops waiting after GATEWAY_BODY_IDLE_TIMEOUT_S (here 1 s)
-    instead of holding the connection and its buffers for good."""
+    instead of holding the connection and its buffers for good; a body dripping a byte every 0.3 s
+    (never idle that long) is cut once it has taken that long below 1 KiB/s."""
     key = make_key("staller")
     with socket.create_connection(("127.0.0.1", process.port), timeout=10) as sock:
         sock.sendall(post_head("/v1/chat/completions", 1000, key) + b'{"model": "')
@@ -135,6 +136,19 @@ def test_a_body_that_stops_arriving_is_a_408(process, make_key) -> None:
         status = sock.recv(65536).split(b"\r\n", 1)[0]
         waited = time.monotonic() - started
     assert status.startswith(b"HTTP/1.1 408") and 0.9 < waited < 5, (status, waited)
+    with socket.create_connection(("127.0.0.1", process.port), timeout=10) as sock:
+        sock.sendall(post_head("/v1/chat/completions", 1000, key))
+        sock.settimeout(0.3)
+        started, answer = time.monotonic(), b""
+        while not answer and time.monotonic() - started < 10:
+            with contextlib.suppress(OSError):
+                sock.sendall(b" ")
+            with contextlib.suppress(TimeoutError):
+                answer = sock.recv(65536)
+        sock.settimeout(5)
+        while b"slower than" not in answer and (more := sock.recv(65536)):
+            answer += more
+    assert answer.startswith(b"HTTP/1.1 408") and b"slower than" in answer, answer
 
 
 def test_a_connection_cap_and_a_keep_alive_timeout(tmp_path: Path, database_url: str) -> None:
@@ -189,11 +203,17 @@ def test_n_and_backend_fields_are_refused_unless_the_key_may(stack, make_key) ->
     fields passed through verbatim. Now: 400 naming the field, unless the key has ``backend_fields``."""
     gateway, key, _ = stack()
     trusted = make_key("bench", scopes=["backend_fields"])
-    refused = {field: chat(gateway, key, **{field: value}) for field, value in [
+    fields = [
         ("n", 64), ("priority", -10), ("request_id", "x"), ("chat_template", "{{ 1 }}"),
         ("kv_transfer_params", {}), ("vllm_xargs", {}), ("logits_processors", ["os.system"]),
-        ("cache_salt", "s"),
-    ]}  # fmt: skip
+        ("cache_salt", "s"), ("prompt_logprobs", 20),
+    ]  # fmt: skip
+    refused = {field: chat(gateway, key, **{field: value}) for field, value in fields}
+    in_template = chat(gateway, key, chat_template_kwargs={"chat_template": "x"})
+    refused["chat_template_kwargs.chat_template"] = in_template
+    batch = {"model": MODEL, "prompt": ["a"] * 64, "max_tokens": 4}  # 64 prompts: 64 sequences
+    auth = {"Authorization": f"Bearer {key}"}
+    refused["prompt"] = httpx.post(gateway.url + "/v1/completions", json=batch, headers=auth)
     for field, response in refused.items():
         assert response.status_code == 400, (field, response.text)
         assert response.json()["error"] | {"message": ""} == {
@@ -252,8 +272,9 @@ def test_reserved_names_extreme_values_and_a_forged_forwarded_for(stack) -> None
         f"{gateway.url}/admin/keys/{made.json()['id']}/rotate", json={"grace_s": 1e300}, headers=headers
     )
     assert rotate.status_code == 400, rotate.text
-    since = httpx.get(gateway.url + "/admin/usage", params={"since": "99999999999d"}, headers=headers)
-    assert since.status_code == 400 and since.json()["error"]["param"] == "since", since.text
+    for extreme in ("99999999999d", "0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"):
+        since = httpx.get(gateway.url + "/admin/usage", params={"since": extreme}, headers=headers)
+        assert since.status_code == 400 and since.json()["error"]["param"] == "since", since.text
     [entry] = httpx.get(gateway.url + "/admin/audit", headers=headers).json()["data"]
     assert entry["client"] == "127.0.0.1"  # the peer, not the forged header
     assert (entry["actor"], entry["actor_kind"]) == ("ops", "key") and entry["actor_id"].startswith("key_")
@@ -269,17 +290,20 @@ def test_a_burst_of_one_key_cannot_overrun_its_tokens_per_minute(stack, make_key
     assert statuses.count(200) <= 3 and set(statuses) <= {200, 429}, statuses
 
 
-def test_key_guessing_and_public_route_floods_are_throttled_per_address(stack) -> None:
-    """Failed authentications from one address: 429 with Retry-After once they pass the limit, even
-    for a good key; the public routes answer an address a bounded number of times a minute."""
+def test_key_guessing_and_public_route_floods_are_throttled_per_address(stack, make_key) -> None:
+    """Failed authentications from one address: 429 with Retry-After once they pass the limit for
+    every secret that never authenticated — a guess that is right included —, while a client whose
+    key already worked from there (behind the same NAT as the guesser) goes on; the public routes
+    answer an address a bounded number of times a minute."""
     gateway, key, _ = stack(auth_failures_per_minute=5, public_requests_per_minute=10)
+    unseen = make_key("unseen")
+    assert chat(gateway, key).status_code == 200
     guesses = [chat(gateway, "dsk-" + "A" * 43).status_code for _ in range(5)]
     assert guesses == [401] * 5
-    throttled = chat(gateway, key)
-    assert (
-        throttled.status_code == 429
-        and throttled.json()["error"]["code"] == "too_many_failed_authentications"
-    )
+    throttled = chat(gateway, unseen)
+    assert throttled.status_code == 429
+    assert throttled.json()["error"]["code"] == "too_many_failed_authentications"
     assert int(throttled.headers["Retry-After"]) >= 1
+    assert chat(gateway, key).status_code == 200
     probes = [httpx.get(gateway.url + "/health").status_code for _ in range(11)]
     assert probes[:10] == [200] * 10 and probes[10] == 429

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gateway.errors import GatewayError
 from gateway.json_limits import JsonLimits, ShapeScanner, deeper_than, param_at, parse_object
 
-LOOSE = JsonLimits(max_values=10**9, max_containers=10**9, max_depth=10**6)
+LOOSE = JsonLimits(max_values=10**9, max_strings=10**9, max_containers=10**9, max_depth=10**6)
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(alphabet='ab"\\,[]{}:é\n', max_size=6),
@@ -24,28 +24,32 @@ _JSON = st.recursive(
 )
 
 
-def shape(raw: bytes, cuts: list[int]) -> tuple[int, int, int]:
+def shape(raw: bytes, cuts: list[int]) -> tuple[int, int, int, int]:
     scanner = ShapeScanner(LOOSE)
     start = 0
     for cut in sorted({c % (len(raw) + 1) for c in cuts}):
         scanner.feed(raw[start:cut])
         start = cut
     scanner.feed(raw[start:])
-    return scanner.values, scanner.containers, scanner.depth
+    return scanner.values, scanner.strings, scanner.containers, scanner.depth
 
 
-def expected(value: object) -> tuple[int, int]:
-    """(values as commas + 1, containers) of ``value``'s JSON text, counted on the parsed tree."""
-    commas = containers = 0
+def expected(value: object) -> tuple[int, int, int]:
+    """(values as commas + 1, strings with keys, containers) of ``value``'s JSON text, counted on the
+    parsed tree."""
+    commas = strings = containers = 0
     stack = [value]
     while stack:
         node = stack.pop()
-        if isinstance(node, dict | list):
+        if isinstance(node, str):
+            strings += 1
+        elif isinstance(node, dict | list):
             containers += 1
             items = list(node.values()) if isinstance(node, dict) else node
+            strings += len(node) if isinstance(node, dict) else 0
             commas += max(0, len(items) - 1)
             stack.extend(items)
-    return commas + 1, containers
+    return commas + 1, strings, containers
 
 
 @settings(max_examples=300, deadline=None)
@@ -54,8 +58,8 @@ def test_the_shape_of_a_body_does_not_depend_on_how_it_arrives(value: object, cu
     """Escapes, quotes, commas and brackets inside strings, and cuts anywhere — between a backslash and
     what it escapes too — give the shape the parsed tree has."""
     raw = json.dumps(value, ensure_ascii=False).encode()
-    values, containers, depth = shape(raw, cuts)
-    assert (values, containers) == expected(value)
+    values, strings, containers, depth = shape(raw, cuts)
+    assert (values, strings, containers) == expected(value)
     assert depth == 0  # every container closed
 
 
@@ -64,7 +68,8 @@ def test_the_shape_of_a_body_does_not_depend_on_how_it_arrives(value: object, cu
     [
         (b'{"a":[' + b"[]," * 60_000 + b"[]]}", "request_too_complex"),  # containers
         (b'{"a":[' + b"0," * 1_200_000 + b"0]}", "request_too_complex"),  # values
-        (b'{"a":[' + b'"",' * 1_200_000 + b'""]}', "request_too_complex"),  # values as strings
+        (b'{"a":[' + b'"",' * 60_000 + b'""]}', "request_too_complex"),  # strings
+        (b"{" + b",".join(b'"k%d":0' % i for i in range(60_000)) + b"}", "request_too_complex"),  # keys
         (b'{"a":' + b"[" * 65 + b"]" * 65 + b"}", "invalid_request"),  # depth
     ],
 )

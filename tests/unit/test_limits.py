@@ -10,15 +10,20 @@ import pytest
 
 from gateway.auth.principal import Principal
 from gateway.errors import GatewayError
-from gateway.limits import RateLimiter, storage_for
+from gateway.limits import RateLimiter, Ticket, storage_for
 
 KEY = Principal(key_id="key_1", name="team", tpm=100)
 
 
-async def admitted(limiter: RateLimiter, tokens: int, requests: int) -> list[object]:
-    results = await asyncio.gather(
-        *(limiter.admit(KEY, tokens) for _ in range(requests)), return_exceptions=True
-    )
+async def admit(limiter: RateLimiter, tokens: int) -> Ticket:
+    """A request of ``KEY`` counted and ``tokens`` reserved, as the exchange does."""
+    ticket = await limiter.count(KEY)
+    await limiter.reserve(ticket, tokens)
+    return ticket
+
+
+async def admitted(limiter: RateLimiter, tokens: int, requests: int) -> list[Ticket]:
+    results = await asyncio.gather(*(admit(limiter, tokens) for _ in range(requests)), return_exceptions=True)
     return [r for r in results if not isinstance(r, BaseException)]
 
 
@@ -28,7 +33,7 @@ async def test_a_parallel_burst_cannot_take_more_than_the_window() -> None:
     tickets = await admitted(limiter, 30, 12)
     assert len(tickets) == 3
     with pytest.raises(GatewayError) as refused:
-        await limiter.admit(KEY, 30)
+        await admit(limiter, 30)
     assert refused.value.code == "rate_limit_tokens" and int(refused.value.headers["Retry-After"]) >= 1
 
 
@@ -45,7 +50,7 @@ async def test_what_a_request_used_beyond_its_reservation_is_charged() -> None:
     [ticket] = await admitted(limiter, 10, 1)
     await limiter.settle(ticket, 95)
     with pytest.raises(GatewayError):
-        await limiter.admit(KEY, 10)
+        await admit(limiter, 10)
 
 
 async def test_nothing_is_given_back_to_a_window_the_reservation_was_not_taken_from() -> None:

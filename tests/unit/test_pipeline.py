@@ -277,18 +277,31 @@ CALL = (
 )
 
 
-@pytest.mark.parametrize("tools", [True, False])
-async def test_tool_call_markup_is_a_tool_call_only_for_a_request_that_declared_tools(tools: bool) -> None:
+def declares(name: str, **fields: Any) -> dict[str, Any]:
+    return {"tools": [{"type": "function", "function": {"name": name, "parameters": {}}}], **fields}
+
+
+@pytest.mark.parametrize(
+    ("declared", "tools"),
+    [
+        (declares("run"), True),
+        ({}, False),
+        (declares("run", tool_choice="none"), False),
+        (declares("ls"), False),
+    ],
+    ids=["declared", "none declared", "tool_choice none", "another function"],
+)
+async def test_tool_call_markup_is_a_tool_call_only_for_a_function_the_request_may_call(
+    declared: dict[str, Any], tools: bool
+) -> None:
     """Markup spelling a call (the model may echo it from injected text) reaches a client as a call it
-    could run only when the client declared tools; otherwise it is dropped, and counted."""
+    could run only for a function the client declared and did not rule out; otherwise it is dropped,
+    and counted."""
     answer = (
         Answer().send(chunk(1, content=CALL[:20]), chunk(2, content=CALL[20:], finish="stop"), DONE).end()
     )
     upstream = FakeUpstream(answer)
     pipeline, records = build(upstream, reasoning_split="gateway")
-    declared = (
-        {"tools": [{"type": "function", "function": {"name": "run", "parameters": {}}}]} if tools else {}
-    )
     done = await call(pipeline, chat(True, reasoning_effort="none", **declared)).done()
     await settled(pipeline)
     chunks = [json.loads(e[6:]) for e in done.body.split(b"\n\n") if e.startswith(b"data: {")]
@@ -298,6 +311,26 @@ async def test_tool_call_markup_is_a_tool_call_only_for_a_request_that_declared_
     assert [t["function"]["name"] for t in calls] == (["run"] if tools else [])
     assert chunks[-1]["choices"][0]["finish_reason"] == ("tool_calls" if tools else "stop")
     assert records.published[0].tool_calls_dropped == (0 if tools else 1)
+
+
+async def test_a_client_that_hangs_up_is_charged_its_reservation() -> None:
+    """A non-stream request whose client leaves ran the backend for an answer nobody counted: its
+    tokens-per-minute reservation stands, so hanging up is no way around the limit."""
+    upstream = FakeUpstream(Answer())
+    pipeline, records = build(upstream)
+    tight = Principal(key_id="key_2", name="tight", tpm=100)
+
+    def request() -> Call:
+        response = ExchangeResponse(pipeline, CHAT, tight)
+        return Call(response, "/v1/chat/completions", chat(False, max_tokens=60))
+
+    leaving = request().start()
+    await upstream.arrived.wait()
+    leaving.disconnect()
+    await leaving.done()
+    await settled(pipeline)
+    refused = await request().done()
+    assert records.published[0].status == 499 and refused.status == 429, refused.body
 
 
 async def test_a_break_after_done_is_no_error_the_answer_was_whole() -> None:
