@@ -154,6 +154,8 @@ def _simulator(settings: Settings) -> tuple[_EmbeddedServer, str]:
     from gateway.sim import SimConfig, create_sim_app
 
     port = free_loopback_port()
+    while port == settings.port:  # the OS may hand out the gateway's own port, not yet bound
+        port = free_loopback_port()
     app = create_sim_app(SimConfig(served_model_name=settings.served_model))
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
