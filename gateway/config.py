@@ -23,6 +23,14 @@ def default_database_url() -> str:
     return f"sqlite+aiosqlite:///{base / 'gateway.db'}"
 
 
+def comma_list(value: object) -> object:
+    """A comma-separated string (an environment variable's value) as a tuple of its stripped parts;
+    anything else as it is."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
 class Settings(BaseSettings):
     """Runtime configuration of one gateway process.
 
@@ -39,6 +47,11 @@ class Settings(BaseSettings):
         "None: `serve` starts the built-in simulator on loopback.",
     )
     served_model: str = Field(default="deepseek-v4-flash-0731", description="vLLM --served-model-name")
+    model_aliases: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Comma-separated model names or globs (claude-*, gpt-5*) that mean the served model, "
+        "for clients that insist on their own model names (gateway.aliases)",
+    )
     slots: int = Field(default=2, ge=1, description="Requests in flight upstream; vLLM --max-num-seqs")
     queue_max: int = Field(default=64, ge=0, description="Requests allowed to wait for a slot")
     queue_timeout_s: float = Field(default=600.0, gt=0, description="Longest wait for a slot")
@@ -205,18 +218,15 @@ class Settings(BaseSettings):
             )
         return self
 
-    @field_validator("jwt_idp_algorithms", mode="before")
+    @field_validator("jwt_idp_algorithms", "model_aliases", mode="before")
     @classmethod
-    def _split_algorithms(cls, value: object) -> object:
-        if isinstance(value, str):
-            return tuple(part.strip() for part in value.split(",") if part.strip())
-        return value
+    def _split_list(cls, value: object) -> object:
+        return comma_list(value)
 
     @field_validator("reasoning_fields", mode="before")
     @classmethod
     def _split_fields(cls, value: object) -> object:
-        if isinstance(value, str):
-            value = tuple(part.strip() for part in value.split(",") if part.strip())
+        value = comma_list(value)
         if not value:
             raise ValueError("at least one reasoning field name is required")
         return value

@@ -48,6 +48,7 @@ CATALOGUE: Mapping[str, ErrorKind] = {
     "admin_required": ErrorKind(403, "permission_error", _INFO),
     "model_not_allowed": ErrorKind(403, "permission_error", _INFO),
     "model_not_found": ErrorKind(404, _INVALID, _INFO),
+    "response_not_found": ErrorKind(404, _INVALID, _INFO),  # a stored response not the key's
     # the admin API
     "key_not_found": ErrorKind(404, _INVALID, _INFO),
     "key_exists": ErrorKind(409, _INVALID, _INFO),

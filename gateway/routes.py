@@ -8,7 +8,12 @@ Admin routes need the ``admin`` scope. Any other path is a 404 in OpenAI shape, 
 =======================================  ======  ============================================
 ``POST /v1/chat/completions``            key     proxied, stream and non-stream (dialect: chat)
 ``POST /v1/completions``                 key     proxied (dialect: text completions)
-``GET  /v1/models``                      key     the upstream's list, filtered by the key
+``POST /v1/responses``                   key     proxied, stream and non-stream (dialect: Responses)
+``GET|DELETE /v1/responses/{id}``        key     a stored response, the creating key's only
+``POST /v1/responses/{id}/cancel``       key     the same
+``POST /v1/messages``                    key     proxied, stream and non-stream (dialect: Anthropic)
+``POST /v1/messages/count_tokens``       key     the prompt's tokens (no slot)
+``GET  /v1/models``, ``/v1/models/{id}`` key     the upstream's list, filtered by the key, and aliases
 ``/admin/keys`` (CRUD, rotate)           admin   API keys (:mod:`gateway.admin.keys`)
 ``GET  /admin/{status,audit,usage,…}``   admin   slots, audit trail, ledger (:mod:`gateway.admin.reads`)
 ``GET  /health``, ``GET /ready``         public  process up; upstream answers (503 while draining)
@@ -28,8 +33,10 @@ from gateway.admin import keys, reads
 from gateway.dialects.base import Dialect
 from gateway.dialects.chat import CHAT
 from gateway.dialects.completions import COMPLETIONS
+from gateway.dialects.messages import COUNT_TOKENS, MESSAGES, CountTokensRequest, MessagesRequest
 from gateway.dialects.openai import OPENAI
-from gateway.http import health, inference, metrics_route
+from gateway.dialects.responses import RESPONSES, ResponsesRequest
+from gateway.http import health, inference, metrics_route, stored
 from gateway.http.auth import admin_for, principal_for, public_limit
 from gateway.http.openapi import documented
 from gateway.openai_api import ChatCompletionRequest, CompletionRequest
@@ -56,14 +63,27 @@ class Route:
     tags: tuple[str, ...] = ()
 
 
-_KEYS, _ADMIN, _OPENAI = ("admin: keys",), ("admin",), ("openai",)
+_KEYS, _ADMIN, _OPENAI, _ANTHROPIC = ("admin: keys",), ("admin",), ("openai",), ("anthropic",)
+_RESPONSE = "/v1/responses/{response_id}"
 ROUTES = (
     Route("POST", CHAT.route, inference.inference(CHAT), "Create a chat completion (OpenAI-compatible)",
           dialect=CHAT, openapi_extra=documented(ChatCompletionRequest, streams=True), tags=_OPENAI),
     Route("POST", COMPLETIONS.route, inference.inference(COMPLETIONS),
           "Create a text completion (OpenAI-compatible)",
           dialect=COMPLETIONS, openapi_extra=documented(CompletionRequest, streams=True), tags=_OPENAI),
+    Route("POST", RESPONSES.route, inference.inference(RESPONSES), "Create a response (OpenAI Responses API)",
+          dialect=RESPONSES, openapi_extra=documented(ResponsesRequest, streams=True), tags=_OPENAI),
+    Route("GET", _RESPONSE, stored.get_response, "A stored response this key created", tags=_OPENAI),
+    Route("DELETE", _RESPONSE, stored.delete_response, "Forget a stored response this key created",
+          tags=_OPENAI),
+    Route("POST", _RESPONSE + "/cancel", stored.cancel_response, "Cancel a response this key created",
+          tags=_OPENAI),
+    Route("POST", MESSAGES.route, inference.inference(MESSAGES), "Create a message (Anthropic Messages API)",
+          dialect=MESSAGES, openapi_extra=documented(MessagesRequest, streams=True), tags=_ANTHROPIC),
+    Route("POST", COUNT_TOKENS.route, inference.count_tokens, "Count a message's input tokens (Anthropic)",
+          dialect=COUNT_TOKENS, openapi_extra=documented(CountTokensRequest), tags=_ANTHROPIC),
     Route("GET", "/v1/models", inference.list_models, "List the models this key may use", tags=_OPENAI),
+    Route("GET", "/v1/models/{model_id}", inference.get_model, "One model this key may use", tags=_OPENAI),
     Route("POST", "/admin/keys", keys.create_key, "Create a key (the secret is returned once)",
           admin=True, status_code=201, openapi_extra=documented(keys.KeyCreate), tags=_KEYS),
     Route("GET", "/admin/keys", keys.list_keys, "List keys (no secrets)", admin=True, tags=_KEYS),

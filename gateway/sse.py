@@ -11,6 +11,8 @@ import re
 # An event ends at a blank line: two line terminators in a row (CRLF, LF or CR each).
 _EVENT_END = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r(?!\n))")
 DONE = b"[DONE]"
+#: An SSE comment that keeps an idle stream open (clients ignore comment lines).
+KEEP_ALIVE_COMMENT = b": keep-alive\n\n"
 
 
 #: Default bound of one event's size, bytes (see :class:`SSEDecoder`).
@@ -89,6 +91,15 @@ def _lone_data_line(data: bytes) -> bool:
         and data.endswith(b"\n\n")
         and b"\r" not in data
     )
+
+
+def event_name(event: bytes) -> bytes | None:
+    """The event's ``event`` field (its type: ``message_stop``, ``response.completed``), or None."""
+    for line in event.splitlines():
+        if line.startswith(b"event:"):
+            value = line[6:]
+            return value[1:] if value.startswith(b" ") else value
+    return None
 
 
 def event_data(event: bytes) -> bytes | None:

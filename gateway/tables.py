@@ -1,4 +1,5 @@
-"""The gateway's tables: API keys, the audit trail and the usage ledger, on one declarative base.
+"""The gateway's tables: API keys, the audit trail, the usage ledger and stored responses' owners, on
+one declarative base.
 
 Read and written by :mod:`gateway.auth.store`, :mod:`gateway.auth.audit` and
 :mod:`gateway.telemetry.ledger`; created by :func:`gateway.db.open_engine`. Times are stored
@@ -91,3 +92,14 @@ class UsageRow(Base):
     e2e_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     spec: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     spec_candidates: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+
+
+class ResponseOwnerRow(Base):
+    """Which key created a response the backend stores (the Responses API's ``store``): only that key
+    may read, continue (``previous_response_id``), cancel or delete it. No response content."""
+
+    __tablename__ = "response_owners"
+
+    response_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(40), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -105,6 +105,7 @@ class GroupBy(StrEnum):
     day = "day"
     key = "key"
     model = "model"
+    route = "route"
 
 
 @app.command()
@@ -113,7 +114,7 @@ def usage(
     since: Annotated[
         str | None, typer.Option(help="The last DURATION (e.g. 7d), or since an ISO date")
     ] = None,
-    group_by: Annotated[GroupBy, typer.Option(help="Group totals by day, key or model")] = GroupBy.key,
+    group_by: Annotated[GroupBy, typer.Option(help="Group totals by day, key, model or route")] = GroupBy.key,
     database_url: DatabaseOpt = None,
 ) -> None:
     """Token usage from the local ledger (GATEWAY_DATABASE_URL), as a table."""

@@ -1,6 +1,6 @@
 """The dialect seam: what differs between the client APIs the gateway speaks, behind one interface.
 
-A dialect (OpenAI chat completions, text completions; later the Responses API and Anthropic
+A dialect (OpenAI chat completions, text completions, the OpenAI Responses API, Anthropic
 Messages) is one small module implementing :class:`Dialect`. The pipeline (:mod:`gateway.proxy`) —
 admission, limits, relay, disconnect handling, telemetry — is written once against it and knows no
 dialect. The shape follows Envoy AI Gateway's translators: a request body in, the upstream body
@@ -48,6 +48,9 @@ class Context:
     observe: Callable[[Observation], None]
     observe_answer: Callable[[Observation], None]
     telemetry: Callable[[], dict[str, Any]] | None = None
+    #: ``claim(response_id)``: the response the backend stores under this id is the caller's
+    #: (the Responses API's ``store``; :class:`~gateway.response_owners.ResponseOwners`).
+    claim: Callable[[str], None] = lambda _id: None
 
 
 class Translator(Protocol):
@@ -57,12 +60,19 @@ class Translator(Protocol):
     payload (None if it has none) and returns the events to send the client (unchanged ones byte for
     byte); ``answer`` takes a whole non-stream body and returns the client's. Both report what they
     saw to the context (``observe``, ``observe_answer``) and raise :class:`MalformedResponseError`
-    for a chunk or body that is not the API's shape.
+    for a chunk or body that is not the API's shape. ``ends(event, data)``: whether the event is the
+    stream's last (OpenAI's ``[DONE]``, Anthropic's ``message_stop``, the Responses API's
+    ``response.completed``): a stream that stops before it broke. ``error_event(error)``: the error
+    as one SSE event of this API, ending a stream that broke after it started.
     """
+
+    def ends(self, event: bytes, data: bytes | None) -> bool: ...
 
     def step(self, event: bytes, data: bytes | None) -> list[bytes]: ...
 
     def answer(self, body: bytes) -> bytes: ...
+
+    def error_event(self, error: GatewayError) -> bytes: ...
 
 
 @dataclass(slots=True)
@@ -73,7 +83,8 @@ class Prepared:
     bytes object, not a tree the cyclic GC walks); ``output_budget``: the most tokens it may generate
     per sequence (None: the backend's default), named ``output_param`` in the client's API, checked
     against the KV pool; ``sequences``: how many the backend runs for it (OpenAI's ``n``), each
-    taking a slot.
+    taking a slot; ``previous_response_id``: a stored response it continues, which must be the
+    caller's (the Responses API).
     """
 
     body: bytes
@@ -82,13 +93,16 @@ class Prepared:
     output_param: str
     sequences: int
     translator: Translator
+    previous_response_id: str | None = None
 
 
 class Dialect(Protocol):
     """One client API.
 
     - ``route``: its path at the gateway (the telemetry record's ``route``); ``upstream_path``: where
-      vLLM serves it.
+      vLLM serves it; ``api``: its short name (the ``api`` label of metrics and ledger rows);
+      ``keep_alive``: what an idle stream is sent to keep proxies from cutting it (an SSE comment,
+      or Anthropic's ``ping`` event).
     - ``credentials(headers)``: the caller's secret (key or JWT) from the request headers; raises 401
       ``invalid_api_key`` when there is none or it is malformed.
     - ``parse(body)``: the parsed JSON body (:mod:`gateway.json_limits`) validated into
@@ -96,12 +110,15 @@ class Dialect(Protocol):
     - ``prepare(parsed, context)``: normalised for vLLM serving DeepSeek-V4 (thinking controls, field
       names, usage always asked for) under the field policy; raises 400 for values it can't honour
       or fields the key may not set.
-    - ``error_body(error)`` / ``error_event(error)``: the error as this API shows it, as a JSON body
-      (before the response started) or as one SSE event (after).
+    - ``forwarded(headers)``: the request headers that go on to vLLM (Anthropic's API version).
+    - ``error_body(error)``: the error as this API shows it, as a JSON body (before the response
+      started; after, the translator's ``error_event``).
     """
 
     route: str
     upstream_path: str
+    api: str
+    keep_alive: bytes
 
     def __hash__(self) -> int: ...
 
@@ -111,6 +128,6 @@ class Dialect(Protocol):
 
     def prepare(self, parsed: Parsed, context: Context) -> Prepared: ...
 
-    def error_body(self, error: GatewayError) -> dict[str, Any]: ...
+    def forwarded(self, headers: Mapping[str, str]) -> dict[str, str]: ...
 
-    def error_event(self, error: GatewayError) -> bytes: ...
+    def error_body(self, error: GatewayError) -> dict[str, Any]: ...

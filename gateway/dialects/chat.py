@@ -21,6 +21,7 @@ class ChatCompletions(OpenAIDialect):
 
     route = "/v1/chat/completions"
     upstream_path = "/v1/chat/completions"
+    api = "chat"
     request_model = ChatCompletionRequest
 
     def prepare(self, parsed: Parsed, context: Context) -> Prepared:

@@ -19,6 +19,7 @@ class TextCompletions(OpenAIDialect):
 
     route = "/v1/completions"
     upstream_path = "/v1/completions"
+    api = "completions"
     request_model = CompletionRequest
 
     def prepare(self, parsed: Parsed, context: Context) -> Prepared:

@@ -22,6 +22,7 @@ from gateway.openai_api.fields import check_fields
 from gateway.openai_api.normalize import Normalized
 from gateway.openai_api.rewrite import StreamRewriter, json_object, observation, rewrite_body
 from gateway.reasoning.policy import ReasoningPolicy, SplitMode
+from gateway.sse import DONE, KEEP_ALIVE_COMMENT
 
 
 def bearer_token(header: str | None) -> str:
@@ -52,6 +53,8 @@ class OpenAIDialect:
 
     route = ""
     upstream_path = ""
+    api = "openai"
+    keep_alive = KEEP_ALIVE_COMMENT
     request_model: type[InferenceRequest] = InferenceRequest
 
     def credentials(self, headers: Mapping[str, str]) -> str:
@@ -61,8 +64,9 @@ class OpenAIDialect:
     def error_body(self, error: GatewayError) -> dict[str, Any]:
         return error_body(error)
 
-    def error_event(self, error: GatewayError) -> bytes:
-        return b"data: " + json_codec.dumps(error_body(error)) + b"\n\n"
+    def forwarded(self, headers: Mapping[str, str]) -> dict[str, str]:
+        """No request header goes on to vLLM (it is sent ``x-request-id`` only)."""
+        return {}
 
     def parse(self, body: dict[str, Any]) -> Parsed:
         """``body`` validated by :attr:`request_model`; 400 ``invalid_request`` naming the first bad field."""
@@ -133,6 +137,14 @@ class OpenAITranslator:
         self._view = view
         self._context = context
         self._stream = StreamRewriter(policy, context.traits, view, context.observe)
+
+    def ends(self, event: bytes, data: bytes | None) -> bool:
+        """``data: [DONE]``."""
+        return data == DONE
+
+    def error_event(self, error: GatewayError) -> bytes:
+        """OpenAI's error object as one ``data:`` event (what the OpenAI SDKs raise on)."""
+        return b"data: " + json_codec.dumps(error_body(error)) + b"\n\n"
 
     def step(self, event: bytes, data: bytes | None) -> list[bytes]:
         """One upstream SSE event: :meth:`StreamRewriter.step`."""

@@ -1,5 +1,5 @@
 """The inference routes' handlers: each returns the response that runs its request
-(:class:`~gateway.proxy.respond.ExchangeResponse`), and ``GET /v1/models``.
+(:class:`~gateway.proxy.respond.ExchangeResponse`); Anthropic's ``count_tokens``; the model list.
 
 The handlers take no body parameter: the exchange reads and parses the body itself, after
 authentication (FastAPI would parse a body parameter before the route's dependencies). Their OpenAPI
@@ -8,7 +8,7 @@ request body is generated from the dialect's request model (:func:`gateway.http.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -16,8 +16,11 @@ from starlette.responses import Response
 
 from gateway import json_codec
 from gateway.dialects.base import Dialect
+from gateway.dialects.messages import COUNT_TOKENS
+from gateway.errors import GatewayError
+from gateway.proxy.body import body_bounds, read_json
 from gateway.proxy.pipeline import Pipeline
-from gateway.proxy.respond import ExchangeResponse
+from gateway.proxy.respond import INFERENCE, ExchangeResponse
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -33,15 +36,70 @@ def inference(dialect: Dialect) -> Endpoint:
     return endpoint
 
 
-async def list_models(request: Request) -> dict[str, Any]:
-    """``GET /v1/models``: the upstream's list, filtered by the key's model allow-list."""
+async def forward(
+    pipeline: Pipeline,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    answer_headers: Mapping[str, str] | None = None,
+) -> Response:
+    """``method path`` sent upstream; its JSON answer returned with its status and ``answer_headers``
+    (an error status raises :class:`GatewayError`, answered in the route's dialect)."""
+    upstream = await pipeline.upstream.open(method, path, body, headers)
+    try:
+        data = await upstream.read()
+    finally:
+        upstream.close()
+    return Response(data, status_code=upstream.status, headers=answer_headers, media_type="application/json")
+
+
+async def count_tokens(request: Request) -> Response:
+    """``POST /v1/messages/count_tokens``: the prompt's tokens, counted by vLLM. No slot (nothing is
+    generated), but one request against the key's requests per minute."""
     pipeline: Pipeline = request.app.state.pipeline
+    principal = request.state.principal
+    settings = pipeline.settings
+    ticket = await pipeline.limits.count(principal)
+    body, _ = await read_json(request, body_bounds(settings, settings.max_body_bytes, INFERENCE))
+    pipeline.resolve_model(body)
+    parsed = COUNT_TOKENS.parse(body)
+    pipeline.check_model(principal, parsed.model)
+    payload = COUNT_TOKENS.normalize(parsed, principal, settings)
+    headers = {**COUNT_TOKENS.forwarded(request.headers), "x-request-id": request.state.request_id}
+    return await forward(
+        pipeline, "POST", COUNT_TOKENS.upstream_path, json_codec.dumps(payload), headers, ticket.headers
+    )
+
+
+async def list_models(request: Request) -> dict[str, Any]:
+    """``GET /v1/models``: the upstream's list, filtered by the key's model allow-list, with the
+    served model's exact aliases (``GATEWAY_MODEL_ALIASES``) listed as models of their own."""
+    pipeline: Pipeline = request.app.state.pipeline
+    principal = request.state.principal
+    listing = await _models(pipeline)
+    cards = [m for m in listing.get("data", []) if isinstance(m, dict) and principal.may_use(m.get("id", ""))]
+    served = next((m for m in cards if m.get("id") == pipeline.settings.served_model), None)
+    if served is not None:
+        cards += [{**served, "id": alias, "root": served.get("id")} for alias in pipeline.aliases.listed()]
+    listing["data"] = cards
+    return listing
+
+
+async def get_model(request: Request) -> dict[str, Any]:
+    """``GET /v1/models/{model_id}``: one model card of :func:`list_models` (404 for any other id)."""
+    model_id = request.path_params["model_id"]
+    for card in (await list_models(request))["data"]:
+        if card.get("id") == model_id:
+            return dict(card)
+    raise GatewayError("model_not_found", f"The model `{model_id}` does not exist.", param="model")
+
+
+async def _models(pipeline: Pipeline) -> dict[str, Any]:
     response = await pipeline.upstream.open("GET", "/v1/models")
     try:
         listing = await response.read()
     finally:
         response.close()
     data = json_codec.loads(listing)
-    principal = request.state.principal
-    data["data"] = [m for m in data.get("data", []) if principal.may_use(m.get("id", ""))]
-    return dict(data)
+    return data if isinstance(data, dict) else {"object": "list", "data": []}

@@ -117,6 +117,11 @@ def apply_thinking(payload: dict[str, Any], thinking: Thinking) -> None:
     """
     payload.pop("thinking", None)
     payload.pop("reasoning_effort", None)
+    set_template_thinking(payload, thinking)
+
+
+def set_template_thinking(payload: dict[str, Any], thinking: Thinking) -> None:
+    """Write ``thinking`` into ``payload["chat_template_kwargs"]`` (in place; other template kwargs stay)."""
     kwargs = dict(payload.get("chat_template_kwargs") or {})
     kwargs.pop("enable_thinking", None)
     kwargs["thinking"] = thinking.on

@@ -15,6 +15,7 @@ one whose body never arrived or was invalid too.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
@@ -38,7 +39,13 @@ class Exchange:
     set by whoever answers, before the exchange ends."""
 
     def __init__(
-        self, pipeline: Pipeline, dialect: Dialect, principal: Principal, request_id: str, telemetry: bool
+        self,
+        pipeline: Pipeline,
+        dialect: Dialect,
+        principal: Principal,
+        request_id: str,
+        telemetry: bool,
+        forwarded: Mapping[str, str],
     ) -> None:
         self.pipeline = pipeline
         self.dialect = dialect
@@ -49,10 +56,12 @@ class Exchange:
             key_name=principal.name,
             model="unknown",
             route=dialect.route,
+            api=dialect.api,
             stream=False,
             k=pipeline.settings.spec_k,
         )
         self._telemetry = telemetry
+        self._headers = {**forwarded, "x-request-id": request_id}
         self.ticket: Ticket | None = None
         self.waiter: Waiter | None = None
         self.lease: Lease | None = None
@@ -87,12 +96,14 @@ class Exchange:
         if not self.complete:
             self.status, self.client_gone = 499, True
 
-    def prepare(self, body: dict[str, Any], size: int) -> Prepared:
-        """Validate the parsed body (400, 404 / 403 for the model, 400 ``context_length_exceeded``)
-        and normalise it for the backend, in the exchange's dialect. ``size``: the body's bytes, the
+    async def prepare(self, body: dict[str, Any], size: int) -> Prepared:
+        """Validate the parsed body (400, 404 / 403 for the model — an alias means the served one —,
+        400 ``context_length_exceeded``, 404 for a ``previous_response_id`` not the key's) and
+        normalise it for the backend, in the exchange's dialect. ``size``: the body's bytes, the
         prompt estimate's base (~4 bytes of JSON a token)."""
         pipeline, record = self.pipeline, self.recorder.record
         self._prompt_estimate = max(1, size // 4)
+        pipeline.resolve_model(body)
         parsed = self.dialect.parse(body)
         served = parsed.model == pipeline.settings.served_model
         record.model = parsed.model if served else "unknown"  # a bounded metrics label
@@ -106,11 +117,18 @@ class Exchange:
             recorder.observe,
             recorder.observe_answer,
             (lambda: recorder.snapshot().client_view()) if self._telemetry else None,
+            self._claim,
         )
         prepared = self.dialect.prepare(parsed, context)
         pipeline.check_budget(prepared.output_budget, prepared.output_param)
+        if prepared.previous_response_id is not None:
+            await pipeline.check_owner(self.principal, prepared.previous_response_id, "previous_response_id")
         self._sequences = prepared.sequences
         return prepared
+
+    def _claim(self, response_id: str) -> None:
+        if self.pipeline.owners is not None:
+            self.pipeline.owners.claim(response_id, self.principal.key_id)
 
     async def count(self) -> None:
         """Count the request against its key's requests per minute (429 when spent), before its body
@@ -165,9 +183,8 @@ class Exchange:
         pipeline = self.pipeline
         if pipeline.wants_counters():  # one loopback scrape (ms) before the request decodes
             self._before = await pipeline.backend.scrape(COUNTERS, timeout_s=1.0)
-        headers = {"x-request-id": self.recorder.record.request_id}
         self.upstream = await pipeline.upstream.open(
-            "POST", self.dialect.upstream_path, prepared.body, headers
+            "POST", self.dialect.upstream_path, prepared.body, self._headers
         )
         return self.upstream
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.admission import Admission
+from gateway.aliases import ModelAliases
 from gateway.auth.principal import Principal
 from gateway.config import Settings
 from gateway.errors import GatewayError
@@ -36,9 +37,21 @@ class Scraper(Protocol):
     async def scrape(self, names: tuple[str, ...], timeout_s: float = 2.0) -> dict[str, float] | None: ...
 
 
+class Owners(Protocol):
+    """Which key created which stored response (:class:`~gateway.response_owners.ResponseOwners`)."""
+
+    def claim(self, response_id: str, key_id: str) -> None: ...
+
+    async def owner(self, response_id: str) -> str | None: ...
+
+    async def forget(self, response_id: str) -> None: ...
+
+
 @dataclass(slots=True)
 class Pipeline:
-    """The shared parts of forwarding. ``background`` holds the recording tasks still running."""
+    """The shared parts of forwarding. ``background`` holds the recording tasks still running;
+    ``owners`` remembers which key created which stored response (None: not tracked, as in the
+    in-memory test pipelines that serve no Responses API)."""
 
     upstream: Upstream
     admission: Admission
@@ -46,8 +59,19 @@ class Pipeline:
     sink: Sink
     backend: Scraper
     limits: RateLimiter
+    owners: Owners | None = None
     traits: UpstreamTraits = field(default_factory=UpstreamTraits)
     background: set[asyncio.Task[None]] = field(default_factory=set)
+    aliases: ModelAliases = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.aliases = ModelAliases(self.settings.served_model, self.settings.model_aliases)
+
+    def resolve_model(self, body: dict[str, Any]) -> None:
+        """Write the served model's name over a model alias in ``body["model"]`` (in place)."""
+        model = body.get("model")
+        if isinstance(model, str):
+            body["model"] = self.aliases.resolve(model)
 
     def check_model(self, principal: Principal, model: str) -> None:
         """404 ``model_not_found`` for a model not served, 403 ``model_not_allowed`` for one the key may
@@ -57,6 +81,15 @@ class Pipeline:
         if not principal.may_use(model):
             message = f"This API key may not use the model `{model}`."
             raise GatewayError("model_not_allowed", message, param="model")
+
+    async def check_owner(self, principal: Principal, response_id: str, param: str) -> None:
+        """404 ``response_not_found`` unless ``principal``'s key created the stored response
+        ``response_id`` (any other key must not learn it exists)."""
+        owner = await self.owners.owner(response_id) if self.owners is not None else None
+        if owner != principal.key_id:
+            raise GatewayError(
+                "response_not_found", f"Response with id '{response_id}' not found.", param=param
+            )
 
     def check_budget(self, budget: int | None, param: str) -> None:
         """400 ``context_length_exceeded`` for an output budget no KV pool of this backend could hold."""

@@ -1,9 +1,11 @@
 """Streaming relay: upstream SSE events to the client as they arrive.
 
 Events go through the dialect's translator as soon as each is complete (unchanged ones byte for
-byte); what one upstream read completes goes to the client in one write. A stream must end with
-``data: [DONE]``; if upstream breaks or ends without it, the client gets one error event in its
-dialect and the stream ends — never a silent clean end that looks complete.
+byte); what one upstream read completes goes to the client in one write. A stream must end with its
+API's last event (OpenAI's ``data: [DONE]``, Anthropic's ``message_stop``, the Responses API's
+``response.completed``: the translator's ``ends``); if upstream breaks or ends without it, the client
+gets one error event in its dialect and the stream ends — never a silent clean end that looks
+complete.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import sys
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
+from gateway.dialects.base import Translator
 from gateway.errors import GatewayError, MalformedResponseError
 from gateway.proxy.upstream import UpstreamResponse
-from gateway.sse import DONE, MAX_EVENT_BYTES, EventTooLargeError, SSEDecoder
+from gateway.sse import MAX_EVENT_BYTES, EventTooLargeError, SSEDecoder
 
 #: Event-loop steps a releasing request yields so the next one reaches the backend first
 #: (:func:`let_waiter_send`). In the first, the granted waiter runs up to aiohttp's body write;
@@ -26,16 +29,6 @@ from gateway.sse import DONE, MAX_EVENT_BYTES, EventTooLargeError, SSEDecoder
 #: and sending of the answer before it; with two, 0.14 ms, and the slot idle gap p50 1.04 -> 0.85 ms.
 HANDOFF_STEPS = 1 if sys.version_info >= (3, 12) else 2
 
-#: Headers of every relayed stream. ``X-Accel-Buffering: no`` keeps nginx-style proxies from buffering.
-STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-#: The SSE comment sent after ``GATEWAY_KEEP_ALIVE_S`` seconds without a byte to the client.
-KEEP_ALIVE = b": keep-alive\n\n"
-
-#: One whole upstream SSE event and its ``data`` payload (None if it has none) in, the events to send
-#: the client out (see ``StreamRewriter.step``).
-Rewrite = Callable[[bytes, bytes | None], list[bytes]]
-
 
 def _broken(detail: str) -> GatewayError:
     return GatewayError("upstream_stream_error", f"The model server stream broke: {detail}")
@@ -43,7 +36,7 @@ def _broken(detail: str) -> GatewayError:
 
 @dataclass(slots=True)
 class RelayOutcome:
-    """How the relay ended: ``done`` once ``[DONE]`` went to the client (a client may hang up right after
+    """How the relay ended: ``done`` once the last event went to the client (a client may hang up right after
     it: that is a complete response); ``error`` is the error sent instead of ``[DONE]``, if any."""
 
     done: bool = False
@@ -51,20 +44,25 @@ class RelayOutcome:
 
 
 class EventPipe:
-    """Upstream body bytes in, the bytes for the client out: whole SSE events through ``rewrite``,
-    the events one upstream read completes joined for one write.
+    """Upstream body bytes in, the bytes for the client out: whole SSE events through the
+    ``translator``, the events one upstream read completes joined for one write.
 
-    ``release`` is called when ``[DONE]`` arrives (the upstream has finished the sequence), before it
-    is rewritten; it returns whether the slot went to a waiting request. :meth:`feed` raises
+    ``release`` is called when the last event arrives (the upstream has finished the sequence),
+    before it is rewritten; it returns whether the slot went to a waiting request. :meth:`feed` raises
     :class:`MalformedResponseError` or :class:`EventTooLargeError`; the events completed before the
     failure stay in :attr:`ready` (they go on before the error event).
     """
 
     def __init__(
-        self, rewrite: Rewrite, outcome: RelayOutcome, max_event_bytes: int, release: Callable[[], bool]
+        self,
+        translator: Translator,
+        outcome: RelayOutcome,
+        max_event_bytes: int,
+        release: Callable[[], bool],
     ) -> None:
         self._decoder = SSEDecoder(max_event_bytes)
-        self._rewrite = rewrite
+        self._ends = translator.ends
+        self._rewrite = translator.step
         self._outcome = outcome
         self._release = release
         self.ready: list[bytes] = []
@@ -74,7 +72,7 @@ class EventPipe:
         handed_on = False
         ready = self.ready
         for event, payload in self._decoder.feed_payloads(data):
-            if payload == DONE:
+            if self._ends(event, payload):
                 self._outcome.done = True  # set before it is sent: a client may hang up as soon as it has it
                 handed_on = self._release()
             ready += self._rewrite(event, payload)
@@ -95,9 +93,9 @@ class EventPipe:
 
     def ended(self, error: GatewayError | None) -> GatewayError | None:
         """The stream's error when the upstream body ended (``error``: how it broke, else None): an end
-        without ``[DONE]`` is one too."""
+        before the last event is one too."""
         if error is None and not self._outcome.done:
-            return _broken("ended without [DONE]")
+            return _broken("ended before its last event")
         return error
 
 
@@ -110,22 +108,22 @@ async def let_waiter_send() -> None:
 
 async def relay_events(
     response: UpstreamResponse,
-    rewrite: Rewrite,
+    translator: Translator,
     outcome: RelayOutcome,
     max_event_bytes: int = MAX_EVENT_BYTES,
     release: Callable[[], bool] = lambda: False,
 ) -> AsyncGenerator[bytes, None]:
-    """Yield the upstream's SSE events through ``rewrite``, the events one upstream read completes
+    """Yield the upstream's SSE events through the ``translator``, the events one upstream read completes
     joined in one item (one write to the client, not one per event: at saturation a read holds
     several). A broken or truncated stream ends with its error in ``outcome`` (for the caller to send
     in the client's dialect): 504 ``upstream_timeout`` when the read timeout ran out, else 502
     ``upstream_stream_error`` (reset, malformed chunk, an event over ``max_event_bytes``, or an end
-    without ``[DONE]``); events completed before the failure are still yielded, and a failure after
-    ``[DONE]`` is none. ``release`` is called
-    when ``[DONE]`` arrives (see :class:`EventPipe`); if a waiting request got the slot, it is let send
-    its request before this one's ``[DONE]`` goes on. Pure asyncio: the caller sends what it yields.
+    before the last event); events completed before the failure are still yielded, and a failure
+    after the last event is none. ``release`` is called when the last event arrives (see
+    :class:`EventPipe`); if a waiting request got the slot, it is let send its request before this
+    one's last event goes on. Pure asyncio: the caller sends what it yields.
     """
-    pipe = EventPipe(rewrite, outcome, max_event_bytes, release)
+    pipe = EventPipe(translator, outcome, max_event_bytes, release)
     try:
         async for chunk in response.chunks():
             if pipe.feed(chunk):
@@ -138,7 +136,7 @@ async def relay_events(
         outcome.error = pipe.failed(exc)
     else:
         outcome.error = pipe.ended(None)
-    if outcome.done:  # the client has the whole answer: what broke after [DONE] is not its business
+    if outcome.done:  # the client has the whole answer: what broke after its end is not its business
         outcome.error = None
     if pipe.ready:
         yield pipe.take()

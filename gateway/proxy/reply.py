@@ -2,11 +2,12 @@
 
 Before anything was sent, a request can still be answered with any status (a JSON answer or an
 error in the client's dialect); once an event stream has started, failures become an error event in
-that dialect and the stream ends. While a stream is open and nothing else is sent, ``: keep-alive``
-comments go out every ``keep_alive_s`` seconds (a 1M-token prefill takes ~18 minutes before its
-first token; idle-timeout proxies would cut it): a watchdog task beside the stream sends them, so a
-relayed chunk costs one clock read, not a timer. Every message goes under one lock, so a comment
-never lands inside or after the last message.
+that dialect and the stream ends. While a stream is open and nothing else is sent, the dialect's
+keep-alive (a ``: keep-alive`` comment; Anthropic's ``ping`` event) goes out every ``keep_alive_s``
+seconds (a 1M-token prefill takes ~18 minutes before its first token; idle-timeout proxies would
+cut it): a watchdog task beside the stream sends them, so a relayed chunk costs one clock read, not
+a timer. Every message goes under one lock, so a keep-alive never lands inside or after the last
+message.
 """
 
 from __future__ import annotations
@@ -18,13 +19,11 @@ from collections.abc import Mapping
 from starlette.types import Send
 
 from gateway import json_codec
-from gateway.dialects.base import Dialect
+from gateway.dialects.base import Dialect, Translator
 from gateway.errors import GatewayError
 
 #: Headers of every relayed stream. ``X-Accel-Buffering: no`` keeps nginx-style proxies from buffering.
 STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-#: The SSE comment sent after ``GATEWAY_KEEP_ALIVE_S`` seconds without a byte to the client.
-KEEP_ALIVE = b": keep-alive\n\n"
 
 
 def _headers(
@@ -38,7 +37,9 @@ def _headers(
 
 
 class Reply:
-    """Writes one response through ``send``. ``status`` is the status it started with (None before)."""
+    """Writes one response through ``send``. ``status`` is the status it started with (None before);
+    ``translator`` writes a stream's error event (set once the request is prepared: a stream starts
+    only after that)."""
 
     def __init__(self, send: Send, dialect: Dialect, keep_alive_s: float) -> None:
         self._send = send
@@ -50,6 +51,7 @@ class Reply:
         self._watchdog: asyncio.Task[None] | None = None
         self.status: int | None = None
         self.ended = False
+        self.translator: Translator | None = None
 
     @property
     def streaming(self) -> bool:
@@ -74,7 +76,8 @@ class Reply:
             body = json_codec.dumps(self._dialect.error_body(error))
             await self.json(error.status, body, error.headers)
             return
-        await self.events(self._dialect.error_event(error))
+        assert self.translator is not None  # a stream starts only once its request is prepared
+        await self.events(self.translator.error_event(error))
         await self.end()
 
     async def left(self) -> None:
@@ -112,7 +115,7 @@ class Reply:
             self._watchdog.cancel()
 
     async def _keep_alive(self) -> None:
-        every_s, loop = self._keep_alive_s, self._loop
+        every_s, loop, keep_alive = self._keep_alive_s, self._loop, self._dialect.keep_alive
         with contextlib.suppress(OSError):  # the client has gone: the exchange finds out itself
             while True:
                 await asyncio.sleep(max(0.0, self._last_sent + every_s - loop.time()))
@@ -121,6 +124,6 @@ class Reply:
                         return
                     if loop.time() - self._last_sent >= every_s:
                         await self._send(
-                            {"type": "http.response.body", "body": KEEP_ALIVE, "more_body": True}
+                            {"type": "http.response.body", "body": keep_alive, "more_body": True}
                         )
                         self._last_sent = loop.time()

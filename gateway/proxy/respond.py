@@ -62,14 +62,18 @@ class ExchangeResponse(Response):
         reply = Reply(send, self.dialect, settings.keep_alive_s)
         telemetry = request.headers.get("x-gateway-telemetry") == "1"
         request_id = scope["state"]["request_id"]
-        async with Exchange(pipeline, self.dialect, self.principal, request_id, telemetry) as exchange:
+        forwarded = self.dialect.forwarded(request.headers)
+        async with Exchange(
+            pipeline, self.dialect, self.principal, request_id, telemetry, forwarded
+        ) as exchange:
             try:
                 try:
                     await exchange.count()
                     body, size = await read_json(
                         request, body_bounds(settings, settings.max_body_bytes, INFERENCE)
                     )
-                    prepared = exchange.prepare(body, size)
+                    prepared = await exchange.prepare(body, size)
+                    reply.translator = prepared.translator
                     await unless_disconnected(receive, lambda: _serve(exchange, prepared, reply))
                 except MalformedResponseError as exc:
                     message = f"The model server sent a malformed response: {exc}"
@@ -143,7 +147,7 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
     outcome = RelayOutcome()
     limit = 2 * exchange.pipeline.settings.max_body_bytes
     exchange.status = 200
-    events = relay_events(exchange.upstream, prepared.translator.step, outcome, limit, exchange.release_early)
+    events = relay_events(exchange.upstream, prepared.translator, outcome, limit, exchange.release_early)
     try:
         async with contextlib.aclosing(events):
             async for data in events:

@@ -3,7 +3,12 @@ benchmarks on machines without a GPU. It is labelled as such everywhere: ``owned
 response header ``x-dspark-simulator: 1``, a startup log line, ``/version`` = ``0.32.0-sim``.
 
 Endpoints: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (stream and non-stream),
-``GET /v1/models``, ``GET /health``, ``GET /version``, ``GET /metrics`` (vLLM metric names).
+``POST /v1/responses`` (OpenAI Responses API; ``GET /v1/responses/{id}`` and ``POST .../cancel``
+answer 404, as vLLM does with its response store off), ``POST /v1/messages`` (Anthropic Messages, any
+query string, e.g. ``?beta=true``) and ``POST /v1/messages/count_tokens``, ``GET /v1/models``,
+``GET /health``, ``GET /version``, ``GET /metrics`` (vLLM metric names). The Responses and Messages
+routes serve what vLLM 0.32 builds from a chat completion (see ``render_responses`` and
+``render_messages``): the same engine, scripts, metrics and trace as chat.
 
 Behaviour (see ``SimConfig`` for the knobs and their units):
 - Output is deterministic for (config seed, request content, request ``seed``, ``max_tokens``):
@@ -21,11 +26,18 @@ Behaviour (see ``SimConfig`` for the knobs and their units):
   ``stream_options.include_usage``, cumulative usage on every chunk with ``continuous_usage_stats``,
   then ``data: [DONE]``. With ``SimConfig.per_request_metrics`` (vLLM's ``--enable-per-request-metrics``), a
   top-level ``metrics`` object rides on the final usage chunk (or on the response).
-- Prompt tokens are estimated (ceil(len/4) per message + 4, + 3); completion tokens are exact.
+- Prompt tokens are estimated (ceil(len/4) per message + 4, + 3; each tool definition counts as a
+  message); completion tokens are exact. ``count_tokens`` reports the estimate ``/v1/messages`` uses.
+- Tool calls, in every dialect: ``#sim:call NAME {JSON object}`` in the last user message (the JSON
+  runs to the end of its line) makes the model call the declared function tool NAME with those
+  arguments instead of answering (after its reasoning, when thinking is on); a conversation that ends
+  with a tool's result is answered ``Tool result: <its first 200 characters>``. See
+  ``gateway.sim.tools``.
 
-Fault directives, written anywhere in the last user message (chat) or the prompt (completions);
-several may be combined; an unknown directive or a bad value is a 400:
-- ``#sim:status=N`` (400..599): answer HTTP N with a vLLM-shaped error body, nothing generated.
+Fault directives, written anywhere in the last user message (chat, Responses, Messages) or the prompt
+(completions); several may be combined; an unknown directive or a bad value is a 400:
+- ``#sim:status=N`` (400..599): answer HTTP N with a vLLM-shaped error body (Anthropic-shaped on
+  ``/v1/messages``), nothing generated.
 - ``#sim:die_after=N``: streams only; after N SSE data events (``[DONE]`` counts), the server cuts the
   connection (incomplete chunked body, no ``[DONE]``). N >= events in the stream: no effect.
 - ``#sim:stall=S``: sleep S seconds before anything is sent (before status/headers and before the

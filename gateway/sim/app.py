@@ -35,6 +35,11 @@ SIMULATOR_HEADER = (b"x-dspark-simulator", b"1")
 ROUTES = (
     ("/v1/chat/completions", handlers.chat_completions, ["POST"]),
     ("/v1/completions", handlers.completions, ["POST"]),
+    ("/v1/responses", handlers.responses, ["POST"]),
+    ("/v1/responses/{response_id}", handlers.stored_response, ["GET"]),
+    ("/v1/responses/{response_id}/cancel", handlers.stored_response, ["POST"]),
+    ("/v1/messages", handlers.messages, ["POST"]),
+    ("/v1/messages/count_tokens", handlers.count_tokens, ["POST"]),
     ("/v1/models", handlers.list_models, ["GET"]),
     ("/health", handlers.health, ["GET"]),
     ("/version", handlers.version, ["GET"]),

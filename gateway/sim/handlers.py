@@ -8,7 +8,6 @@ started, ``ClosingStreamingResponse`` takes over that job.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import time
 import uuid
@@ -22,14 +21,17 @@ from starlette.responses import JSONResponse, Response
 from gateway import json_codec
 from gateway.asgi import ClientDisconnectedError, ClosingStreamingResponse, unless_disconnected
 
-from . import render, streams
+from . import render, render_messages, render_responses, streams
 from .config import SimConfig
 from .engine import Sequence
 from .errors import SimError
 from .faults import Faults, parse_faults
-from .protocol import ChatRequest, CompletionRequest, parse_body
+from .protocol import ChatRequest, CompletionRequest, Prompt, parse_body
+from .protocol_messages import CountTokensRequest, MessagesRequest
+from .protocol_responses import ResponsesRequest
 from .state import SimState
-from .text import THINK_START, Output, build_output, derive_seed, estimate_prompt_tokens
+from .text import build_output, derive_seed
+from .tools import new_call_id, scripted_call
 
 SSE_MEDIA_TYPE = "text/event-stream"
 
@@ -60,6 +62,50 @@ async def completions(request: Request) -> Response:
     except ClientDisconnect:
         return Response(status_code=499)
     return await until_disconnect(request, _completion(request, body))
+
+
+async def responses(request: Request) -> Response:
+    """``POST /v1/responses`` (OpenAI Responses API)."""
+    try:
+        body = parse_body(await request.body(), ResponsesRequest)
+    except ClientDisconnect:
+        return Response(status_code=499)
+    return await until_disconnect(request, _responses(request, body))
+
+
+async def messages(request: Request) -> Response:
+    """``POST /v1/messages`` (Anthropic Messages; any query string, e.g. Claude Code's
+    ``?beta=true``). A body that fails validation answers vLLM's app-wide OpenAI-shaped 400; errors
+    after that are Anthropic-shaped, as vLLM's router renders them."""
+    try:
+        body = parse_body(await request.body(), MessagesRequest)
+    except ClientDisconnect:
+        return Response(status_code=499)
+    try:
+        return await until_disconnect(request, _messages(request, body))
+    except SimError as exc:
+        return FastJSONResponse(render_messages.error_body(exc), status_code=exc.status)
+
+
+async def stored_response(request: Request) -> Response:
+    """``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``: always 404."""
+    raise _not_stored(request.path_params["response_id"])
+
+
+async def count_tokens(request: Request) -> Response:
+    """``POST /v1/messages/count_tokens``: the prompt estimate ``/v1/messages`` would report."""
+    try:
+        body = parse_body(await request.body(), CountTokensRequest)
+    except ClientDisconnect:
+        return Response(status_code=499)
+    config = request.app.state.sim.config
+    try:
+        _check_model(config, body.model)
+        prompt = body.to_prompt()
+        _check_length(config, prompt.tokens, None)
+    except SimError as exc:
+        return FastJSONResponse(render_messages.error_body(exc), status_code=exc.status)
+    return FastJSONResponse(render_messages.count_tokens_body(prompt.tokens))
 
 
 async def list_models(request: Request) -> JSONResponse:
@@ -95,45 +141,30 @@ async def metrics(request: Request) -> Response:
 
 async def _chat(request: Request, body: ChatRequest) -> Response:
     sim: SimState = request.app.state.sim
-    config = sim.config
-    model = _check_model(config, body.model)
-    texts = [message.text() for message in body.messages]
-    prompt_tokens = estimate_prompt_tokens(texts)
-    limit = _check_length(config, prompt_tokens, body.token_limit, "messages")
-    faults = parse_faults(body.last_user_text())
-    await _apply_faults(faults)
-    key = json.dumps([[message.role, text] for message, text in zip(body.messages, texts, strict=True)])
-    output = build_output(
-        seed=derive_seed(config.seed, body.seed),
-        request_key=key,
-        instruction=body.last_user_text(),
-        thinking=body.thinking,
-        max_tokens=limit,
-        ignore_eos=body.ignore_eos,
-        reasoning_tokens=config.reasoning_tokens,
-        content_tokens=config.content_tokens,
-    )
-    gen = _generation(
-        sim,
+    model = _check_model(sim.config, body.model)
+    gen, faults = await _prepare(
         request,
-        "chatcmpl",
-        model,
-        key,
-        prompt_tokens,
-        output,
-        body,
-        faults,
-        split=config.reasoning_parser,
+        body.to_prompt(),
+        envelope_id=f"chatcmpl-{_request_id(request)}",
+        model=model,
+        max_tokens=body.token_limit,
+        seed=body.seed,
+        ignore_eos=body.ignore_eos,
+        include_usage=body.include_usage,
+        continuous_usage=body.continuous_usage,
     )
+    finish_reason = render.chat_finish_reason(gen.output, forced=body.forced_tool is not None)
     if body.stream:
-        return _stream(streams.chat_events(sim.engine, gen), faults)
+        return _stream(streams.sse_frames(streams.chat_events(sim.engine, gen, finish_reason)), faults)
     await streams.run_to_end(sim.engine, gen)
     return FastJSONResponse(
         render.chat_response(
             gen.envelope,
-            output,
+            gen.output,
             split=gen.split_reasoning,
-            prompt_tokens=prompt_tokens,
+            prompt_tokens=gen.seq.prompt_tokens,
+            finish_reason=finish_reason,
+            call_id=gen.call_id,
             metrics=gen.metrics(),
         )
     )
@@ -141,72 +172,161 @@ async def _chat(request: Request, body: ChatRequest) -> Response:
 
 async def _completion(request: Request, body: CompletionRequest) -> Response:
     sim: SimState = request.app.state.sim
-    config = sim.config
-    model = _check_model(config, body.model)
-    prompt = body.prompt_text
-    prompt_tokens = estimate_prompt_tokens([prompt], per_message=0, fixed=1)
-    limit = _check_length(config, prompt_tokens, body.token_limit, "prompt")
-    faults = parse_faults(prompt)
-    await _apply_faults(faults)
-    output = build_output(
-        seed=derive_seed(config.seed, body.seed),
-        request_key=prompt,
-        instruction=prompt,
-        thinking=prompt.rstrip().endswith(THINK_START),  # a raw prompt thinks only inside an open <think>
-        max_tokens=limit,
+    model = _check_model(sim.config, body.model)
+    gen, faults = await _prepare(
+        request,
+        body.to_prompt(),
+        envelope_id=f"cmpl-{_request_id(request)}",
+        model=model,
+        max_tokens=body.token_limit,
+        seed=body.seed,
         ignore_eos=body.ignore_eos,
-        reasoning_tokens=config.reasoning_tokens,
-        content_tokens=config.content_tokens,
+        include_usage=body.include_usage,
+        continuous_usage=body.continuous_usage,
+        prompt_param="prompt",
+        split=False,
     )
-    gen = _generation(sim, request, "cmpl", model, prompt, prompt_tokens, output, body, faults, split=False)
     if body.stream:
-        return _stream(streams.completion_events(sim.engine, gen), faults)
+        return _stream(streams.sse_frames(streams.completion_events(sim.engine, gen)), faults)
     await streams.run_to_end(sim.engine, gen)
     return FastJSONResponse(
-        render.completion_response(gen.envelope, output, prompt_tokens=prompt_tokens, metrics=gen.metrics())
+        render.completion_response(
+            gen.envelope, gen.output, prompt_tokens=gen.seq.prompt_tokens, metrics=gen.metrics()
+        )
     )
 
 
-def _generation(
-    sim: SimState,
+async def _responses(request: Request, body: ResponsesRequest) -> Response:
+    sim: SimState = request.app.state.sim
+    model = _check_model(sim.config, body.model)
+    if body.background and body.store:
+        raise SimError(
+            400,
+            "This vLLM engine does not support `store=True` and therefore does not support the "
+            "background mode. To enable these features, set the environment variable "
+            "`VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server.",
+            param="background",
+            type_="invalid_request_error",
+        )
+    if body.previous_response_id is not None:
+        raise _not_stored(body.previous_response_id)
+    gen, faults = await _prepare(
+        request,
+        body.to_prompt(),
+        envelope_id=body.request_id or render_responses.new_response_id(),
+        model=model,
+        max_tokens=body.max_output_tokens,
+        seed=body.seed,
+        ignore_eos=body.ignore_eos,
+        prompt_param="input",
+        limit_param="max_output_tokens",
+    )
+    base = render_responses.skeleton(body, gen.envelope, gen.max_tokens)
+    if body.stream:
+        events = streams.dialect_events(sim.engine, gen, render_responses.ResponsesStream(base, gen))
+        return _stream(streams.named_sse_frames(events), faults)
+    await streams.run_to_end(sim.engine, gen)
+    return FastJSONResponse(render_responses.finished(base, gen, render_responses.output_items(gen)))
+
+
+async def _messages(request: Request, body: MessagesRequest) -> Response:
+    sim: SimState = request.app.state.sim
+    model = _check_model(sim.config, body.model)
+    gen, faults = await _prepare(
+        request,
+        body.to_prompt(),
+        envelope_id=f"chatcmpl-{_request_id(request)}",  # vLLM answers with the chat completion's id
+        model=model,
+        max_tokens=body.max_tokens,
+        seed=None,
+        ignore_eos=False,
+    )
+    if body.stream:
+        events = streams.dialect_events(sim.engine, gen, render_messages.MessagesStream(gen))
+        return _stream(streams.named_sse_frames(events), faults)
+    await streams.run_to_end(sim.engine, gen)
+    return FastJSONResponse(render_messages.message_body(gen))
+
+
+async def _prepare(
     request: Request,
-    prefix: str,
-    model: str,
-    key: str,
-    prompt_tokens: int,
-    output: Output,
-    body: ChatRequest | CompletionRequest,
-    faults: Faults,
+    prompt: Prompt,
     *,
-    split: bool,
-) -> streams.Generation:
-    """Build the envelope and engine sequence for one request."""
-    request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-    envelope = render.Envelope(id=f"{prefix}-{request_id}", created=int(time.time()), model=model)
-    step_seed = derive_seed(sim.config.seed, body.seed, "steps", key, body.token_limit)
+    envelope_id: str,
+    model: str,
+    max_tokens: int | None,
+    seed: int | None,
+    ignore_eos: bool,
+    include_usage: bool = False,
+    continuous_usage: bool = False,
+    prompt_param: str = "messages",
+    limit_param: str = "max_tokens",
+    split: bool | None = None,
+) -> tuple[streams.Generation, Faults]:
+    """What every generation route does once its body is read: check the length, read the
+    directives, stall or fail as they ask, script the output and build its engine sequence.
+    ``split`` (reasoning into its own field) defaults to the server's reasoning parser."""
+    sim: SimState = request.app.state.sim
+    config = sim.config
+    limit = _check_length(config, prompt.tokens, max_tokens, prompt_param, limit_param)
+    faults = parse_faults(prompt.instruction)
+    call = scripted_call(prompt.instruction, prompt.tools)
+    await _apply_faults(faults)
+    output = build_output(
+        seed=derive_seed(config.seed, seed),
+        request_key=prompt.key,
+        instruction=prompt.instruction,
+        thinking=prompt.thinking,
+        max_tokens=limit,
+        ignore_eos=ignore_eos,
+        reasoning_tokens=config.reasoning_tokens,
+        content_tokens=config.content_tokens,
+        call=call,
+        tool_result=prompt.tool_result,
+    )
+    envelope = render.Envelope(id=envelope_id, created=int(time.time()), model=model)
+    step_seed = derive_seed(config.seed, seed, "steps", prompt.key, max_tokens)
     seq = Sequence(
-        request_id=f"{prefix}-{request_id}-{uuid.uuid4().hex[:8]}",
-        prompt_tokens=prompt_tokens,
+        request_id=f"{envelope_id}-{uuid.uuid4().hex[:8]}",
+        prompt_tokens=prompt.tokens,
         output_tokens=len(output),
         finish_reason=output.finish_reason,
         rng=random.Random(step_seed),
         decode_tps=faults.decode_tps,
     )
-    return streams.Generation(
+    gen = streams.Generation(
         envelope=envelope,
         seq=seq,
         output=output,
-        split_reasoning=split,
-        include_usage=body.include_usage,
-        continuous_usage=body.continuous_usage,
-        include_metrics=sim.config.per_request_metrics,  # like vLLM 0.32: the server flag decides
-        k=sim.config.k,
+        split_reasoning=config.reasoning_parser if split is None else split,
+        include_usage=include_usage,
+        continuous_usage=continuous_usage,
+        include_metrics=config.per_request_metrics,  # like vLLM 0.32: the server flag decides
+        k=config.k,
+        max_tokens=limit,
+        call_id=new_call_id() if output.call is not None else None,
+    )
+    return gen, faults
+
+
+def _not_stored(response_id: str) -> SimError:
+    """vLLM's answer for a response id it has not stored: with its store off (the default, no
+    ``VLLM_ENABLE_RESPONSES_API_STORE``) that is every id, ``store: true`` or not."""
+    return SimError(
+        404,
+        f"Response with id '{response_id}' not found.",
+        param="response_id",
+        type_="invalid_request_error",
     )
 
 
-def _stream(events: streams.Events, faults: Faults) -> Response:
-    """SSE response for ``events``, cut short when ``#sim:die_after`` asks for it."""
-    frames = streams.sse_frames(events)
+def _request_id(request: Request) -> str:
+    """The client's ``x-request-id``, or a fresh one (vLLM's ``_base_request_id``)."""
+    return request.headers.get("x-request-id") or uuid.uuid4().hex
+
+
+def _stream(frames: streams.Frames, faults: Faults) -> Response:
+    """SSE response for ``frames``, cut short when ``#sim:die_after`` asks for it."""
     if faults.die_after is not None:
         frames = streams.cut_after(frames, faults.die_after)
     return ClosingStreamingResponse(frames, media_type=SSE_MEDIA_TYPE)
@@ -219,7 +339,13 @@ def _check_model(config: SimConfig, requested: str | None) -> str:
     raise SimError(404, f"The model `{requested}` does not exist.", param="model")
 
 
-def _check_length(config: SimConfig, prompt_tokens: int, max_tokens: int | None, param: str) -> int:
+def _check_length(
+    config: SimConfig,
+    prompt_tokens: int,
+    max_tokens: int | None,
+    param: str = "messages",
+    limit_param: str = "max_tokens",
+) -> int:
     """400 (vLLM's wording) when the prompt leaves no room in the context, or prompt + max_tokens
     exceeds it; returns the effective output cap, tokens (vLLM's default: what is left)."""
     window = config.max_model_len
@@ -237,7 +363,7 @@ def _check_length(config: SimConfig, prompt_tokens: int, max_tokens: int | None,
             f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the input, "
             f"{max_tokens} in the completion). Please reduce the length of the input or "
             "completion.",
-            param="max_tokens",
+            param=limit_param,
         )
     return max_tokens if max_tokens is not None else window - prompt_tokens
 

@@ -4,6 +4,10 @@ Chat stream chunks carry only the delta fields that are set, like vLLM (``exclud
 reasoning parser, a step that crosses ``</think>`` yields one delta with both ``reasoning`` and
 ``content`` (as vLLM's deepseek parsers do); a step whose only token is ``</think>`` yields
 ``{"content": ""}`` so that every engine step is exactly one chunk (vLLM would skip that chunk).
+A tool call streams as vLLM's parser engine sends it (``_emit_name_delta`` and ``_handle_arg_chunk``
+in vllm/parser/engine/parser_engine.py, one delta per index): the step holding its first token
+carries ``{"id", "type": "function", "index": 0, "function": {"name", "arguments"}}``, later steps
+``{"index": 0, "function": {"arguments"}}``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,13 @@ def sse(payload: dict[str, Any] | str) -> bytes:
     return b"data: " + json_codec.dumps(payload) + b"\n\n"
 
 
+def sse_event(payload: dict[str, Any]) -> bytes:
+    """One SSE event named after the payload's ``type``: ``event: <type>\ndata: <json>\n\n``, as
+    vLLM's Responses (``_convert_stream_to_sse_events``) and Anthropic (``wrap_data_with_event``)
+    routers frame them."""
+    return b"event: " + payload["type"].encode() + b"\ndata: " + json_codec.dumps(payload) + b"\n\n"
+
+
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     """OpenAI usage object, tokens."""
     return {
@@ -46,17 +57,30 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     }
 
 
-def chat_delta(output: Output, step: Step, *, split: bool) -> dict[str, str]:
-    """The delta for one engine step: split into reasoning/content by the parser, or raw content."""
-    if not split:
-        return {"content": output.raw(step.start, step.end)}
-    reasoning, content = output.split(step.start, step.end)
-    delta = {}
-    if reasoning:
-        delta["reasoning"] = reasoning
-    if content or not reasoning:
-        delta["content"] = content
+def chat_delta(output: Output, step: Step, *, split: bool, call_id: str | None = None) -> dict[str, Any]:
+    """The delta for one engine step: split into reasoning/content by the parser (or raw content),
+    the call's part as ``tool_calls``."""
+    span = output.span(step.start, step.end, split=split)
+    delta: dict[str, Any] = {}
+    if span.reasoning:
+        delta["reasoning"] = span.reasoning
+    if span.content or not (span.reasoning or span.arguments):
+        delta["content"] = span.content
+    if output.call is not None and span.arguments:
+        if span.opens_call:
+            function = {"name": output.call.name, "arguments": span.arguments}
+            delta["tool_calls"] = [{"id": call_id, "type": "function", "index": 0, "function": function}]
+        else:
+            delta["tool_calls"] = [{"index": 0, "function": {"arguments": span.arguments}}]
     return delta
+
+
+def chat_finish_reason(output: Output, *, forced: bool) -> str:
+    """What chat reports: the engine's reason, but "tool_calls" for a call that ``tool_choice`` did
+    not force (vLLM: "tool_calls" for auto or required, "stop" for a named function)."""
+    if output.call is not None and output.finish_reason == "stop" and not forced:
+        return "tool_calls"
+    return output.finish_reason
 
 
 def chat_chunk(
@@ -114,18 +138,25 @@ def usage_chunk(
 
 
 def chat_response(
-    env: Envelope, output: Output, *, split: bool, prompt_tokens: int, metrics: dict[str, Any] | None = None
+    env: Envelope,
+    output: Output,
+    *,
+    split: bool,
+    prompt_tokens: int,
+    finish_reason: str,
+    call_id: str | None = None,
+    metrics: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A non-streamed ``chat.completion``; ``content`` is null when the parser left none."""
-    message: dict[str, Any]
-    if split:
-        reasoning, content = output.split()
-        message = {"role": "assistant", "content": content or None, "reasoning": reasoning or None}
-        if not reasoning and not content:
-            message["content"] = ""
-    else:
-        message = {"role": "assistant", "content": output.raw(), "reasoning": None}
+    span = output.span(split=split)
+    message: dict[str, Any] = {"role": "assistant", "content": span.content or None}
+    message["reasoning"] = span.reasoning or None
+    if not (span.reasoning or span.content or output.call):
+        message["content"] = ""
     message["tool_calls"] = []
+    if output.call is not None:
+        function = {"name": output.call.name, "arguments": span.arguments}
+        message["tool_calls"] = [{"id": call_id, "type": "function", "function": function}]
     body: dict[str, Any] = {
         "id": env.id,
         "object": "chat.completion",
@@ -136,7 +167,7 @@ def chat_response(
                 "index": 0,
                 "message": message,
                 "logprobs": None,
-                "finish_reason": output.finish_reason,
+                "finish_reason": finish_reason,
                 "stop_reason": None,
             }
         ],

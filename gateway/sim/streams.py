@@ -1,9 +1,11 @@
 """Running one generation: stream pipelines (events -> SSE frames -> optional cut) and the
-non-stream path, plus the streaming response that always closes what it streams.
+non-stream path.
 
 Each stage is a small async generator that closes the stage below it (``aclosing``), so a client
 disconnect (``ClosingStreamingResponse`` cancels the task streaming it) or a simulated crash frees
-the slot at once.
+the slot at once. Chat and text completion chunks are built inline (the benchmarks' hot path); the
+Responses and Anthropic dialects, whose events depend on what was sent before, are a
+:class:`Dialect` state machine driven by :func:`dialect_events`.
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from . import render
-from .engine import Sequence, SimEngine
+from .engine import Sequence, SimEngine, Step
 from .errors import SimulatedCrash
 from .text import Output
 
@@ -22,6 +24,8 @@ DONE = "[DONE]"
 
 Events = AsyncGenerator[dict[str, Any] | str, None]
 """Stream objects in order: chunk dicts, then the literal ``[DONE]``."""
+TypedEvents = AsyncGenerator[dict[str, Any], None]
+"""Stream objects that each carry their SSE event name as ``type`` (Responses, Anthropic)."""
 Frames = AsyncGenerator[bytes, None]
 """SSE-framed bytes, one event per item."""
 
@@ -39,6 +43,10 @@ class Generation:
     continuous_usage: bool
     include_metrics: bool
     k: int
+    max_tokens: int
+    """The effective output cap, tokens (what was asked, or what the context leaves)."""
+    call_id: str | None = None
+    """The id of the output's tool call, in every event and body that shows the call."""
 
     def usage(self, completion_tokens: int | None = None) -> dict[str, Any]:
         """Usage so far (default: all emitted tokens)."""
@@ -50,15 +58,44 @@ class Generation:
         return render.request_metrics(self.seq, self.k) if self.include_metrics else None
 
 
-async def chat_events(engine: SimEngine, gen: Generation) -> Events:
-    """Chat stream objects: role chunk, one chunk per engine step, usage chunk, ``[DONE]``."""
+class Dialect(Protocol):
+    """Turns one generation's engine steps into a dialect's stream events (dicts with a ``type``)."""
+
+    def opening(self) -> list[dict[str, Any]]:
+        """Events sent before the engine runs."""
+        ...
+
+    def step(self, step: Step) -> list[dict[str, Any]]:
+        """Events for one engine step."""
+        ...
+
+    def closing(self) -> list[dict[str, Any]]:
+        """Events sent once the last token is out."""
+        ...
+
+
+async def dialect_events(engine: SimEngine, gen: Generation, dialect: Dialect) -> TypedEvents:
+    """``dialect``'s events: its opening, its events for each engine step, its closing."""
+    for event in dialect.opening():
+        yield event
+    async with aclosing(engine.run(gen.seq)) as steps:
+        async for step in steps:
+            for event in dialect.step(step):
+                yield event
+    for event in dialect.closing():
+        yield event
+
+
+async def chat_events(engine: SimEngine, gen: Generation, finish_reason: str) -> Events:
+    """Chat stream objects: role chunk, one chunk per engine step, usage chunk, ``[DONE]``;
+    ``finish_reason`` rides on the last step's chunk."""
     env, output = gen.envelope, gen.output
     async with aclosing(engine.run(gen.seq)) as steps:
         async for step in steps:
             if step.start == 0:
                 yield render.chat_chunk(env, dict(render.ROLE_DELTA), None, _cont(gen, 0))
-            finish = output.finish_reason if step.end == len(output) else None
-            delta = render.chat_delta(output, step, split=gen.split_reasoning)
+            finish = finish_reason if step.end == len(output) else None
+            delta = render.chat_delta(output, step, split=gen.split_reasoning, call_id=gen.call_id)
             yield render.chat_chunk(env, delta, finish, _cont(gen, step.end))
     async for tail in _tail(gen, "chat.completion.chunk"):
         yield tail
@@ -97,6 +134,13 @@ async def sse_frames(events: Events) -> Frames:
     async with aclosing(events) as source:
         async for event in source:
             yield render.sse(event)
+
+
+async def named_sse_frames(events: TypedEvents) -> Frames:
+    """Frame each object as one SSE event named after its ``type``."""
+    async with aclosing(events) as source:
+        async for event in source:
+            yield render.sse_event(event)
 
 
 async def cut_after(frames: Frames, limit: int) -> Frames:

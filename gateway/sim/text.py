@@ -6,7 +6,9 @@ single token, as in DeepSeek-V4's tokenizer. A request's output is its *script* 
 request's content and its ``seed`` field, so the same request always gets the same text.
 
 If the last user message (or prompt) asks to "count from A to B" (or "count to B"), the answer is the
-numbers ``A, A+1, ..., B``, handy for exact assertions; otherwise it is generic filler text.
+numbers ``A, A+1, ..., B``, handy for exact assertions; otherwise it is generic filler text. A scripted
+tool call (``gateway.sim.tools``) replaces the answer with the call's arguments, and a conversation
+ending with a tool's result is answered by quoting it; both keep a short fixed reasoning part.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import math
 import random
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
+
+from .tools import ToolCall, result_answer
 
 THINK_START = "<think>"
 THINK_END = "</think>"
@@ -24,7 +29,7 @@ THINK_END = "</think>"
 MAX_COUNT = 100_000
 """Largest count span honoured by "count from A to B" (numbers)."""
 
-_PIECE = re.compile(r"\s*[\w']+|\s*[^\w\s]")
+_PIECE = re.compile(r"\s*[\w']+|\s*[^\w\s]|\s+\Z")
 _COUNT_RANGE = re.compile(
     r"count(?:ing)?\s+(?:up\s+|down\s+)?from\s+(-?\d+)\s+(?:to|through|until)\s+(-?\d+)", re.I
 )
@@ -40,7 +45,7 @@ _REASONING_OPENERS = ("Okay, let me think about this.", "Hmm, let me work throug
 
 
 def pieces(text: str) -> list[str]:
-    """Split text into simulated tokens; ``"".join(pieces(t)) == t`` unless ``t`` ends in whitespace."""
+    """Split text into simulated tokens; ``"".join(pieces(t)) == t`` (trailing whitespace is a token)."""
     return _PIECE.findall(text)
 
 
@@ -50,22 +55,44 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(digest[:8], "big")
 
 
+class Span(NamedTuple):
+    """What output tokens ``[start, end)`` say once the reasoning and tool parsers have read them (a
+    tuple: one is built per stream chunk, and a frozen dataclass costs twice as much to make)."""
+
+    reasoning: str
+    content: str
+    arguments: str
+    """The tool call's arguments text in the span (only when the output is a call)."""
+    opens_call: bool
+    """The span holds the call's first token, where the call's id and name are sent."""
+
+
 @dataclass(frozen=True, slots=True)
 class Output:
     """The tokens one request emits and why it ends.
 
     ``think_end`` is the index of the ``</think>`` token, or ``None`` when the output has no complete
     reasoning part (thinking off). If ``max_tokens`` cut the output inside the reasoning, the marker is
-    absent but ``in_reasoning`` is True: everything emitted was reasoning.
+    absent but ``in_reasoning`` is True: everything emitted was reasoning. With ``call``, the answer
+    tokens are that call's arguments (cut short with ``finish_reason`` "length" if ``max_tokens``
+    fell inside them); ``call`` is None when no argument token was emitted.
     """
 
     tokens: tuple[str, ...]
     think_end: int | None
     in_reasoning: bool
     finish_reason: str
+    call: ToolCall | None = None
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    @property
+    def answer_start(self) -> int:
+        """Index of the first answer token (``len`` when everything is reasoning)."""
+        if self.in_reasoning:
+            return len(self.tokens)
+        return 0 if self.think_end is None else self.think_end + 1
 
     def raw(self, start: int = 0, end: int | None = None) -> str:
         """Text of ``tokens[start:end]`` as the model wrote it (``</think>`` included)."""
@@ -83,6 +110,23 @@ class Output:
         content = self.raw(max(start, boundary + 1), end) if end > boundary + 1 else ""
         return reasoning, content
 
+    def span(self, start: int = 0, end: int | None = None, *, split: bool = True) -> Span:
+        """Tokens ``[start, end)`` as reasoning, content and call arguments. Without ``split`` (no
+        reasoning parser) the reasoning stays in the content, ``</think>`` included; a call is always
+        told apart (the tool parser is on either way)."""
+        end = len(self.tokens) if end is None else end
+        text_end = end if self.call is None else min(end, self.answer_start)
+        if start >= text_end:
+            reasoning, content = "", ""
+        elif split:
+            reasoning, content = self.split(start, text_end)
+        else:
+            reasoning, content = "", self.raw(start, text_end)
+        if self.call is None:
+            return Span(reasoning, content, "", False)
+        first = self.answer_start
+        return Span(reasoning, content, self.raw(max(start, first), end), start <= first < end)
+
 
 def build_output(
     *,
@@ -94,11 +138,15 @@ def build_output(
     ignore_eos: bool = False,
     reasoning_tokens: int = 48,
     content_tokens: int = 96,
+    call: ToolCall | None = None,
+    tool_result: str | None = None,
 ) -> Output:
     """The output for one request: its script cut to ``max_tokens``.
 
     ``request_key`` is everything that identifies the request's content (it seeds the filler text);
     ``instruction`` is the last user message or the prompt (searched for "count from A to B").
+    ``tool_result`` (the conversation ends with a tool's result) makes the answer quote it; else
+    ``call`` makes the answer that call's arguments. Both come with a fixed one-sentence reasoning.
     With ``ignore_eos`` and ``max_tokens``, filler continues until exactly ``max_tokens`` tokens, and
     the finish reason is ``length``, as vLLM's: with EOS ignored only the limit ends the sequence.
 
@@ -110,9 +158,15 @@ def build_output(
     answer_rng = random.Random(derive_seed(seed, "text", request_key))
     thought_rng = random.Random(derive_seed(seed, "thought", request_key))
     need = None if max_tokens is None else max_tokens + 1  # tokens worth generating
-    counted = _count_request(instruction)
+    counted = None if tool_result is not None or call is not None else _count_request(instruction)
+    if tool_result is not None:
+        call = None  # a tool's result is answered: the directive that called it is done
     thought: list[str] = []
-    if thinking and counted is not None:
+    if thinking and tool_result is not None:
+        thought = pieces("The tool returned its result. I will quote it for the user.")
+    elif thinking and call is not None:
+        thought = pieces(f"The user asked me to call {call.name}. I will call it with the arguments given.")
+    elif thinking and counted is not None:
         thought = pieces(
             f"The user wants me to count from {counted[0]} to {counted[1]}. I will list the numbers, "
             "separated by commas."
@@ -122,7 +176,11 @@ def build_output(
         thought = _filler(thought_rng, count, opener=opener, stop=need)
     marker = 1 if thinking else 0  # the </think> token between the two parts
     left = None if need is None else need - len(thought) - marker
-    if counted is not None:
+    if tool_result is not None:
+        answer = pieces(result_answer(tool_result))
+    elif call is not None:
+        answer = pieces(call.arguments)
+    elif counted is not None:
         answer = _count_pieces(*counted, stop=left)
     else:
         answer = _filler(answer_rng, _vary(answer_rng, content_tokens), opener=None, stop=left)
@@ -132,11 +190,12 @@ def build_output(
         script += _filler(answer_rng, more, opener=None, lead=" ")[:more]
     think_end = len(thought) if thinking else None
     if max_tokens is None or len(script) < max_tokens or (len(script) == max_tokens and not ignore_eos):
-        return Output(tuple(script), think_end, False, "stop")
+        return Output(tuple(script), think_end, False, "stop", call)
     cut = tuple(script[:max_tokens])
     if think_end is not None and max_tokens <= think_end:
         return Output(cut, None, True, "length")
-    return Output(cut, think_end, False, "length")
+    started = call is not None and max_tokens > (0 if think_end is None else think_end + 1)
+    return Output(cut, think_end, False, "length", call if started else None)
 
 
 def estimate_prompt_tokens(texts: list[str], *, per_message: int = 4, fixed: int = 3) -> int:

@@ -27,7 +27,7 @@ log = logging.getLogger("gateway.ledger")
 #: gap p99 3.0–4.2 ms over 4 runs against 4.1–4.8 ms over 5 (python -m tests.perf.queue_scale, 5,000
 #: clients, 2026-11-30), at no more CPU per request.
 _STATEMENT_ROWS = 10
-GroupBy = Literal["day", "key", "model"]
+GroupBy = Literal["day", "key", "model", "route"]
 
 
 _COLUMNS = [c.name for c in UsageRow.__table__.columns if c.name != "id"]
@@ -145,11 +145,13 @@ class UsageLedger:
     async def usage(
         self, group_by: GroupBy, since: datetime | None = None, key_name: str | None = None
     ) -> list[dict[str, Any]]:
-        """Totals per day, key or model: requests and prompt/completion/cached/reasoning tokens."""
+        """Totals per day, key, model or route (the client API: chat, Responses, Messages ...): requests
+        and prompt/completion/cached/reasoning tokens."""
         group = {
             "day": func.substr(func.cast(UsageRow.arrived_at, String), 1, 10),
             "key": UsageRow.key_name,
             "model": UsageRow.model,
+            "route": UsageRow.route,
         }[group_by]
         conditions: list[ColumnElement[bool]] = []
         if since is not None:

@@ -27,7 +27,7 @@ class GatewayMetrics:
 
     def __init__(self, admission: Admission) -> None:
         self.registry = registry = CollectorRegistry()
-        labels = ("model", "key")
+        labels = ("model", "key", "api")
         Gauge("gateway_slots_total", "Upstream slots (vLLM --max-num-seqs)", registry=registry).set_function(
             lambda: admission.slots
         )
@@ -39,7 +39,8 @@ class GatewayMetrics:
         Gauge("gateway_queue_depth", "Requests waiting for a slot", registry=registry).set_function(
             lambda: admission.queue_depth
         )
-        self._series: dict[tuple[str, str], BoundSeries] = {}  # by (model, key): bounded by the key table
+        # by (model, key, api): bounded by the key table times the dialects
+        self._series: dict[tuple[str, str, str], BoundSeries] = {}
         self.requests = Counter(
             "gateway_requests", "Inference requests by final status", (*labels, "status"), registry=registry
         )
@@ -117,10 +118,10 @@ class GatewayMetrics:
 
     def observe(self, record: RequestTelemetry) -> None:
         """Record one finished request."""
-        model, key = record.model, record.key_name
-        bound = self._series.get((model, key))
+        series = (record.model, record.key_name, record.api)
+        bound = self._series.get(series)
         if bound is None:
-            bound = self._series[(model, key)] = BoundSeries(model, key)
+            bound = self._series[series] = BoundSeries(*series)
         bound(self.requests, str(record.status)).inc()
         for kind in _TOKEN_KINDS:
             count = getattr(record, f"{kind}_tokens")

@@ -48,6 +48,7 @@ class RequestTelemetry:
     key_name: str
     model: str
     route: str
+    api: str
     stream: bool
     arrived_at: datetime
     status: int = 0

@@ -39,7 +39,8 @@ class RequestRecorder:
         self._t_arrival = clock()
         self._t_admit: float | None = None
         self._t_first: float | None = None
-        self._t_last: float | None = None
+        self._t_last: float | None = None  # the last usage increase (a stream with per-step usage)
+        self._t_output: float | None = None  # the last chunk with output
         self._tokens = 0
         self._step_tokens: list[int] = []
         self._reasoning_tokens = 0.0
@@ -50,7 +51,16 @@ class RequestRecorder:
 
     @classmethod
     def start(
-        cls, *, request_id: str, key_id: str, key_name: str, model: str, route: str, stream: bool, k: int
+        cls,
+        *,
+        request_id: str,
+        key_id: str,
+        key_name: str,
+        model: str,
+        route: str,
+        api: str,
+        stream: bool,
+        k: int,
     ) -> RequestRecorder:
         """A recorder whose arrival is now."""
         record = RequestTelemetry(
@@ -59,6 +69,7 @@ class RequestRecorder:
             key_name=key_name,
             model=model,
             route=route,
+            api=api,
             stream=stream,
             arrived_at=datetime.now(UTC),
         )
@@ -82,8 +93,10 @@ class RequestRecorder:
         record.tool_calls_dropped += seen.tool_calls_dropped
         if record.finish_reason is None and seen.finish_reason is not None:
             record.finish_reason = seen.finish_reason[:32]
-        if self._t_first is None and seen.output:
-            self._t_first = now = self._clock()
+        if seen.output:
+            now = self._t_output = self._clock()
+            if self._t_first is None:
+                self._t_first = now
         usage = seen.usage
         if usage is not None:
             self._usage = usage
@@ -174,8 +187,10 @@ class RequestRecorder:
             record.ttft_s = self._t_first - self._t_arrival
             if self._t_admit is not None:
                 record.upstream_ttft_s = self._t_first - self._t_admit
-            if self._t_last is not None and self._t_last > self._t_first and tokens > 1:
-                record.decode_tokens_per_s = (tokens - 1) / (self._t_last - self._t_first)
+            # without per-step usage (Anthropic, Responses streams) the last output chunk ends decode
+            t_last = self._t_last if self._t_last is not None else self._t_output
+            if t_last is not None and t_last > self._t_first and tokens > 1:
+                record.decode_tokens_per_s = (tokens - 1) / (t_last - self._t_first)
             return
         backend = self._backend or {}
         ttft_ms, generation_ms, queue_ms = (

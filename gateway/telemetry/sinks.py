@@ -34,6 +34,7 @@ class TelemetrySinks:
                         "key": record.key_name,
                         "model": record.model,
                         "route": record.route,
+                        "api": record.api,
                         "status": record.status,
                         "finish_reason": record.finish_reason,
                         "prompt_tokens": record.prompt_tokens,

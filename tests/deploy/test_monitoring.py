@@ -50,6 +50,7 @@ def exported_names() -> set[str]:
         key_name="team-a",
         model="deepseek-v4-flash-0731",
         route="/v1/chat/completions",
+        api="chat",
         stream=True,
         arrived_at=datetime.now(UTC),
         status=200,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from datetime import UTC, datetime, timedelta
+from unittest.mock import ANY
 
 import httpx
 import openai
@@ -16,6 +18,9 @@ from tests.support.probes import scrape
 
 MODEL = "deepseek-v4-flash-0731"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+
+
+ANY_AUTHENTICATION_ERROR = {"type": "authentication_error", "message": ANY}
 
 
 def assert_openai_error(response: httpx.Response, status: int, code: str | None) -> dict:
@@ -107,7 +112,8 @@ def test_bad_body_is_400_in_openai_shape(stack, make_key) -> None:
         ("POST", "/pause"),
         ("GET", "/version"),
         ("POST", "/v1/embeddings"),
-        ("POST", "/v1/responses"),
+        ("POST", "/v1/score"),
+        ("POST", "/v1/responses/resp_1/input_items"),
         ("GET", "/v1/../tokenize"),
         ("GET", "/v1/%2e%2e/tokenize"),
         ("POST", "//v1/chat/completions"),
@@ -128,18 +134,24 @@ def test_other_paths_are_404_and_never_reach_vllm(stack, make_key, method, path)
 
 def test_every_route_but_the_public_ones_is_a_401_without_credentials(stack) -> None:
     """Deny by default: each route of the app (the route table's and FastAPI's own), each of its
-    methods, without credentials, answers 401 in OpenAI shape unless it is in ``PUBLIC_ROUTES``."""
+    methods, without credentials, answers 401 in its dialect's shape (Anthropic's on ``/v1/messages``,
+    OpenAI's elsewhere) unless it is in ``PUBLIC_ROUTES``."""
     _, gateway = stack
     routes = [r for r in gateway.app.routes if isinstance(r, APIRoute | Route)]
     assert {r.path for r in routes} >= PUBLIC_ROUTES | {route.path for route in ROUTES}
     checked = 0
     for route in routes:
         for method in sorted(route.methods or ()):
-            response = httpx.request(method, gateway.url + route.path.replace("{key_id}", "key_x"), json={})
+            path = re.sub(r"\{[a-z_]+\}", "x_1", route.path)
+            response = httpx.request(method, gateway.url + path, json={})
             if route.path in PUBLIC_ROUTES:
                 assert response.status_code != 401, (method, route.path)
                 continue
-            assert_openai_error(response, 401, "invalid_api_key")
+            if route.path.startswith("/v1/messages"):
+                assert response.status_code == 401, (method, route.path)
+                assert response.json() == {"type": "error", "error": ANY_AUTHENTICATION_ERROR}
+            else:
+                assert_openai_error(response, 401, "invalid_api_key")
             checked += 1
     assert checked == len(ROUTES) - len({r.path for r in ROUTES} & PUBLIC_ROUTES)
 

@@ -137,14 +137,15 @@ def test_prometheus_families_and_backend_gauges(stack) -> None:
         pass
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
-    ok = f"gateway_requests_total{{key=team-a,model={MODEL},status=200}}"
+    ok = f"gateway_requests_total{{api=chat,key=team-a,model={MODEL},status=200}}"
     wait_until(lambda: scrape(gateway.url).get(ok) == 2, what="the stream's record (published as it closes)")
     values = scrape(gateway.url)
-    assert values["gateway_requests_total{key=team-a,model=unknown,status=404}"] == 1  # bounded label
+    unknown = "gateway_requests_total{api=chat,key=team-a,model=unknown,status=404}"
+    assert values[unknown] == 1  # bounded label
     for kind in ("prompt", "completion", "reasoning"):
-        assert values[f"gateway_tokens_total{{key=team-a,kind={kind},model={MODEL}}}"] > 0
+        assert values[f"gateway_tokens_total{{api=chat,key=team-a,kind={kind},model={MODEL}}}"] > 0
     for family in ("ttft_seconds", "queue_wait_seconds", "decode_tokens_per_second", "e2e_seconds"):
-        assert values[f"gateway_{family}_count{{key=team-a,model={MODEL}}}"] >= 1
+        assert values[f"gateway_{family}_count{{api=chat,key=team-a,model={MODEL}}}"] >= 1
     assert values["gateway_spec_acceptance_rate_count"] == 2  # both answered requests, whatever the source
     wait_until(lambda: scrape(gateway.url).get("gateway_upstream_up") == 1, what="backend poll")
     assert "gateway_backend_kv_cache_usage_ratio" in scrape(gateway.url)

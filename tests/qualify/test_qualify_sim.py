@@ -79,8 +79,8 @@ def test_proof_passes_what_the_simulator_supports_and_fails_the_rest(
     assert status == {
         "model_listed": "PASS",
         "stream_done_usage": "PASS",
-        "tool_call": "FAIL",  # the simulator ignores tools: plain text, no call
-        "tool_result": "FAIL",  # ... and does not use the tool result
+        "tool_call": "FAIL",  # the simulator calls a tool only when the prompt says #sim:call
+        "tool_result": "PASS",  # its answer to a tool result quotes it
         "json_schema": "FAIL",  # ... ignores response_format: filler text is not JSON
         "reasoning_on": "PASS",
         "reasoning_off": "PASS",
@@ -90,7 +90,6 @@ def test_proof_passes_what_the_simulator_supports_and_fails_the_rest(
     assert code == 1
     assert report["passed"] is False and set(report["failed"]) == {
         "tool_call",
-        "tool_result",
         "json_schema",
         "retrieval",
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,6 +20,8 @@ __all__ = [
     "MODEL",
     "STREAM_USAGE",
     "chat_body",
+    "load_data",
+    "named_events",
     "scrape",
     "serve_app",
     "sse_events",
@@ -48,6 +51,29 @@ def sse_events(response: httpx.Response) -> list[Any]:
             payload = line[len("data: ") :]
             events.append(payload if payload == "[DONE]" else json.loads(payload))
     return events
+
+
+def named_events(base_url: str, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """POST a streaming Responses or Messages request; its events' data, each checked to be framed as
+    ``event: <type>`` + ``data: <json with that type>``, nothing else in the stream."""
+    with httpx.Client(base_url=base_url, timeout=30) as client, client.stream("POST", path, json=body) as r:
+        assert r.status_code == 200, r.read()
+        assert r.headers["content-type"].startswith("text/event-stream")
+        raw = r.read().decode()
+    frames = raw.split("\n\n")
+    assert frames[-1] == ""
+    events = []
+    for frame in frames[:-1]:
+        name_line, data_line = frame.split("\n")
+        event = json.loads(data_line.removeprefix("data: "))
+        assert name_line == f"event: {event['type']}" and data_line.startswith("data: ")
+        events.append(event)
+    return events
+
+
+def load_data(name: str) -> dict[str, Any]:
+    """A JSON file of ``tests/sim/data`` (e.g. trimmed requests captured from real clients)."""
+    return json.loads((Path(__file__).parent / "data" / name).read_text(encoding="utf-8"))
 
 
 def stream_chat(base_url: str, body: dict[str, Any], path: str = "/v1/chat/completions") -> list[Any]:

@@ -15,7 +15,7 @@ from gateway.telemetry.spec import SpecStats
 def record(request_id: str) -> RequestTelemetry:
     return RequestTelemetry(
         request_id=request_id, key_id="k", key_name="team", model="m", route="/v1/chat/completions",
-        stream=False, arrived_at=datetime.now(UTC), status=200,
+        api="chat", stream=False, arrived_at=datetime.now(UTC), status=200,
     )  # fmt: skip
 
 
@@ -42,7 +42,7 @@ async def test_a_row_reads_back_as_the_record_wrote_it(tmp_path: Path) -> None:
     stream = SpecStats("stream", 4, 9, 20, 0.45, 3.25)
     delta = SpecStats("metrics_delta", 4, 8, 20, 0.4, 3.0, exact=False)
     wrote = RequestTelemetry(
-        request_id="r1", key_id="key_1", key_name="team", model="m", route="/v1/chat/completions",
+        request_id="r1", key_id="key_1", key_name="team", model="m", route="/v1/chat/completions", api="chat",
         stream=True, arrived_at=datetime(2026, 11, 30, 12, 0, 1, 250000, tzinfo=UTC), status=200,
         queue_wait_s=0.5, upstream_ttft_s=0.25, ttft_s=0.75, decode_tokens_per_s=95.5, e2e_s=2.0,
         prompt_tokens=12, completion_tokens=13, cached_tokens=4, reasoning_tokens=6, finish_reason="length",

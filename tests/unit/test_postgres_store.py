@@ -71,7 +71,7 @@ async def test_ledger_and_audit_on_postgres(engine: AsyncEngine) -> None:
     ledger = UsageLedger(engine)
     for i in range(3):
         record = RequestTelemetry(
-            f"r{i}", "key_1", "pg-team", "m", "/v1/chat/completions", False, datetime.now(UTC)
+            f"r{i}", "key_1", "pg-team", "m", "/v1/chat/completions", "chat", False, datetime.now(UTC)
         )
         record.status, record.prompt_tokens, record.completion_tokens = 200, 10, 5 + i
         ledger.add(record)

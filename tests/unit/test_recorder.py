@@ -22,7 +22,8 @@ class Clock:
 
 def recorder(clock: Clock, k: int = 5) -> RequestRecorder:
     record = RequestTelemetry(
-        request_id="r", key_id="k", key_name="team", model="m", route="/v1/chat/completions", stream=True,
+        request_id="r", key_id="k", key_name="team", model="m", route="/v1/chat/completions",
+        api="chat", stream=True,
         arrived_at=datetime.now(UTC),
     )  # fmt: skip
     return RequestRecorder(record, k, clock)

@@ -223,7 +223,7 @@ def test_steps_are_counted_when_reasoning_is_hidden() -> None:
     from gateway.telemetry.record import RequestTelemetry
     from gateway.telemetry.recorder import RequestRecorder
 
-    record = RequestTelemetry("r", "k", "n", "m", "/v1/chat/completions", True, datetime.now(UTC))
+    record = RequestTelemetry("r", "k", "n", "m", "/v1/chat/completions", "chat", True, datetime.now(UTC))
     recorder = RequestRecorder(record, k=5)
     rewriter = StreamRewriter(
         ReasoningPolicy("gateway", True, include_reasoning=False),

@@ -19,6 +19,7 @@ from gateway.errors import GatewayError
 from gateway.proxy.aiohttp_upstream import AiohttpUpstream as Upstream
 from gateway.proxy.aiohttp_upstream import build_session
 from gateway.proxy.relay import RelayOutcome, let_waiter_send, relay_events
+from gateway.sse import DONE
 from tests.support.raw_http import chunked, head, read_message, read_request, server
 
 T = TypeVar("T")
@@ -160,21 +161,29 @@ async def test_the_relay_reports_done_as_soon_as_it_arrives() -> None:
         try:
             response = await Upstream(url, session).open("POST", "/v1/chat/completions", b"{}")
             outcome = RelayOutcome()
-            relayed = [
-                out
-                async for out in relay_events(
-                    response,
-                    lambda event, _: [event],
-                    outcome,
-                    release=on_done,
-                )
-            ]
+            relayed = [out async for out in relay_events(response, PassThrough(), outcome, release=on_done)]
             response.close()
         finally:
             await session.close()
     assert done_while_open == [True] and upstream_closed.is_set()
     assert b"".join(relayed) == b'data: {"n": 1}\n\ndata: [DONE]\n\n'
     assert outcome.done and outcome.error is None
+
+
+class PassThrough:
+    """A translator that sends every event on unchanged; the stream ends at ``[DONE]``."""
+
+    def ends(self, _event: bytes, data: bytes | None) -> bool:
+        return data == DONE
+
+    def step(self, event: bytes, _data: bytes | None) -> list[bytes]:
+        return [event]
+
+    def answer(self, body: bytes) -> bytes:
+        return body
+
+    def error_event(self, error: GatewayError) -> bytes:
+        return b"data: " + error.message.encode() + b"\n\n"
 
 
 async def test_a_handed_on_slot_has_the_next_request_at_the_backend_when_the_releaser_resumes() -> None:

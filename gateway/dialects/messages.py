@@ -1,0 +1,308 @@
+"""Anthropic Messages: ``POST /v1/messages`` (Claude Code, the Anthropic SDKs), forwarded to vLLM's own
+Messages route (vLLM 0.32, ``vllm/entrypoints/anthropic``), which renders the chat template and runs
+its reasoning and tool parsers: the answer comes back as ``thinking``, ``text`` and ``tool_use``
+blocks and is relayed unchanged.
+
+- Credentials: ``x-api-key`` (what the Anthropic SDKs send), else ``Authorization: Bearer``.
+- Errors (Anthropic API reference, "Errors"): ``{"type": "error", "error": {"type", "message"}}``,
+  the type by HTTP status; after a stream started, the same object as ``event: error``.
+- Keep-alive: Anthropic's own ``event: ping`` (the SDKs skip it).
+- Thinking: ``thinking`` ``{"type": "enabled", "budget_tokens"}`` / ``{"type": "adaptive"}`` (on) or
+  ``{"type": "disabled"}`` (off), ``output_config.effort`` (the level), ``chat_template_kwargs``
+  (wins), else the key's default: written as DeepSeek-V4's ``chat_template_kwargs``
+  (:mod:`gateway.openai_api.thinking`). An enabled ``thinking`` stays, so vLLM caps the reasoning at
+  ``budget_tokens``; a disabled one and ``output_config.effort`` are replaced by the template's
+  controls (vLLM would send the template an effort DeepSeek-V4 does not know).
+- Telemetry: the first ``content_block_delta`` is the first token; usage from ``message_start``
+  (``input_tokens``) and ``message_delta`` (``output_tokens``, cumulative).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway import json_codec
+from gateway.auth.authenticator import unauthorized
+from gateway.auth.principal import Principal
+from gateway.config import Settings
+from gateway.dialects.base import Context, Parsed, Prepared
+from gateway.dialects.openai import bearer_token
+from gateway.errors import GatewayError, invalid_request
+from gateway.openai_api.fields import check_fields
+from gateway.openai_api.rewrite import json_object
+from gateway.openai_api.thinking import as_level, resolve_thinking, set_template_thinking
+from gateway.sse import event_name
+from gateway.telemetry.observation import Observation
+
+#: Anthropic's error ``type`` by HTTP status (API reference, "Errors"); anything else 5xx: ``api_error``.
+ERROR_TYPES: Mapping[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+#: Anthropic ``stop_reason`` -> OpenAI ``finish_reason`` (the ledger's names).
+FINISH_REASONS: Mapping[str, str] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+}
+#: Anthropic's keep-alive event (API reference, "Streaming messages": "ping events").
+PING = b'event: ping\ndata: {"type": "ping"}\n\n'
+#: The request headers forwarded to vLLM (the API version and beta features the client speaks).
+FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
+
+
+def error_type(status: int) -> str:
+    """Anthropic's error ``type`` for an HTTP ``status``."""
+    return ERROR_TYPES.get(status) or ("api_error" if status >= 500 else "invalid_request_error")
+
+
+def error_body(error: GatewayError) -> dict[str, Any]:
+    """``{"type": "error", "error": {"type", "message"}}``."""
+    return {"type": "error", "error": {"type": error_type(error.status), "message": error.message}}
+
+
+class ThinkingConfig(BaseModel):
+    """``thinking``: ``enabled`` (with ``budget_tokens``), ``adaptive`` or ``disabled``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: int | None = Field(default=None, ge=1)
+
+
+class OutputConfig(BaseModel):
+    """``output_config``; ``effort`` is the thinking level."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+
+
+class CountTokensRequest(BaseModel):
+    """``POST /v1/messages/count_tokens`` body: the fields the gateway reads."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1)
+    messages: list[Any] = Field(min_length=1)
+    thinking: ThinkingConfig | None = None
+    output_config: OutputConfig | None = None
+
+
+class MessagesRequest(CountTokensRequest):
+    """``POST /v1/messages`` body (API reference, "Messages"): the fields the gateway reads; the rest
+    is forwarded as sent."""
+
+    max_tokens: int = Field(ge=1)
+    stream: bool = Field(default=False, strict=True)
+    temperature: float | None = Field(default=None, ge=0)
+
+
+class AnthropicDialect:
+    """The Anthropic API's credentials, errors and keep-alive (``/v1/messages/count_tokens`` too)."""
+
+    route = "/v1/messages/count_tokens"
+    upstream_path = "/v1/messages/count_tokens"
+    api = "messages"
+    keep_alive = PING
+    request_model: type[CountTokensRequest] = CountTokensRequest
+
+    def credentials(self, headers: Mapping[str, str]) -> str:
+        """``x-api-key``, else ``Authorization: Bearer``; 401 when neither is there."""
+        key = headers.get("x-api-key")
+        if key is not None:
+            key = key.strip(" \t")
+            if not key:
+                raise unauthorized("Empty x-api-key header.")
+            return key
+        if not headers.get("authorization"):
+            raise unauthorized("Missing API key: send 'x-api-key: <key>'.")
+        return bearer_token(headers.get("authorization"))
+
+    def error_body(self, error: GatewayError) -> dict[str, Any]:
+        return error_body(error)
+
+    def parse(self, body: dict[str, Any]) -> Parsed:
+        """``body`` validated by :attr:`request_model`; 400 naming the first bad field."""
+        try:
+            request = self.request_model.model_validate(body)
+        except ValidationError as exc:
+            raise invalid_request(exc.errors()) from None
+        return Parsed(request.model, bool(getattr(request, "stream", False)), request, body)
+
+    def prepare(self, parsed: Parsed, context: Context) -> Prepared:
+        raise NotImplementedError  # count_tokens takes no slot: it is no exchange
+
+    def forwarded(self, headers: Mapping[str, str]) -> dict[str, str]:
+        """The client's Anthropic headers that go on to vLLM."""
+        return {name: headers[name] for name in FORWARDED_HEADERS if name in headers}
+
+    def normalize(self, parsed: Parsed, principal: Principal, settings: Settings) -> dict[str, Any]:
+        """The body with thinking written as DeepSeek-V4's template controls, under the field policy."""
+        request: CountTokensRequest = parsed.request
+        payload = parsed.body
+        default = as_level(principal.default_thinking or settings.default_thinking)
+        thinking = request.thinking
+        output = payload.get("output_config")
+        effort = request.output_config.effort if request.output_config else None
+        resolved = resolve_thinking(
+            {
+                "chat_template_kwargs": payload.get("chat_template_kwargs"),
+                "thinking": None if thinking is None else {"type": _on_off(thinking.type)},
+                "reasoning_effort": effort,
+            },
+            default,
+        )
+        if isinstance(output, dict) and "effort" in output:
+            payload["output_config"] = {k: v for k, v in output.items() if k != "effort"}
+        if thinking is not None and thinking.type == "disabled":
+            del payload["thinking"]
+        set_template_thinking(payload, resolved)
+        check_fields(payload, principal, settings.max_n)
+        return payload
+
+
+def _on_off(kind: str) -> str:
+    return "disabled" if kind == "disabled" else "enabled"
+
+
+class Messages(AnthropicDialect):
+    """The Messages dialect."""
+
+    route = "/v1/messages"
+    upstream_path = "/v1/messages"
+    request_model = MessagesRequest
+
+    def prepare(self, parsed: Parsed, context: Context) -> Prepared:
+        request: MessagesRequest = parsed.request
+        payload = self.normalize(parsed, context.principal, context.settings)
+        translator = MessagesTranslator(context)
+        return Prepared(
+            json_codec.dumps(payload), request.stream, request.max_tokens, "max_tokens", 1, translator
+        )
+
+
+class MessagesTranslator:
+    """:class:`~gateway.dialects.base.Translator` of Messages responses: relayed unchanged, observed."""
+
+    def __init__(self, context: Context) -> None:
+        self._observe = context.observe
+        self._observe_answer = context.observe_answer
+        self._usage: dict[str, Any] = {}
+
+    def ends(self, event: bytes, data: bytes | None) -> bool:
+        """``event: message_stop``."""
+        return event_name(event) == b"message_stop"
+
+    def error_event(self, error: GatewayError) -> bytes:
+        """``event: error`` with the error object (the Anthropic SDKs raise it)."""
+        return b"event: error\ndata: " + json_codec.dumps(error_body(error)) + b"\n\n"
+
+    def step(self, event: bytes, data: bytes | None) -> list[bytes]:
+        """One event, unchanged; its facts observed."""
+        if data is None:
+            return [event]
+        obj = json_object(data, "a Messages event")
+        kind = obj.get("type")
+        if kind == "content_block_delta":
+            reasoning, content = _delta_chars(obj.get("delta"))
+            self._observe(Observation(output=True, reasoning_chars=reasoning, content_chars=content))
+        elif kind == "message_start":
+            message = obj.get("message")
+            self._merge(message.get("usage") if isinstance(message, dict) else None)
+            self._observe(Observation(usage=dict(self._usage), final=True))
+        elif kind == "message_delta":
+            delta = obj.get("delta")
+            reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+            self._merge(obj.get("usage"))
+            self._observe(Observation(finish_reason=_finish(reason), usage=dict(self._usage), final=True))
+        return [event]
+
+    def answer(self, body: bytes) -> bytes:
+        """A whole message, unchanged; its usage, stop reason and block sizes observed."""
+        obj = json_object(body, "the response")
+        reasoning = content = 0
+        for block in obj.get("content") or ():
+            if isinstance(block, dict):
+                r, c = _block_chars(block)
+                reasoning, content = reasoning + r, content + c
+        self._merge(obj.get("usage"))
+        self._observe_answer(
+            Observation(
+                output=bool(reasoning or content),
+                reasoning_chars=reasoning,
+                content_chars=content,
+                finish_reason=_finish(obj.get("stop_reason")),
+                usage=dict(self._usage),
+                final=True,
+            )
+        )
+        return body
+
+    def _merge(self, usage: Any) -> None:
+        """Anthropic usage (``input_tokens`` + cache reads and writes, ``output_tokens``) merged into
+        OpenAI form: ``message_start`` has the input, ``message_delta`` the output so far."""
+        if not isinstance(usage, dict):
+            return
+        inputs = [
+            usage.get(name)
+            for name in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+        ]
+        if any(isinstance(n, int) for n in inputs):
+            self._usage["prompt_tokens"] = sum(n for n in inputs if isinstance(n, int))
+            cached = usage.get("cache_read_input_tokens")
+            if isinstance(cached, int):
+                self._usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        output = usage.get("output_tokens")
+        if isinstance(output, int):
+            self._usage["completion_tokens"] = output
+
+
+def _finish(reason: Any) -> str | None:
+    return FINISH_REASONS.get(reason, reason) if isinstance(reason, str) else None
+
+
+def _delta_chars(delta: Any) -> tuple[int, int]:
+    """(reasoning, answer) characters of a ``content_block_delta``'s ``delta``."""
+    if not isinstance(delta, dict):
+        return 0, 0
+    kind = delta.get("type")
+    if kind == "thinking_delta":
+        return _length(delta.get("thinking")), 0
+    if kind == "text_delta":
+        return 0, _length(delta.get("text"))
+    if kind == "input_json_delta":
+        return 0, _length(delta.get("partial_json"))
+    return 0, 0
+
+
+def _block_chars(block: dict[str, Any]) -> tuple[int, int]:
+    """(reasoning, answer) characters of one content block of a whole message."""
+    kind = block.get("type")
+    if kind == "thinking":
+        return _length(block.get("thinking")), 0
+    if kind == "text":
+        return 0, _length(block.get("text"))
+    if kind == "tool_use":
+        return 0, len(json_codec.dumps(block.get("input")))
+    return 0, 0
+
+
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, str) else 0
+
+
+COUNT_TOKENS = AnthropicDialect()
+MESSAGES = Messages()

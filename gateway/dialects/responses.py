@@ -1,0 +1,254 @@
+"""The OpenAI Responses API: ``POST /v1/responses`` (Codex CLI, the OpenAI Agents SDK), forwarded to
+vLLM's own Responses route (vLLM 0.32, ``vllm/entrypoints/openai/responses``), which runs its
+reasoning and tool parsers: the answer comes back as ``reasoning``, ``message`` and
+``function_call`` output items and is relayed unchanged.
+
+- Credentials and errors: OpenAI's (``Authorization: Bearer``; ``{"error": {...}}``). After a stream
+  started, an ``event: error`` (API reference, "Streaming events": ``{"type": "error", "code",
+  "message", "param", "sequence_number"}``) and ``response.failed``.
+- Thinking: ``reasoning.effort`` (``none`` .. ``xhigh``), ``chat_template_kwargs`` (wins), else the
+  key's default, written as DeepSeek-V4's ``chat_template_kwargs``; ``reasoning.effort`` itself is
+  taken out (vLLM would hand the template an effort DeepSeek-V4 does not know).
+- ``background: true`` is refused: the backend would go on generating after the request ends, outside
+  the slots the gateway counts.
+- Stored responses: the id of a response the backend may store (``store`` not false) is claimed for
+  the caller's key (:mod:`gateway.response_owners`); ``previous_response_id`` must be one of the key's.
+- Telemetry: the first ``*.delta`` event of output is the first token; usage from
+  ``response.completed`` (or ``.incomplete`` / ``.failed``), ``input_tokens`` / ``output_tokens``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway import json_codec
+from gateway.dialects.base import Context, Parsed, Prepared
+from gateway.dialects.openai import OpenAIDialect
+from gateway.errors import GatewayError
+from gateway.openai_api.fields import check_fields
+from gateway.openai_api.rewrite import json_object
+from gateway.openai_api.thinking import as_level, resolve_thinking, set_template_thinking
+from gateway.sse import event_name
+from gateway.telemetry.observation import Observation
+
+#: The events a Responses stream ends with (API reference, "Streaming events").
+LAST_EVENTS = frozenset({b"response.completed", b"response.incomplete", b"response.failed"})
+#: Delta events that carry output, and whether it is reasoning.
+OUTPUT_DELTAS: Mapping[str, bool] = {
+    "response.output_text.delta": False,
+    "response.refusal.delta": False,
+    "response.function_call_arguments.delta": False,
+    "response.reasoning_text.delta": True,
+    "response.reasoning_summary_text.delta": True,
+}
+
+
+class Reasoning(BaseModel):
+    """``reasoning``: its ``effort`` is the thinking level."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+
+
+class ResponsesRequest(BaseModel):
+    """``POST /v1/responses`` body (API reference, "Create a model response"): the fields the
+    gateway reads; the rest is forwarded as sent."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = Field(min_length=1)
+    input: str | list[Any] | None = None
+    stream: bool = Field(default=False, strict=True)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    reasoning: Reasoning | None = None
+    store: bool | None = None
+    previous_response_id: str | None = Field(default=None, min_length=1, max_length=128)
+    background: bool | None = None
+    temperature: float | None = Field(default=None, ge=0)
+
+
+class Responses(OpenAIDialect):
+    """The Responses API dialect."""
+
+    route = "/v1/responses"
+    upstream_path = "/v1/responses"
+    api = "responses"
+    request_model = ResponsesRequest  # type: ignore[assignment]
+
+    def prepare(self, parsed: Parsed, context: Context) -> Prepared:
+        request: ResponsesRequest = parsed.request
+        payload = parsed.body
+        if request.background:
+            message = "background responses are not served here: the gateway must see every sequence end."
+            raise GatewayError("unsupported_field", message, param="background")
+        default = as_level(context.principal.default_thinking or context.settings.default_thinking)
+        effort = request.reasoning.effort if request.reasoning else None
+        thinking = resolve_thinking(
+            {"chat_template_kwargs": payload.get("chat_template_kwargs"), "reasoning_effort": effort}, default
+        )
+        reasoning = payload.get("reasoning")
+        if isinstance(reasoning, dict) and "effort" in reasoning:
+            payload["reasoning"] = {k: v for k, v in reasoning.items() if k != "effort"}
+        set_template_thinking(payload, thinking)
+        check_fields(payload, context.principal, context.settings.max_n)
+        translator = ResponsesTranslator(context, stored=request.store is not False)
+        budget = request.max_output_tokens
+        return Prepared(
+            json_codec.dumps(payload),
+            request.stream,
+            budget,
+            "max_output_tokens",
+            1,
+            translator,
+            request.previous_response_id,
+        )
+
+
+class ResponsesTranslator:
+    """:class:`~gateway.dialects.base.Translator` of Responses API responses: relayed unchanged,
+    observed; a response the backend may store is claimed for the caller (``stored``)."""
+
+    def __init__(self, context: Context, stored: bool) -> None:
+        self._context = context
+        self._stored = stored
+        self._sequence = -1  # the last event's sequence_number
+        self._response_id: str | None = None  # from response.created
+
+    def ends(self, event: bytes, data: bytes | None) -> bool:
+        """``response.completed``, ``response.incomplete`` or ``response.failed``."""
+        return event_name(event) in LAST_EVENTS
+
+    def error_event(self, error: GatewayError) -> bytes:
+        """``event: error`` numbered after the last event relayed, then ``response.failed`` with the
+        same error: the stream's last event (Codex CLI shows ``response.failed``'s message and retries;
+        it takes a bare ``error`` event for a stream that was cut)."""
+        code = error.code or error.type
+        first = self._sequence + 1
+        failed: dict[str, Any] = {"id": self._response_id, "object": "response", "status": "failed"}
+        failed["error"] = {"code": code, "message": error.message}
+        events: tuple[tuple[bytes, dict[str, Any]], ...] = (
+            (b"error", {"type": "error", "code": code, "message": error.message, "param": error.param}),
+            (b"response.failed", {"type": "response.failed", "response": failed}),
+        )
+        return b"".join(
+            b"event: "
+            + name
+            + b"\ndata: "
+            + json_codec.dumps({**body, "sequence_number": first + i})
+            + b"\n\n"
+            for i, (name, body) in enumerate(events)
+        )
+
+    def step(self, event: bytes, data: bytes | None) -> list[bytes]:
+        """One event, unchanged; its facts observed."""
+        if data is None:
+            return [event]
+        obj = json_object(data, "a Responses event")
+        sequence = obj.get("sequence_number")
+        if isinstance(sequence, int):
+            self._sequence = sequence
+        kind = obj.get("type")
+        reasoning = OUTPUT_DELTAS.get(kind) if isinstance(kind, str) else None
+        if reasoning is not None:
+            chars = _length(obj.get("delta"))
+            self._context.observe(
+                Observation(
+                    output=True,
+                    reasoning_chars=chars if reasoning else 0,
+                    content_chars=0 if reasoning else chars,
+                )
+            )
+        elif kind == "response.created":
+            self._claim(obj.get("response"))
+        elif isinstance(kind, str) and kind.encode() in LAST_EVENTS:
+            response = obj.get("response")
+            if isinstance(response, dict):
+                self._context.observe(
+                    Observation(finish_reason=_finish(response), usage=_usage(response), final=True)
+                )
+        return [event]
+
+    def answer(self, body: bytes) -> bytes:
+        """A whole response, unchanged; its usage, status and output sizes observed."""
+        obj = json_object(body, "the response")
+        self._claim(obj)
+        reasoning = content = 0
+        for item in obj.get("output") or ():
+            if isinstance(item, dict):
+                r, c = _item_chars(item)
+                reasoning, content = reasoning + r, content + c
+        self._context.observe_answer(
+            Observation(
+                output=bool(reasoning or content),
+                reasoning_chars=reasoning,
+                content_chars=content,
+                finish_reason=_finish(obj),
+                usage=_usage(obj),
+                final=True,
+            )
+        )
+        return body
+
+    def _claim(self, response: Any) -> None:
+        if isinstance(response, dict) and isinstance(response.get("id"), str):
+            self._response_id = response["id"]
+            if self._stored:
+                self._context.claim(response["id"])
+
+
+def _usage(response: dict[str, Any]) -> dict[str, Any] | None:
+    """The Responses API's usage in OpenAI chat form (``input_tokens`` -> ``prompt_tokens`` ...)."""
+    usage = response.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    inputs, outputs = usage.get("input_tokens_details"), usage.get("output_tokens_details")
+    return {
+        "prompt_tokens": usage.get("input_tokens"),
+        "completion_tokens": usage.get("output_tokens"),
+        "prompt_tokens_details": {"cached_tokens": inputs.get("cached_tokens")}
+        if isinstance(inputs, dict)
+        else None,
+        "completion_tokens_details": (
+            {"reasoning_tokens": outputs.get("reasoning_tokens")} if isinstance(outputs, dict) else None
+        ),
+    }
+
+
+def _finish(response: dict[str, Any]) -> str | None:
+    """OpenAI's finish reason of a response: ``tool_calls`` when it calls a function, ``length`` when
+    ``max_output_tokens`` cut it, its status otherwise (``completed`` -> ``stop``)."""
+    status = response.get("status")
+    output = response.get("output")
+    if isinstance(output, list) and any(
+        isinstance(i, dict) and i.get("type") == "function_call" for i in output
+    ):
+        return "tool_calls"
+    if status == "completed":
+        return "stop"
+    details = response.get("incomplete_details")
+    if status == "incomplete" and isinstance(details, dict) and details.get("reason") == "max_output_tokens":
+        return "length"
+    return status if isinstance(status, str) else None
+
+
+def _item_chars(item: dict[str, Any]) -> tuple[int, int]:
+    """(reasoning, answer) characters of one output item of a whole response."""
+    kind = item.get("type")
+    if kind == "function_call":
+        return 0, _length(item.get("arguments"))
+    parts = item.get("content") if kind in ("message", "reasoning") else None
+    chars = (
+        sum(_length(p.get("text")) for p in parts if isinstance(p, dict)) if isinstance(parts, list) else 0
+    )
+    return (chars, 0) if kind == "reasoning" else (0, chars)
+
+
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, str) else 0
+
+
+RESPONSES = Responses()
