@@ -11,10 +11,11 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
@@ -48,43 +49,24 @@ class FastJSONResponse(JSONResponse):
 
 async def chat_completions(request: Request) -> Response:
     """``POST /v1/chat/completions``."""
-    try:
-        body = parse_body(await request.body(), ChatRequest)
-    except ClientDisconnect:  # gone before its body arrived: nothing to run, nothing to log
-        return Response(status_code=499)
-    return await until_disconnect(request, _chat(request, body))
+    return await _answer(request, ChatRequest, _chat)
 
 
 async def completions(request: Request) -> Response:
     """``POST /v1/completions`` (raw text, no reasoning split, as in vLLM)."""
-    try:
-        body = parse_body(await request.body(), CompletionRequest)
-    except ClientDisconnect:
-        return Response(status_code=499)
-    return await until_disconnect(request, _completion(request, body))
+    return await _answer(request, CompletionRequest, _completion)
 
 
 async def responses(request: Request) -> Response:
     """``POST /v1/responses`` (OpenAI Responses API)."""
-    try:
-        body = parse_body(await request.body(), ResponsesRequest)
-    except ClientDisconnect:
-        return Response(status_code=499)
-    return await until_disconnect(request, _responses(request, body))
+    return await _answer(request, ResponsesRequest, _responses)
 
 
 async def messages(request: Request) -> Response:
     """``POST /v1/messages`` (Anthropic Messages; any query string, e.g. Claude Code's
     ``?beta=true``). A body that fails validation answers vLLM's app-wide OpenAI-shaped 400; errors
     after that are Anthropic-shaped, as vLLM's router renders them."""
-    try:
-        body = parse_body(await request.body(), MessagesRequest)
-    except ClientDisconnect:
-        return Response(status_code=499)
-    try:
-        return await until_disconnect(request, _messages(request, body))
-    except SimError as exc:
-        return FastJSONResponse(render_messages.error_body(exc), status_code=exc.status)
+    return await _answer(request, MessagesRequest, _anthropic(_messages))
 
 
 async def stored_response(request: Request) -> Response:
@@ -94,18 +76,41 @@ async def stored_response(request: Request) -> Response:
 
 async def count_tokens(request: Request) -> Response:
     """``POST /v1/messages/count_tokens``: the prompt estimate ``/v1/messages`` would report."""
+    return await _answer(request, CountTokensRequest, _anthropic(_count_tokens))
+
+
+async def _count_tokens(request: Request, body: CountTokensRequest) -> Response:
+    config = request.app.state.sim.config
+    _check_model(config, body.model)
+    prompt = body.to_prompt()
+    _check_length(config, prompt.tokens, None)
+    return FastJSONResponse(render_messages.count_tokens_body(prompt.tokens))
+
+
+BodyT = TypeVar("BodyT", bound=BaseModel)
+Work = Callable[[Request, BodyT], Coroutine[Any, Any, Response]]
+
+
+async def _answer(request: Request, model: type[BodyT], work: Work[BodyT]) -> Response:
+    """The body parsed into ``model`` (400 otherwise), then ``work`` run until the client leaves; a
+    client gone before its body arrived gets a 499 (nothing to run, nothing to log)."""
     try:
-        body = parse_body(await request.body(), CountTokensRequest)
+        body = parse_body(await request.body(), model)
     except ClientDisconnect:
         return Response(status_code=499)
-    config = request.app.state.sim.config
-    try:
-        _check_model(config, body.model)
-        prompt = body.to_prompt()
-        _check_length(config, prompt.tokens, None)
-    except SimError as exc:
-        return FastJSONResponse(render_messages.error_body(exc), status_code=exc.status)
-    return FastJSONResponse(render_messages.count_tokens_body(prompt.tokens))
+    return await until_disconnect(request, work(request, body))
+
+
+def _anthropic(work: Work[BodyT]) -> Work[BodyT]:
+    """``work`` whose errors answer in Anthropic's shape, as vLLM's Anthropic router renders them."""
+
+    async def answered(request: Request, body: BodyT) -> Response:
+        try:
+            return await work(request, body)
+        except SimError as exc:
+            return FastJSONResponse(render_messages.error_body(exc), status_code=exc.status)
+
+    return answered
 
 
 async def list_models(request: Request) -> JSONResponse:
