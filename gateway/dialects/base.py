@@ -96,6 +96,11 @@ class Prepared:
     previous_response_id: str | None = None
 
 
+def text_length(value: Any) -> int:
+    """Characters of a text field of a response (0 when it is no string)."""
+    return len(value) if isinstance(value, str) else 0
+
+
 class Dialect(Protocol):
     """One client API.
 

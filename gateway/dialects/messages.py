@@ -28,7 +28,7 @@ from gateway import json_codec
 from gateway.auth.authenticator import unauthorized
 from gateway.auth.principal import Principal
 from gateway.config import Settings
-from gateway.dialects.base import Context, Parsed, Prepared
+from gateway.dialects.base import Context, Parsed, Prepared, text_length
 from gateway.dialects.openai import bearer_token
 from gateway.errors import GatewayError, invalid_request
 from gateway.openai_api.fields import check_fields
@@ -217,7 +217,7 @@ class MessagesTranslator:
         obj = json_object(data, "a Messages event")
         kind = obj.get("type")
         if kind == "content_block_delta":
-            reasoning, content = _delta_chars(obj.get("delta"))
+            reasoning, content = _chars(obj.get("delta"), DELTA_TEXT)
             self._observe(Observation(output=True, reasoning_chars=reasoning, content_chars=content))
         elif kind == "message_start":
             message = obj.get("message")
@@ -235,9 +235,8 @@ class MessagesTranslator:
         obj = json_object(body, "the response")
         reasoning = content = 0
         for block in obj.get("content") or ():
-            if isinstance(block, dict):
-                r, c = _block_chars(block)
-                reasoning, content = reasoning + r, content + c
+            r, c = _chars(block, BLOCK_TEXT)
+            reasoning, content = reasoning + r, content + c
         self._merge(obj.get("usage"))
         self._observe_answer(
             Observation(
@@ -274,34 +273,27 @@ def _finish(reason: Any) -> str | None:
     return FINISH_REASONS.get(reason, reason) if isinstance(reason, str) else None
 
 
-def _delta_chars(delta: Any) -> tuple[int, int]:
-    """(reasoning, answer) characters of a ``content_block_delta``'s ``delta``."""
-    if not isinstance(delta, dict):
+#: Where a ``content_block_delta``'s ``delta`` and a whole message's content block keep their text,
+#: by ``type``, and whether it is reasoning.
+DELTA_TEXT: Mapping[str, tuple[str, bool]] = {
+    "thinking_delta": ("thinking", True),
+    "text_delta": ("text", False),
+    "input_json_delta": ("partial_json", False),
+}
+BLOCK_TEXT: Mapping[str, tuple[str, bool]] = {"thinking": ("thinking", True), "text": ("text", False)}
+
+
+def _chars(part: Any, where: Mapping[str, tuple[str, bool]]) -> tuple[int, int]:
+    """(reasoning, answer) characters of a delta or content block; a whole ``tool_use`` block counts
+    its input as JSON."""
+    if not isinstance(part, dict):
         return 0, 0
-    kind = delta.get("type")
-    if kind == "thinking_delta":
-        return _length(delta.get("thinking")), 0
-    if kind == "text_delta":
-        return 0, _length(delta.get("text"))
-    if kind == "input_json_delta":
-        return 0, _length(delta.get("partial_json"))
-    return 0, 0
-
-
-def _block_chars(block: dict[str, Any]) -> tuple[int, int]:
-    """(reasoning, answer) characters of one content block of a whole message."""
-    kind = block.get("type")
-    if kind == "thinking":
-        return _length(block.get("thinking")), 0
-    if kind == "text":
-        return 0, _length(block.get("text"))
-    if kind == "tool_use":
-        return 0, len(json_codec.dumps(block.get("input")))
-    return 0, 0
-
-
-def _length(value: Any) -> int:
-    return len(value) if isinstance(value, str) else 0
+    kind = part.get("type")
+    if kind == "tool_use" and where is BLOCK_TEXT:
+        return 0, len(json_codec.dumps(part.get("input")))
+    field, reasoning = where.get(kind, ("", False)) if isinstance(kind, str) else ("", False)
+    chars = text_length(part.get(field))
+    return (chars, 0) if reasoning else (0, chars)
 
 
 COUNT_TOKENS = AnthropicDialect()

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway import json_codec
-from gateway.dialects.base import Context, Parsed, Prepared
+from gateway.dialects.base import Context, Parsed, Prepared, text_length
 from gateway.dialects.openai import OpenAIDialect
 from gateway.errors import GatewayError
 from gateway.openai_api.fields import check_fields
@@ -154,7 +154,7 @@ class ResponsesTranslator:
         kind = obj.get("type")
         reasoning = OUTPUT_DELTAS.get(kind) if isinstance(kind, str) else None
         if reasoning is not None:
-            chars = _length(obj.get("delta"))
+            chars = text_length(obj.get("delta"))
             self._context.observe(
                 Observation(
                     output=True,
@@ -239,16 +239,14 @@ def _item_chars(item: dict[str, Any]) -> tuple[int, int]:
     """(reasoning, answer) characters of one output item of a whole response."""
     kind = item.get("type")
     if kind == "function_call":
-        return 0, _length(item.get("arguments"))
+        return 0, text_length(item.get("arguments"))
     parts = item.get("content") if kind in ("message", "reasoning") else None
     chars = (
-        sum(_length(p.get("text")) for p in parts if isinstance(p, dict)) if isinstance(parts, list) else 0
+        sum(text_length(p.get("text")) for p in parts if isinstance(p, dict))
+        if isinstance(parts, list)
+        else 0
     )
     return (chars, 0) if kind == "reasoning" else (0, chars)
-
-
-def _length(value: Any) -> int:
-    return len(value) if isinstance(value, str) else 0
 
 
 RESPONSES = Responses()
