@@ -168,6 +168,8 @@ def test_ledger_admin_routes_and_cli(stack, database_url: str, tmp_path: Path) -
     stream(gateway, key, body(CANARY))
     assert httpx.get(gateway.url + "/admin/usage", headers=auth).status_code == 403
     admin_auth = {"Authorization": f"Bearer {admin}"}
+    # a stream's record is published as its exchange closes, just after the client read its end
+    wait_until(lambda: len(admin_requests(gateway, admin)) == 4, what="the stream's record")
     usage = httpx.get(gateway.url + "/admin/usage?group_by=key", headers=admin_auth).json()["data"]
     assert [(u["key"], u["requests"]) for u in usage] == [("team-a", 4)]
     assert usage[0]["completion_tokens"] > 0
