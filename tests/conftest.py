@@ -1,9 +1,11 @@
-"""Shared fixtures: the simulator and the gateway as real servers on loopback, and API keys."""
+"""Shared fixtures: the simulator and the gateway as real servers on loopback, API keys, and the
+PostgreSQL and Redis servers of the session."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from gateway.auth import KeyStore
 from gateway.config import Settings
 from gateway.sim import SimConfig, create_sim_app
 from tests.support.servers import ThreadedServer
+from tests.support.services import ServiceUnavailable, postgres_server, redis_server
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
@@ -42,6 +45,30 @@ def start_sim() -> Iterator[Callable[..., ThreadedServer]]:
     yield start
     for server in started:
         server.stop()
+
+
+def _service(open_server: Callable[[], AbstractContextManager[str]]) -> Iterator[str]:
+    """The server's URL for the session; a test that needs it fails (not skips) when there is none."""
+    with ExitStack() as stack:
+        try:
+            url = stack.enter_context(open_server())
+        except ServiceUnavailable as exc:
+            raise pytest.fail.Exception(str(exc), pytrace=False) from None
+        yield url
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL server, ``postgresql+asyncpg://user@host:port/db`` (tests/support/services.py
+    says which). Shared by the session: a test keeps its tables in a schema of its own."""
+    yield from _service(postgres_server)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A Redis server, ``redis://host:port/db`` (tests/support/services.py says which). Shared by the
+    session and never flushed: a test keeps to keys of its own (rate limits are per key id, unique)."""
+    yield from _service(redis_server)
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,6 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 COMPOSE = DEPLOY / "docker-compose.yml"
 ENV_EXAMPLE = DEPLOY / ".env.example"
-#: The Compose Specification's schema, kept in the repo (tests/data/README.md says where it is from).
-COMPOSE_SCHEMA = REPO / "tests" / "data" / "compose-spec.json"
 
 
 def load_yaml(path: Path) -> Any:
@@ -24,11 +21,6 @@ def load_yaml(path: Path) -> Any:
 @pytest.fixture(scope="session")
 def compose() -> dict[str, Any]:
     return load_yaml(COMPOSE)
-
-
-@pytest.fixture(scope="session")
-def compose_schema() -> dict[str, Any]:
-    return json.loads(COMPOSE_SCHEMA.read_text())
 
 
 def env_example() -> dict[str, str]:

@@ -4,16 +4,13 @@ gateway processes — through real servers, with the official OpenAI SDK where c
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
-import pytest
 
 from tests.support.probes import wait_until
 from tests.support.servers import free_port
@@ -107,31 +104,6 @@ def test_max_concurrency_and_fair_queue_visible_to_streams_and_admins(
             rest = [line for line in second_lines if line.startswith("data: ")]
             assert rest[-1] == "data: [DONE]"
     wait_until(lambda: status()["slots_in_use"] == 0 and status()["queue_depth"] == 0, what="idle")
-
-
-@pytest.fixture
-def redis_url(tmp_path: Path) -> Iterator[str]:
-    """A real redis-server of the test's own, on a free loopback port."""
-    binary = shutil.which("redis-server")
-    assert binary, "redis-server is not installed (Debian package redis-server)"
-    port = free_port()
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)], stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-
-    def up() -> bool:
-        try:
-            import redis
-
-            return bool(redis.Redis(port=port).ping())
-        except Exception:
-            return False
-
-    wait_until(up, timeout_s=10, what="redis-server")
-    yield f"redis://127.0.0.1:{port}/0"
-    process.terminate()
-    process.wait(timeout=10)
 
 
 def test_two_gateway_processes_share_one_limit_through_redis(

@@ -3,30 +3,22 @@ and launching exactly the command ``gateway.runtime.render`` prints."""
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 import yaml
 
 from gateway.runtime import load_profile, render
 from gateway.runtime.profile import PROFILES_DIR, read_env_file
 from tests.runtime.conftest import HEAD_TEMPLATE, RUNTIME, TEMPLATES, WORKER_TEMPLATE, argv_dict
+from tests.support.compose_spec import compose_spec_errors
 
-#: The Compose Specification's schema, kept in the repo (tests/data/README.md says where it is from).
-SCHEMA = Path(__file__).resolve().parents[1] / "data" / "compose-spec.json"
 COMPOSE_FILES = sorted(p for pattern in ("*.yml", "*.yaml") for p in RUNTIME.rglob(pattern))
 COMPOSE = RUNTIME / "docker-compose.yml"
 VARIABLE = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-+?])([^}]*))?\}")
-
-
-def compose_schema() -> dict[str, Any]:
-    schema: dict[str, Any] = json.loads(SCHEMA.read_text())
-    return schema
 
 
 def interpolate(text: str, env: dict[str, str]) -> str:
@@ -63,8 +55,7 @@ def test_compose_files_exist() -> None:
 
 @pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda p: str(p.relative_to(RUNTIME)))
 def test_compose_file_matches_the_compose_spec(path: Path) -> None:
-    document = yaml.safe_load(path.read_text())
-    jsonschema.Draft7Validator(compose_schema()).validate(document)
+    assert compose_spec_errors(path) == []
 
 
 @pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda p: str(p.relative_to(RUNTIME)))

@@ -1,13 +1,12 @@
 """The key store, audit log and usage ledger on a REAL PostgreSQL (what replicas share in production).
 
-Needs PostgreSQL on 127.0.0.1:5432 with trust auth and a database ``test`` (as CI machines have), or
-``TEST_POSTGRES_URL``. Fails loudly when it is missing: a skipped storage test proves nothing.
-Each test works in its own schema, so runs never see each other's rows.
+The server is the session's (``postgres_url``: ``TEST_POSTGRES_URL``, a local one, or one started for
+the session; tests/support/services.py), and a test fails, not skips, without one: a skipped storage
+test proves nothing. Each test works in its own schema, so tests and runs never see each other's rows.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -24,19 +23,14 @@ from gateway.tables import Base
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.record import RequestTelemetry
 
-URL = os.environ.get("TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
-
 
 @pytest.fixture
-async def engine() -> AsyncIterator[AsyncEngine]:
+async def engine(postgres_url: str) -> AsyncIterator[AsyncEngine]:
     schema = "t_" + uuid.uuid4().hex[:12]
-    admin = create_async_engine(URL)
-    try:
-        async with admin.begin() as conn:
-            await conn.execute(text(f"CREATE SCHEMA {schema}"))
-    except OSError as exc:
-        pytest.fail(f"PostgreSQL is not reachable at {URL} ({exc}); see README, 'Tests'")
-    engine = create_async_engine(URL, connect_args={"server_settings": {"search_path": schema}})
+    admin = create_async_engine(postgres_url)
+    async with admin.begin() as conn:
+        await conn.execute(text(f"CREATE SCHEMA {schema}"))
+    engine = create_async_engine(postgres_url, connect_args={"server_settings": {"search_path": schema}})
     async with engine.begin() as conn:
         await conn.run_sync(Base.metadata.create_all)
     yield engine
