@@ -1,5 +1,6 @@
-"""Qualification tools: ``bench`` (TTFT, decode tokens/s, DSpark acceptance per workload) and
-``proof`` (production gates), for the gateway or any OpenAI-compatible server.
+"""Qualification tools: ``bench`` (TTFT, decode tokens/s, DSpark acceptance per workload; or a load
+run with ``vllm bench serve``'s metrics) and ``proof`` (production gates), for the gateway or any
+OpenAI-compatible server; both tell the built-in simulator from a real server.
 
 Methodology and definitions: ``docs/methodology.md``.
 """

@@ -1,8 +1,10 @@
-"""The benchmark: warm-up runs, then repetitions of each workload, medians per workload.
+"""The sequential benchmark: warm-up runs, then repetitions of each workload, medians per workload.
 
 Each run is one streamed completion (:func:`gateway.qualify.stream.stream_chat`), one at a time
-(single-request figures, as in the recipe's qualification table; concurrency is not measured here).
-Warm-up runs are recorded with ``warmup: true`` and left out of the medians. A median is taken over
+(single-request figures, as in the recipe's qualification table; :mod:`gateway.qualify.load` measures
+under concurrency, with the same per-run records).
+A run that raised, or whose stream carried no text (so no TTFT), is a failed run: a record with
+``error``. Warm-up runs are recorded with ``warmup: true`` and left out of the medians. A median is taken over
 the measured runs where the figure is defined; ``n`` says how many that was.
 
 Per-run record fields (units): ``ttft_s`` (s, client), ``decode_tokens_per_s`` (tokens/s, client,
@@ -22,13 +24,14 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from openai import OpenAI
+from openai import AsyncOpenAI
 
 from gateway.qualify.stream import StreamResult, stream_chat
+from gateway.qualify.target import Target
 from gateway.qualify.urls import public_url
 from gateway.qualify.workloads import Workload
 
-__all__ = ["MEDIAN_FIELDS", "BenchConfig", "RunRecord", "medians", "run_bench"]
+__all__ = ["MEDIAN_FIELDS", "BenchConfig", "RunRecord", "environment", "measure", "medians", "run_bench"]
 
 MEDIAN_FIELDS = ("ttft_s", "decode_tokens_per_s", "acceptance_rate", "mean_acceptance_length", "e2e_s")
 
@@ -42,6 +45,7 @@ class BenchConfig:
     warmup: int = 1
     max_tokens: int = 2048
     extra_body: dict[str, Any] | None = None
+    target: Target | None = None
 
 
 @dataclass(slots=True)
@@ -90,6 +94,23 @@ def record_of(workload: Workload, index: int, warmup: bool, result: StreamResult
     return record
 
 
+async def measure(
+    client: AsyncOpenAI, config: BenchConfig, workload: Workload, index: int, warmup: bool
+) -> tuple[RunRecord, list[float]]:
+    """One run of ``workload``: its record and its inter-token latencies (s); a failed run is a
+    record with ``error`` (and no latencies), not an exception."""
+    messages = [{"role": "user", "content": workload.prompt}]
+    try:
+        result = await stream_chat(
+            client, config.model, messages, max_tokens=config.max_tokens, extra_body=config.extra_body
+        )
+    except Exception as exc:  # a failed run is data, not a crash
+        return RunRecord(workload.name, index, warmup, error=f"{type(exc).__name__}: {exc}"), []
+    if result.t_first is None:
+        return RunRecord(workload.name, index, warmup, error="the stream carried no text"), []
+    return record_of(workload, index, warmup, result), result.itl
+
+
 def medians(records: Sequence[RunRecord]) -> dict[str, dict[str, Any]]:
     """Per workload: ``{field: median or None, "n": measured runs, "errors": failed runs}``."""
     out: dict[str, dict[str, Any]] = {}
@@ -106,43 +127,37 @@ def medians(records: Sequence[RunRecord]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def environment(config: BenchConfig) -> dict[str, Any]:
-    """Where and how the figures were taken (no credentials)."""
+def environment(config: BenchConfig, mode: str, **parameters: Any) -> dict[str, Any]:
+    """Where and how the figures were taken (no credentials): ``mode`` (``sequential`` or ``load``)
+    and that mode's ``parameters`` besides the common ones."""
     return {
+        "mode": mode,
         "model": config.model,
         "base_url": public_url(config.base_url),
+        "target": config.target.as_json() if config.target else None,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "repetitions": config.repetitions,
         "warmup": config.warmup,
         "max_tokens": config.max_tokens,
-        "concurrency": 1,
+        **parameters,
         "extra_body": config.extra_body or {},
         "client": {"python": sys.version.split()[0], "platform": platform.platform()},
     }
 
 
-def run_bench(
-    client: OpenAI, config: BenchConfig, on_run: Callable[[RunRecord], None] | None = None
+async def run_bench(
+    client: AsyncOpenAI, config: BenchConfig, on_run: Callable[[RunRecord], None] | None = None
 ) -> dict[str, Any]:
     """Run everything in order (per workload: warm-ups, then repetitions) and build the report."""
     records: list[RunRecord] = []
     for workload in config.workloads:
-        messages = [{"role": "user", "content": workload.prompt}]
         for i in range(config.warmup + config.repetitions):
             warm = i < config.warmup
-            index = i if warm else i - config.warmup
-            try:
-                result = stream_chat(
-                    client, config.model, messages, max_tokens=config.max_tokens, extra_body=config.extra_body
-                )
-                record = record_of(workload, index, warm, result)
-            except Exception as exc:  # a failed run is data, not a crash
-                record = RunRecord(workload.name, index, warm, error=f"{type(exc).__name__}: {exc}")
+            record, _ = await measure(client, config, workload, i if warm else i - config.warmup, warm)
             records.append(record)
             if on_run is not None:
                 on_run(record)
     return {
-        "environment": environment(config),
+        "environment": environment(config, "sequential", repetitions=config.repetitions, concurrency=1),
         "workloads": {w.name: w.description for w in config.workloads},
         "medians": medians(records),
         "runs": [asdict(r) for r in records],

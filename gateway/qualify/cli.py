@@ -9,21 +9,26 @@ CLI loads: ``dspark-gateway serve`` shares this CLI and would otherwise carry ~1
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from gateway.qualify.urls import public_url
 from gateway.qualify.workloads import parse_workloads
 
 if TYPE_CHECKING:
-    from gateway.qualify.bench import RunRecord
+    from openai import AsyncOpenAI
+
+    from gateway.qualify.bench import BenchConfig, RunRecord
+    from gateway.qualify.load import LoadConfig
     from gateway.qualify.result import GateResult
+    from gateway.qualify.target import Target
 
 __all__ = ["bench_command", "proof_command", "qualify_app"]
 
@@ -44,14 +49,7 @@ JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the report a
 TimeoutOpt = Annotated[
     float, typer.Option("--timeout", help="Per-request timeout, s (a 1M prefill takes ~18 min)")
 ]
-
-_STYLE = {"PASS": "green", "FAIL": "red", "NOT-APPLICABLE": "yellow"}
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "—"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+LOAD_DEFAULT_PROMPTS = 100
 
 
 def _write_json(path: Path | None, report: dict[str, Any], console: Console) -> None:
@@ -60,14 +58,33 @@ def _write_json(path: Path | None, report: dict[str, Any], console: Console) -> 
         console.print(f"report written to {path}")
 
 
-def _first_model(base_url: str, api_key: str, timeout: float) -> str:
+def _probe(base_url: str, api_key: str, timeout: float, console: Console) -> Target:
+    """What answers at ``base_url`` (:mod:`gateway.qualify.target`), printed as the report header."""
     import httpx2
 
-    response = httpx2.get(
-        base_url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout
-    )
-    response.raise_for_status()
-    return str(response.json()["data"][0]["id"])
+    from gateway.qualify.target import probe_target
+
+    with httpx2.Client(timeout=timeout) as http:
+        target = probe_target(http, base_url, api_key)
+    style = "bold yellow" if target.simulator else "bold"
+    console.print(f"target: [{style}]{escape(target.describe())}[/] at {public_url(base_url)}")
+    return target
+
+
+def _client(base_url: str, api_key: str, timeout: float, connections: int | None) -> AsyncOpenAI:
+    """The SDK client; ``connections`` kept alive (``None``: no cap), none refused as vLLM's own
+    benchmark client does (the SDK's default pool would queue requests past 1,000 on the client)."""
+    import httpx2
+    from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+
+    limits = httpx2.Limits(max_connections=None, max_keepalive_connections=connections)
+    http = DefaultAsyncHttpxClient(limits=limits, timeout=timeout)
+    return AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0, http_client=http)
+
+
+def _progress(console: Console) -> Progress:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    return Progress(*columns, console=console)
 
 
 def bench_command(
@@ -77,9 +94,30 @@ def bench_command(
     workloads: Annotated[
         str, typer.Option("--workloads", help="Comma-separated: counting,dataclasses,prose")
     ] = ("counting,dataclasses,prose"),
-    repetitions: Annotated[int, typer.Option("--repetitions", min=1, help="Measured runs per workload")] = 3,
+    repetitions: Annotated[
+        int | None,
+        typer.Option(
+            "--repetitions", min=1, help="Measured runs per workload (sequential mode) [default: 3]"
+        ),
+    ] = None,
     warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured runs per workload first")] = 1,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="max_tokens per run")] = 2048,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", min=1, help="Load mode: at most N requests in flight")
+    ] = None,
+    request_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--request-rate", help="Load mode: Poisson arrivals, req/s (inf: all at once) [default: inf]"
+        ),
+    ] = None,
+    num_prompts: Annotated[
+        int | None,
+        typer.Option(
+            "--num-prompts", min=1, help=f"Load mode: requests sent [default: {LOAD_DEFAULT_PROMPTS}]"
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Load mode: seed of the arrival times")] = 0,
     reasoning_effort: Annotated[
         str | None,
         typer.Option("--reasoning-effort", help="Send reasoning_effort (default: server's choice)"),
@@ -88,68 +126,148 @@ def bench_command(
         float | None, typer.Option("--temperature", help="Send temperature (default: server's choice)")
     ] = None,
     json_out: JsonOpt = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Load mode: draw TTFT/TPOT/ITL/E2EL distributions (PNG)")
+    ] = None,
     timeout: TimeoutOpt = 1800.0,
 ) -> None:
-    """Streamed TTFT, decode tokens/s and DSpark acceptance per workload (medians of warm runs).
+    """Streamed TTFT, decode tokens/s and DSpark acceptance per workload (medians of warm runs), or,
+    with --concurrency / --request-rate / --num-prompts, a load run reported as `vllm bench serve`
+    does (TTFT, TPOT, ITL, E2EL percentiles; request and token throughput).
 
     Exit code 1 when no model can be found or every measured run failed."""
-    import httpx2
-    from openai import OpenAI
-
-    from gateway.qualify.bench import BenchConfig, run_bench
+    from gateway.qualify.bench import BenchConfig
 
     console = Console()
     try:
         chosen = parse_workloads(workloads)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--workloads") from exc
+    load = _load_config(concurrency, request_rate, num_prompts, seed, repetitions, plot)
+    _require_plotting(plot, console)
+    target = _probe(base_url, api_key, timeout, console)
     if model is None:
-        try:
-            model = _first_model(base_url, api_key, timeout)
-        except (httpx2.HTTPError, KeyError, IndexError, ValueError) as exc:
-            console.print(f"[red]cannot list models at {public_url(base_url)}/models: {exc}[/]")
-            raise typer.Exit(1) from exc
+        if not target.models:
+            why = target.error or "none listed"
+            console.print(f"[red]cannot list models at {public_url(base_url)}/models: {escape(why)}[/]")
+            raise typer.Exit(1)
+        model = target.models[0]
     extra: dict[str, Any] = {"reasoning_effort": reasoning_effort} if reasoning_effort else {}
     if temperature is not None:
         extra["temperature"] = temperature
-    config = BenchConfig(base_url, model, chosen, repetitions, warmup, max_tokens, extra or None)
-    client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
-        task = progress.add_task("bench", total=len(chosen) * (repetitions + warmup))
+    config = BenchConfig(base_url, model, chosen, repetitions or 3, warmup, max_tokens, extra or None, target)
+    if load is None:
+        _bench_sequential(config, api_key, timeout, console, json_out)
+    else:
+        _bench_load(config, load, api_key, timeout, console, json_out, plot)
+
+
+def _load_config(
+    concurrency: int | None,
+    request_rate: float | None,
+    num_prompts: int | None,
+    seed: int,
+    repetitions: int | None,
+    plot: Path | None,
+) -> LoadConfig | None:
+    """The load run the options ask for, or ``None`` for the sequential benchmark."""
+    from gateway.qualify.load import LoadConfig
+
+    if concurrency is None and request_rate is None and num_prompts is None:
+        if plot is not None:
+            why = "needs a load run: --concurrency, --request-rate or --num-prompts"
+            raise typer.BadParameter(why, param_hint="--plot")
+        return None
+    if repetitions is not None:
+        why = "sequential mode only; a load run sends --num-prompts requests"
+        raise typer.BadParameter(why, param_hint="--repetitions")
+    if request_rate is not None and not request_rate > 0:
+        raise typer.BadParameter("must be > 0 (or inf)", param_hint="--request-rate")
+    rate = float("inf") if request_rate is None else request_rate
+    return LoadConfig(num_prompts or LOAD_DEFAULT_PROMPTS, concurrency, rate, seed)
+
+
+def _require_plotting(plot: Path | None, console: Console) -> None:
+    """Refuse ``--plot`` before anything runs when matplotlib is missing (one line says how to fix it)."""
+    if plot is None:
+        return
+    from gateway.qualify.plot import INSTALL_HINT, plot_available
+
+    if not plot_available():
+        console.print(f"[red]{INSTALL_HINT}[/]")
+        raise typer.Exit(1)
+
+
+def _title(what: str, config: BenchConfig) -> str:
+    on = " — SIMULATOR" if config.target is not None and config.target.simulator else ""
+    return f"{what}: {config.model}{on}"
+
+
+def _bench_sequential(
+    config: BenchConfig, api_key: str, timeout: float, console: Console, json_out: Path | None
+) -> None:
+    from gateway.qualify.bench import run_bench
+    from gateway.qualify.tables import medians_table
+
+    with _progress(console) as progress:
+        task = progress.add_task("bench", total=len(config.workloads) * (config.repetitions + config.warmup))
 
         def advance(record: RunRecord) -> None:
             label = "warm-up" if record.warmup else f"run {record.index + 1}"
             progress.update(task, advance=1, description=f"{record.workload} {label}")
             if record.error:
-                progress.console.print(f"[red]{record.workload} {label}: {record.error}[/]")
+                progress.console.print(f"[red]{record.workload} {label}: {escape(record.error)}[/]")
 
-        report = run_bench(client, config, advance)
-    table = Table(title=f"medians over {repetitions} warm run(s): {model}")
-    for col in (
-        "workload",
-        "n",
-        "TTFT s",
-        "decode tok/s",
-        "acceptance",
-        "mean acc. len",
-        "acceptance source",
-    ):
-        table.add_column(col)
-    for name, row in report["medians"].items():
-        acc = row["acceptance_rate"]
-        table.add_row(
-            name,
-            str(row["n"]),
-            _fmt(row["ttft_s"]),
-            _fmt(row["decode_tokens_per_s"], 2),
-            "—" if acc is None else f"{acc:.2%}",
-            _fmt(row["mean_acceptance_length"], 2),
-            row["acceptance_source"] or "—",
-        )
-    console.print(table)
+        async def run() -> dict[str, Any]:
+            async with _client(config.base_url, api_key, timeout, 1) as client:
+                return await run_bench(client, config, advance)
+
+        report = asyncio.run(run())
+    console.print(medians_table(report, _title(f"medians over {config.repetitions} warm run(s)", config)))
     _write_json(json_out, report, console)
     if all(row["n"] == 0 for row in report["medians"].values()):
+        raise typer.Exit(1)
+
+
+def _bench_load(
+    config: BenchConfig,
+    load: LoadConfig,
+    api_key: str,
+    timeout: float,
+    console: Console,
+    json_out: Path | None,
+    plot: Path | None,
+) -> None:
+    from gateway.qualify.load import run_load
+    from gateway.qualify.tables import load_tables
+
+    errors: list[str] = []
+    with _progress(console) as progress:
+        task = progress.add_task("load", total=len(config.workloads) * config.warmup + load.num_prompts)
+
+        def advance(record: RunRecord) -> None:
+            progress.update(task, advance=1, description="warm-up" if record.warmup else "requests")
+            if record.error and len(errors) < 5:  # the rest are in the report
+                errors.append(record.error)
+                progress.console.print(f"[red]request {record.index}: {escape(record.error)}[/]")
+
+        async def run() -> tuple[dict[str, Any], dict[str, list[float]]]:
+            async with _client(
+                config.base_url, api_key, timeout, load.concurrency or load.num_prompts
+            ) as client:
+                return await run_load(client, config, load, advance)
+
+        report, values = asyncio.run(run())
+    title = _title(f"serving benchmark, {load.num_prompts} requests", config)
+    for table in load_tables(report, title):
+        console.print(table)
+    _write_json(json_out, report, console)
+    if plot is not None:
+        from gateway.qualify.plot import write_plot
+
+        write_plot(plot, values, report, title)
+        console.print(f"plot written to {plot}")
+    if report["completed"] == 0:
         raise typer.Exit(1)
 
 
@@ -171,14 +289,17 @@ def proof_command(
     json_out: JsonOpt = None,
     timeout: TimeoutOpt = 1800.0,
 ) -> None:
-    """Qualification gates, each PASS / FAIL / NOT-APPLICABLE with a reason; exit 1 if any FAILED."""
+    """Qualification gates, each PASS / FAIL / NOT-APPLICABLE with a reason; exit 1 if any FAILED.
+    Against the simulator, gates it cannot pass are NOT-APPLICABLE ("n/a (simulator)")."""
     import httpx2
     from openai import OpenAI
 
     from gateway.qualify.proof import proof_report, run_proof
     from gateway.qualify.result import ProofContext
+    from gateway.qualify.tables import STATUS_STYLE, proof_table
 
     console = Console()
+    target = _probe(base_url, api_key, timeout, console)
     with (
         OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0) as client,
         httpx2.Client(timeout=timeout) as http,
@@ -194,18 +315,15 @@ def proof_command(
             seed,
             restart_cmd,
             restart_timeout,
+            target,
         )
 
         def show(result: GateResult) -> None:
-            console.print(f"[{_STYLE[result.status]}]{result.status:<14}[/] {result.gate}")
+            console.print(f"[{STATUS_STYLE[result.status]}]{result.status:<14}[/] {result.gate}")
 
         results = run_proof(ctx, show)
-    table = Table(title=f"proof: {ctx.model}")
-    for col in ("gate", "result", "reason", "s"):
-        table.add_column(col)
-    for r in results:
-        table.add_row(r.gate, f"[{_STYLE[r.status]}]{r.status}[/]", r.reason, f"{r.seconds:.2f}")
-    console.print(table)
+    on = " — SIMULATOR: gates it cannot pass are n/a" if target.simulator else ""
+    console.print(proof_table(results, f"proof: {ctx.model}{on}"))
     report = proof_report(ctx, results)
     _write_json(json_out, report, console)
     if not report["passed"]:

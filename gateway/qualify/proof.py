@@ -17,6 +17,10 @@ Gate order and what PASS means (details in each gate's docstring):
 Every request is sent with ``temperature: 0`` (greedy), so exact answers (retrieval key, JSON, tool
 arguments) do not depend on sampling luck. If ``model_listed`` fails, the later gates still run and
 report their own errors.
+
+Against the simulator (:class:`gateway.qualify.target.Target`), a gate it cannot pass
+(:data:`SIMULATOR_CANNOT`) that answers FAIL becomes NOT-APPLICABLE, reason ``n/a (simulator): …``;
+one that raised (no answer at all) stays a FAIL, so a broken gateway still shows.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,7 +44,7 @@ from gateway.qualify.result import GateResult, ProofContext, Status
 from gateway.qualify.stream import reasoning_of
 from gateway.qualify.urls import public_url
 
-__all__ = ["GATES", "gate_restart", "proof_report", "run_proof"]
+__all__ = ["GATES", "SIMULATOR_CANNOT", "gate_restart", "on_simulator", "proof_report", "run_proof"]
 
 Gate = Callable[[ProofContext], GateResult]
 
@@ -99,6 +103,22 @@ GATES: tuple[Gate, ...] = (
 )
 
 
+#: Gates the simulator cannot pass, and why (``gateway.sim``'s module doc describes its behaviour).
+SIMULATOR_CANNOT: dict[str, str] = {
+    "tool_call": "it calls a tool only when the prompt says #sim:call",
+    "json_schema": "it ignores response_format",
+    "retrieval": "it does not read the prompt",
+}
+
+
+def on_simulator(result: GateResult) -> GateResult:
+    """``result`` as it counts against the simulator: a FAIL of a gate it cannot pass is n/a."""
+    why = SIMULATOR_CANNOT.get(result.gate)
+    if why is None or result.status is not Status.FAIL:
+        return result
+    return replace(result, status=Status.NOT_APPLICABLE, reason=f"n/a (simulator): {why}; {result.reason}")
+
+
 def _gate_name(gate: Gate) -> str:
     return gate.__name__.removeprefix("gate_")
 
@@ -110,6 +130,8 @@ def run_proof(ctx: ProofContext, on_gate: Callable[[GateResult], None] | None = 
         start = time.perf_counter()
         try:
             result = gate(ctx)
+            if ctx.simulator:
+                result = on_simulator(result)
         except Exception as exc:
             result = GateResult(_gate_name(gate), Status.FAIL, f"{type(exc).__name__}: {str(exc)[:300]}")
         result.seconds = round(time.perf_counter() - start, 3)
@@ -126,6 +148,7 @@ def proof_report(ctx: ProofContext, results: list[GateResult]) -> dict[str, Any]
         "environment": {
             "model": ctx.model,
             "base_url": public_url(ctx.base_url),
+            "target": ctx.target.as_json() if ctx.target else None,
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "context_tokens": ctx.context_tokens,
             "max_tokens": ctx.max_tokens,

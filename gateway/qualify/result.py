@@ -3,7 +3,9 @@
 A gate is PASS, FAIL or NOT-APPLICABLE, always with a reason. NOT-APPLICABLE is reserved for "the
 server says it does not offer this" (an HTTP 400/422/501 on a request using the feature, e.g. vLLM
 without ``--enable-auto-tool-choice`` refusing ``tool_choice: auto``) or "not asked for" (no
-``--restart-cmd``); a feature that is accepted but does not work is a FAIL.
+``--restart-cmd``) or "the target is the simulator, which cannot do this" (reason ``n/a (simulator):
+…``, see :data:`gateway.qualify.proof.SIMULATOR_CANNOT`); a feature that is accepted but does not work
+is a FAIL.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 import httpx2
 import openai
 from openai import OpenAI
+
+from gateway.qualify.target import Target
 
 __all__ = ["GateResult", "ProofContext", "Status", "unsupported"]
 
@@ -48,6 +52,11 @@ class ProofContext:
     seed: int | None = None
     restart_cmd: str | None = None
     restart_timeout_s: float = 900.0
+    target: Target | None = None
+
+    @property
+    def simulator(self) -> bool:
+        return self.target is not None and self.target.simulator
 
     @property
     def auth(self) -> dict[str, str]:

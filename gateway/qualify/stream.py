@@ -1,4 +1,4 @@
-"""One streamed chat completion, timed on the client (official OpenAI SDK).
+"""One streamed chat completion, timed on the client (official OpenAI SDK, async client).
 
 Times are ``time.perf_counter()`` seconds on the client, from just before the request is sent:
 
@@ -11,6 +11,10 @@ Times are ``time.perf_counter()`` seconds on the client, from just before the re
   The first token is excluded because it is produced by prefill, not decode. A DSpark chunk carries
   several tokens, so tokens are never counted from chunks. Undefined (``None``) for < 2 tokens or
   when all text arrived in one chunk.
+- ``itl`` (inter-token latencies) = the gaps between consecutive chunks carrying text. As in vLLM's
+  ``vllm bench serve`` (``benchmarks/lib/endpoint_request_func.py``) a gap is per chunk, not per token:
+  a DSpark chunk holds one engine step, 1..k+1 tokens.
+- ``t_end`` = when the stream ended (``[DONE]``): the end-to-end latency.
 
 Reasoning is read from ``delta.model_extra`` (``reasoning_content``, else ``reasoning``: the gateway
 sends both by default, vLLM ≥ 0.16 sends ``reasoning``). Acceptance is not measurable on the client: it
@@ -22,9 +26,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
-from openai import OpenAI
+from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletionChunk
 
 __all__ = ["TELEMETRY_HEADER", "StreamResult", "decode_rate", "reasoning_of", "stream_chat"]
 
@@ -36,8 +42,7 @@ REASONING_FIELDS = ("reasoning_content", "reasoning")
 class StreamResult:
     """What one streamed completion produced and when (seconds since the request was sent)."""
 
-    t_first: float | None = None
-    t_last: float | None = None
+    text_times: list[float] = field(default_factory=list)
     t_end: float = 0.0
     reasoning: str = ""
     content: str = ""
@@ -45,7 +50,19 @@ class StreamResult:
     usage: dict[str, Any] | None = None
     telemetry: dict[str, Any] | None = None
     chunks: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def t_first(self) -> float | None:
+        return self.text_times[0] if self.text_times else None
+
+    @property
+    def t_last(self) -> float | None:
+        return self.text_times[-1] if self.text_times else None
+
+    @property
+    def itl(self) -> list[float]:
+        """Gaps between consecutive chunks carrying text, s (one chunk may hold several tokens)."""
+        return [b - a for a, b in pairwise(self.text_times)]
 
     @property
     def completion_tokens(self) -> int | None:
@@ -54,6 +71,25 @@ class StreamResult:
     @property
     def decode_tokens_per_s(self) -> float | None:
         return decode_rate(self.completion_tokens, self.t_first, self.t_last)
+
+    def observe(self, chunk: ChatCompletionChunk, now: float) -> None:
+        """Take one chunk that arrived ``now`` seconds after the request was sent."""
+        self.chunks += 1
+        extra = chunk.model_extra or {}
+        if isinstance(extra.get("telemetry"), dict):
+            self.telemetry = extra["telemetry"]
+        if chunk.usage is not None:
+            self.usage = chunk.usage.model_dump()
+        text = False
+        for choice in chunk.choices:
+            piece_r = reasoning_of(choice.delta.model_extra)
+            piece_c = choice.delta.content or ""
+            text = text or bool(piece_r or piece_c)
+            self.reasoning += piece_r
+            self.content += piece_c
+            self.finish_reason = choice.finish_reason or self.finish_reason
+        if text:
+            self.text_times.append(now)
 
 
 def decode_rate(completion_tokens: int | None, t_first: float | None, t_last: float | None) -> float | None:
@@ -73,8 +109,8 @@ def reasoning_of(extra: dict[str, Any] | None) -> str:
     return ""
 
 
-def stream_chat(
-    client: OpenAI,
+async def stream_chat(
+    client: AsyncOpenAI,
     model: str,
     messages: Any,
     *,
@@ -84,7 +120,7 @@ def stream_chat(
     """Stream one chat completion and time it (see the module doc for the definitions)."""
     result = StreamResult()
     start = time.perf_counter()
-    stream = client.chat.completions.create(
+    stream = await client.chat.completions.create(
         model=model,
         messages=messages,
         max_tokens=max_tokens,
@@ -93,23 +129,8 @@ def stream_chat(
         extra_headers=TELEMETRY_HEADER,
         extra_body=extra_body,
     )
-    with stream:
-        for chunk in stream:
-            now = time.perf_counter() - start
-            result.chunks += 1
-            extra = chunk.model_extra or {}
-            if isinstance(extra.get("telemetry"), dict):
-                result.telemetry = extra["telemetry"]
-            if chunk.usage is not None:
-                result.usage = chunk.usage.model_dump()
-            for choice in chunk.choices:
-                piece_r = reasoning_of(choice.delta.model_extra)
-                piece_c = choice.delta.content or ""
-                if piece_r or piece_c:
-                    result.t_first = now if result.t_first is None else result.t_first
-                    result.t_last = now
-                result.reasoning += piece_r
-                result.content += piece_c
-                result.finish_reason = choice.finish_reason or result.finish_reason
+    async with stream:
+        async for chunk in stream:
+            result.observe(chunk, time.perf_counter() - start)
     result.t_end = time.perf_counter() - start
     return result

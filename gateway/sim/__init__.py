@@ -54,6 +54,7 @@ leaving the engine (arrival, scheduled, finish...), for benchmarks; see ``gatewa
 
 from .app import create_sim_app
 from .config import SimConfig
+from .handlers import SIMULATOR_OWNED_BY
 from .server import SimServer, run_sim
 
-__all__ = ["SimConfig", "SimServer", "create_sim_app", "run_sim"]
+__all__ = ["SIMULATOR_OWNED_BY", "SimConfig", "SimServer", "create_sim_app", "run_sim"]

@@ -35,6 +35,9 @@ from .text import build_output, derive_seed
 from .tools import new_call_id, scripted_call
 
 SSE_MEDIA_TYPE = "text/event-stream"
+#: ``owned_by`` of every model card: how a client (``dspark-gateway proof``/``bench``) tells the
+#: simulator from a real vLLM (``"vllm"``), directly or through the gateway, which passes cards on.
+SIMULATOR_OWNED_BY = "dspark-sim"
 
 
 class FastJSONResponse(JSONResponse):
@@ -121,7 +124,7 @@ async def list_models(request: Request) -> JSONResponse:
         "id": config.served_model_name,
         "object": "model",
         "created": sim.started,
-        "owned_by": "dspark-sim",
+        "owned_by": SIMULATOR_OWNED_BY,
         "root": config.model_root,
         "parent": None,
         "max_model_len": config.max_model_len,
