@@ -3,11 +3,13 @@
 Coding agents send their own model names (Claude Code's ``claude-…`` for its side requests, Codex's
 defaults); an alias lets them reach the one model the backend serves. A pattern is an exact name or
 a shell-style glob (:func:`fnmatch.fnmatchcase`: ``*``, ``?``, ``[…]``, case-sensitive). Exact names
-are listed by ``/v1/models``; globs can't be listed. Pure.
+are listed by ``/v1/models``; globs can't be listed. A key may have aliases of its own, exact names
+mapped to a model (:attr:`gateway.auth.principal.Principal.aliases`): they win over the gateway's. Pure.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
@@ -26,8 +28,11 @@ class ModelAliases:
     served: str
     patterns: tuple[str, ...] = ()
 
-    def resolve(self, name: str) -> str:
-        """The model ``name`` means: the served one when it matches an alias, else ``name`` itself."""
+    def resolve(self, name: str, own: Mapping[str, str] | None = None) -> str:
+        """The model ``name`` means: ``own[name]`` when the key has that alias, else the served one when
+        it matches one of the gateway's aliases, else ``name`` itself."""
+        if own is not None and name in own:
+            return own[name]
         if name == self.served or not self.patterns:
             return name
         if any(
@@ -36,6 +41,10 @@ class ModelAliases:
             return self.served
         return name
 
-    def listed(self) -> tuple[str, ...]:
-        """The exact alias names (what ``/v1/models`` shows besides the served model)."""
-        return tuple(p for p in self.patterns if not is_glob(p) and p != self.served)
+    def listed(self, own: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        """The exact alias names of the served model (what ``/v1/models`` shows besides it): the key's
+        own that mean it, then the gateway's that the key's own do not redirect."""
+        own = own or {}
+        mine = tuple(name for name, model in own.items() if model == self.served and name != self.served)
+        gateway = tuple(p for p in self.patterns if not is_glob(p) and p != self.served and p not in own)
+        return mine + gateway

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from gateway import routes
 from gateway.admission import Admission
@@ -25,6 +26,7 @@ from gateway.http.drain import Drain
 from gateway.http.edge import EdgeMiddleware
 from gateway.http.errors import install_error_handlers, renderer
 from gateway.http.http_metrics import HttpMetrics
+from gateway.http.openapi import DOCS_ASSETS
 from gateway.http.throttle import AddressThrottle
 from gateway.limits import RateLimiter, storage_for
 from gateway.proxy.aiohttp_upstream import AiohttpUpstream, build_session
@@ -134,7 +136,10 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             await upstream.aclose()
             await engine.dispose()
 
-    app = FastAPI(
+    # /docs and /redoc load Swagger UI and ReDoc from the gateway itself (fastapi-offline ships them),
+    # not from a CDN: they work where the gateway has no Internet access
+    app = FastAPIOffline(
+        static_url=DOCS_ASSETS,
         title="dspark-gateway",
         summary="Authenticated, slot-aware OpenAI-compatible gateway for DeepSeek-V4-Flash on vLLM",
         lifespan=lifespan,

@@ -12,6 +12,15 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+#: The async driver of each database a URL may name without one (``sqlite://``, ``postgresql://``).
+ASYNC_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+}
 
 
 def default_database_url() -> str:
@@ -21,6 +30,29 @@ def default_database_url() -> str:
     """
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "dspark-gateway"
     return f"sqlite+aiosqlite:///{base / 'gateway.db'}"
+
+
+def async_database_url(value: str) -> str:
+    """``value`` as the SQLAlchemy async URL the gateway opens.
+
+    A path (``./gw.db``, ``/var/lib/x.db``, ``~/gw.db``: anything without ``://``) is a SQLite file,
+    made absolute; ``sqlite:///…`` gets aiosqlite and ``postgresql://…`` (or ``postgres://``) asyncpg;
+    a URL that names its driver (``postgresql+asyncpg://…``) is kept as given. Raises ``ValueError``
+    for an empty value or one SQLAlchemy cannot parse.
+    """
+    if not value.strip():
+        raise ValueError("the database URL is empty")
+    if "://" not in value:
+        path = Path(value).expanduser().absolute()
+        return URL.create("sqlite+aiosqlite", database=str(path)).render_as_string(hide_password=False)
+    try:
+        url = make_url(value)
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
+        raise ValueError(f"not a database URL or path: {value!r} ({exc})") from None
+    driver = ASYNC_DRIVERS.get(url.drivername)
+    if driver is None:
+        return value
+    return url.set(drivername=driver).render_as_string(hide_password=False)
 
 
 def comma_list(value: object) -> object:
@@ -55,7 +87,10 @@ class Settings(BaseSettings):
     slots: int = Field(default=2, ge=1, description="Requests in flight upstream; vLLM --max-num-seqs")
     queue_max: int = Field(default=64, ge=0, description="Requests allowed to wait for a slot")
     queue_timeout_s: float = Field(default=600.0, gt=0, description="Longest wait for a slot")
-    database_url: str = Field(default_factory=default_database_url)
+    database_url: str = Field(
+        default_factory=default_database_url,
+        description="SQLAlchemy URL or SQLite file path of keys, ledger and audit (async_database_url)",
+    )
     key_cache_ttl_s: float = Field(
         default=1.0, ge=0, description="How long a key lookup is reused; bounds how late a revoke lands"
     )
@@ -129,6 +164,17 @@ class Settings(BaseSettings):
     reasoning_fields: Annotated[tuple[str, ...], NoDecode] = Field(
         default=("reasoning_content", "reasoning"),
         description="Client-facing field name(s) of reasoning, comma-separated",
+    )
+    reasoning_start: str = Field(
+        default="<think>",
+        min_length=1,
+        description="Marker opening reasoning in the model's raw text, where the gateway splits it "
+        "(vLLM --reasoning-config reasoning_start_str)",
+    )
+    reasoning_end: str = Field(
+        default="</think>",
+        min_length=1,
+        description="Marker closing reasoning in the model's raw text (reasoning_end_str)",
     )
     backend_reasoning_field: str = Field(
         default="reasoning", description="Field the backend reads on assistant messages (vLLM >= 0.16)"
@@ -218,6 +264,12 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _distinct_markers(self) -> Settings:
+        if self.reasoning_start == self.reasoning_end:
+            raise ValueError("reasoning_start and reasoning_end must differ")
+        return self
+
     @field_validator("jwt_idp_algorithms", "model_aliases", mode="before")
     @classmethod
     def _split_list(cls, value: object) -> object:
@@ -230,6 +282,11 @@ class Settings(BaseSettings):
         if not value:
             raise ValueError("at least one reasoning field name is required")
         return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _async_url(cls, value: str) -> str:
+        return async_database_url(value)
 
     @field_validator("upstream")
     @classmethod

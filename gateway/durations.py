@@ -23,6 +23,15 @@ def parse_duration(text: str) -> timedelta:
         raise ValueError(f"duration {text!r} is longer than {timedelta.max.days} days") from None
 
 
+def expires_after(duration: timedelta) -> datetime:
+    """The instant ``duration`` from now (UTC): a key's expiry from ``--expires-in`` / ``expires_in``.
+    Raises ``ValueError`` past the year 9999."""
+    try:
+        return datetime.now(UTC) + duration
+    except OverflowError:
+        raise ValueError(f"an expiry {duration.days} days from now is after the year 9999") from None
+
+
 def parse_since(text: str | None) -> datetime | None:
     """``"7d"`` -> now minus 7 days; an ISO 8601 time -> that instant (UTC if no offset); None -> None.
 

@@ -18,6 +18,7 @@ from uvicorn.config import LOGGING_CONFIG
 
 from gateway.app import create_app
 from gateway.config import Settings
+from gateway.db import open_engine
 from gateway.http.access_log import ACCESS_LOGGER
 from gateway.http.drain import Drain
 
@@ -168,8 +169,11 @@ async def run_gateway(settings: Settings) -> None:
     """Serve until SIGINT/SIGTERM, then drain (:class:`_GatewayServer`) and return (exit status 0).
 
     With ``settings.upstream`` unset, the simulator is served on a free loopback port in the same
-    process and event loop, and the gateway forwards to it (logged as a warning).
+    process and event loop, and the gateway forwards to it (logged as a warning). Raises
+    :class:`~gateway.migrations.schema.SchemaError` before anything starts when the database's schema is
+    not this gateway's (met by the lifespan inside uvicorn's start-up, it would be a logged traceback).
     """
+    await (await open_engine(settings.database_url)).dispose()
     simulator: _EmbeddedServer | None = None
     sim_task: asyncio.Task[None] | None = None
     if settings.upstream is None:

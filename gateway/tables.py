@@ -2,8 +2,9 @@
 one declarative base.
 
 Read and written by :mod:`gateway.auth.store`, :mod:`gateway.auth.audit` and
-:mod:`gateway.telemetry.ledger`; created by :func:`gateway.db.open_engine`. Times are stored
-timezone-aware (UTC).
+:mod:`gateway.telemetry.ledger`. This is the schema at the newest migration (:mod:`gateway.migrations`,
+which creates and upgrades it; a test checks that the two agree): a change here needs a revision
+there. Times are stored timezone-aware (UTC).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def utc(value: datetime | None) -> datetime | None:
 
 
 class ApiKeyRow(Base):
-    """One API key. ``key_hash`` is SHA-256 hex of the secret; the secret itself is never stored."""
+    """One API key. ``key_hash`` is SHA-256 hex of the secret; the secret itself is never stored.
+    ``aliases``: the key's own model names, ``{alias: served model name}`` (None: none)."""
 
     __tablename__ = "api_keys"
 
@@ -49,6 +51,7 @@ class ApiKeyRow(Base):
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
     previous_hash: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     previous_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    aliases: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
 
 
 class AuditRow(Base):

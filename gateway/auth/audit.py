@@ -1,8 +1,9 @@
 """Audit log: every admin action — who, what, on which key, when, from where — stored for good.
 
-Who is the actor's name, its id and its kind (``key``, ``jwt``, ``bootstrap``): names alone could be
-confused (a key and a JWT subject may both be called ``ops``). The id and kind are kept in the row's
-detail (``actor_id``, ``actor_kind``) and shown beside the name.
+Who is the actor's name, its id and its kind (``key``, ``jwt``, ``bootstrap``, or ``cli`` for the
+local CLI on the database, from client ``local``): names alone could be confused (a key and a JWT
+subject may both be called ``ops``). The id and kind are kept in the row's detail (``actor_id``,
+``actor_kind``) and shown beside the name. What each action writes: :mod:`gateway.admin.key_admin`.
 """
 
 from __future__ import annotations

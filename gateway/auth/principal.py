@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -14,7 +15,9 @@ class Principal:
     (a bearer token) or ``bootstrap`` (``GATEWAY_ADMIN_KEY_SHA256``). ``default_thinking``
     (off|low|high|max) overrides the gateway's default for this key's requests that don't choose.
     Limits (``rpm`` requests/min, ``tpm`` tokens/min, ``max_concurrency`` requests in flight) are None
-    when unlimited; ``priority`` >= 1 is the key's weight in the fair queue.
+    when unlimited; ``priority`` >= 1 is the key's weight in the fair queue. ``aliases`` are the key's
+    own model names, ``{alias: served model name}``: they win over the gateway's
+    (``GATEWAY_MODEL_ALIASES``, :mod:`gateway.aliases`).
     """
 
     key_id: str
@@ -27,6 +30,7 @@ class Principal:
     tpm: int | None = None
     max_concurrency: int | None = None
     priority: int = 1
+    aliases: Mapping[str, str] | None = None
 
     def may_use(self, model: str) -> bool:
         """True if the allow-list admits ``model``."""

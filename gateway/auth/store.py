@@ -29,6 +29,9 @@ RESERVED_NAME_PREFIXES = ("jwt:", "bootstrap-")
 #: How deep key metadata (free-form labels) may nest, and how large it may be as JSON, bytes.
 METADATA_DEPTH = 4
 METADATA_BYTES = 4096
+#: Most model aliases a key may have, and the longest name on either side of one, characters.
+ALIASES_MAX = 64
+ALIAS_CHARS = 200
 
 
 def check_name(name: str) -> None:
@@ -36,6 +39,18 @@ def check_name(name: str) -> None:
     if name.lower().startswith(RESERVED_NAME_PREFIXES):
         reserved = " or ".join(repr(p) for p in RESERVED_NAME_PREFIXES)
         raise ValueError(f"key names may not start with {reserved}: those name other identities")
+
+
+def check_aliases(aliases: Mapping[str, str] | None) -> None:
+    """Raise ``ValueError`` unless ``aliases`` is None or a map of at most :data:`ALIASES_MAX` model
+    names to model names, each a non-empty string of at most :data:`ALIAS_CHARS` characters."""
+    if aliases is None:
+        return
+    if not isinstance(aliases, Mapping) or len(aliases) > ALIASES_MAX:
+        raise ValueError(f"aliases must be a map of at most {ALIASES_MAX} model names to model names")
+    for name, model in aliases.items():
+        if not all(isinstance(s, str) and 0 < len(s) <= ALIAS_CHARS for s in (name, model)):
+            raise ValueError(f"an alias and its model must be names of 1 to {ALIAS_CHARS} characters")
 
 
 def readable(value: Any, max_depth: int) -> Any:
@@ -56,12 +71,14 @@ MUTABLE_FIELDS = (
     "priority",
     "default_thinking",
     "metadata",
+    "aliases",
 )
 
 
 @dataclass(frozen=True, slots=True)
 class KeyRecord:
-    """A key's stored state (never its secret). Limits: ``None`` means unlimited."""
+    """A key's stored state (never its secret). Limits: ``None`` means unlimited. ``aliases``: the key's
+    own model names, ``{alias: served model name}`` (None: only the gateway's)."""
 
     id: str
     name: str
@@ -79,6 +96,7 @@ class KeyRecord:
     priority: int = 1
     metadata: Mapping[str, Any] = field(default_factory=dict)
     previous_expires_at: datetime | None = None
+    aliases: Mapping[str, str] | None = None
 
     @classmethod
     def from_row(cls, row: ApiKeyRow) -> KeyRecord:
@@ -101,6 +119,7 @@ class KeyRecord:
             priority=row.priority or 1,
             metadata=dict(row.meta or {}),
             previous_expires_at=utc(row.previous_expires_at),
+            aliases=dict(row.aliases) if row.aliases is not None else None,
         )
 
     def status(self, now: datetime) -> str:
@@ -123,6 +142,7 @@ class KeyRecord:
             tpm=self.tpm,
             max_concurrency=self.max_concurrency,
             priority=self.priority,
+            aliases=self.aliases,
         )
 
     def public(self, now: datetime) -> dict[str, Any]:
@@ -145,6 +165,7 @@ class KeyRecord:
             "max_concurrency": self.max_concurrency,
             "priority": self.priority,
             "metadata": readable(dict(self.metadata), METADATA_DEPTH),
+            "aliases": dict(self.aliases) if self.aliases is not None else None,
             "previous_key_valid_until": iso(self.previous_expires_at)
             if self.previous_expires_at and self.previous_expires_at > now
             else None,
@@ -188,15 +209,17 @@ class KeyStore:
         max_concurrency: int | None = None,
         priority: int = 1,
         metadata: Mapping[str, Any] | None = None,
+        aliases: Mapping[str, str] | None = None,
         key_hash: str | None = None,
     ) -> tuple[KeyRecord, str | None]:
         """Create a key; return its record and the plaintext secret (the only time it exists).
 
         ``key_hash`` registers a key whose secret was made elsewhere (bootstrap from
         ``GATEWAY_ADMIN_KEY_SHA256``); the returned secret is then None. Raises :class:`KeyExistsError`,
-        ``ValueError`` for a reserved name (:func:`check_name`).
+        ``ValueError`` for a reserved name (:func:`check_name`) or malformed aliases (:func:`check_aliases`).
         """
         check_name(name)
+        check_aliases(aliases)
         secret = None if key_hash else generate_key()
         row = ApiKeyRow(
             id="key_" + uuid.uuid4().hex[:24],
@@ -213,6 +236,7 @@ class KeyStore:
             max_concurrency=max_concurrency,
             priority=priority,
             meta=dict(metadata or {}),
+            aliases=dict(aliases) if aliases is not None else None,
         )
         try:
             async with self._session.begin() as session:
@@ -262,10 +286,12 @@ class KeyStore:
             return KeyRecord.from_row(row)
 
     async def update(self, ref: str, changes: Mapping[str, Any]) -> KeyRecord:
-        """Set fields of :data:`MUTABLE_FIELDS` (others: ``ValueError``). Raises :class:`KeyNotFoundError`."""
+        """Set fields of :data:`MUTABLE_FIELDS` (others, or malformed aliases: ``ValueError``). Raises
+        :class:`KeyNotFoundError`."""
         unknown = set(changes) - set(MUTABLE_FIELDS)
         if unknown:
             raise ValueError(f"not changeable: {', '.join(sorted(unknown))}")
+        check_aliases(changes.get("aliases"))
 
         defaults = {"priority": 1, "metadata": {}}  # non-null columns: null means "back to default"
 

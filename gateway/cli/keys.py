@@ -1,37 +1,29 @@
-"""``dspark-gateway keys …``: manage API keys locally (the database) or remotely (``--url``)."""
+"""``dspark-gateway keys …``: manage API keys in the database, or on a running gateway with ``--url``.
+
+The flags make the admin API's bodies (``POST /admin/keys``, ``PATCH /admin/keys/{id}``): the same
+fields, validated by the same models (:mod:`gateway.admin.key_fields`) whichever way the CLI acts.
+"""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from gateway.cli.keys_backend import KeysBackend, KeysError, LocalKeys, RemoteKeys
-from gateway.cli.settings import fail, settings
+from gateway.admin.key_fields import THINKING_CHOICES, thinking_level
+from gateway.cli.failures import CliError, checked
+from gateway.cli.keys_backend import KeysBackend, LocalKeys, RemoteKeys
+from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt
+from gateway.cli.remote import AdminClient
+from gateway.cli.settings import settings
 from gateway.durations import parse_duration
 
-keys_app = typer.Typer(help="Manage API keys: in the local database, or on a running gateway with --url.")
+keys_app = typer.Typer(help="Manage API keys: in the database, or on a running gateway with --url.")
 
-
-class ThinkingLevel(StrEnum):
-    """DeepSeek-V4 thinking modes (see gateway/openai_api/thinking.py)."""
-
-    off = "off"
-    low = "low"
-    high = "high"
-    max = "max"
-
-
-Url = Annotated[
-    str | None, typer.Option("--url", help="A running gateway (its /admin API) instead of the DB")
-]
-AdminKey = Annotated[str | None, typer.Option("--admin-key", help="Admin key or token for --url")]
-Database = Annotated[str | None, typer.Option("--database-url", help="SQLAlchemy async URL (local mode)")]
 Models = Annotated[str | None, typer.Option(help="Comma-separated model allow-list; default all")]
 Rpm = Annotated[int | None, typer.Option(min=1, help="Requests per minute")]
 Tpm = Annotated[int | None, typer.Option(min=1, help="Tokens per minute")]
@@ -39,65 +31,84 @@ Concurrency = Annotated[
     int | None, typer.Option("--max-concurrency", min=1, help="Requests in flight at once")
 ]
 Priority = Annotated[int | None, typer.Option(min=1, max=100, help="Weight in the fair queue (default 1)")]
-Thinking = Annotated[ThinkingLevel | None, typer.Option(help="Default thinking mode of this key")]
+Thinking = Annotated[
+    str | None,
+    typer.Option(
+        help=f"Thinking of this key's requests that choose none: {', '.join(THINKING_CHOICES)} "
+        "(as a request's reasoning_effort; medium is kept as high)"
+    ),
+]
+ExpiresIn = Annotated[str | None, typer.Option(help="Lifetime from now, e.g. 30d, 12h")]
+Alias = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--alias",
+        help="NAME=MODEL: requests of this key for model NAME get MODEL (repeatable; on update, the "
+        "whole map is replaced)",
+    ),
+]
+
+
+def alias_pair(pair: str) -> tuple[str, str]:
+    """``"NAME=MODEL"`` as ``(NAME, MODEL)``; ``ValueError`` without a name or a model."""
+    name, sep, model = (part.strip() for part in pair.partition("="))
+    if not (sep and name and model):
+        raise ValueError(f"give NAME=MODEL, not {pair!r}")
+    return name, model
 
 
 def backend(url: str | None, admin_key: str | None, database_url: str | None) -> KeysBackend:
-    """Remote when ``url`` is given (``admin_key`` then required), else the local database."""
+    """Remote when ``url`` is given (an admin key then required), else the database."""
     if url:
-        if not admin_key:
-            raise fail("--url needs --admin-key")
-        return RemoteKeys(url, admin_key)
-    config = settings(database_url=database_url)
-    return LocalKeys(config.database_url, config.rotate_grace_s)
+        return RemoteKeys(AdminClient(url, admin_key))
+    return LocalKeys(settings(database_url=database_url))
 
 
-def _fields(
+def _options(
     expires_in: str | None, models: str | None, rpm: int | None, tpm: int | None,
-    max_concurrency: int | None, priority: int | None, thinking: ThinkingLevel | None,
+    max_concurrency: int | None, priority: int | None, thinking: str | None, alias: list[str] | None,
 ) -> dict[str, Any]:  # fmt: skip
-    fields: dict[str, Any] = {}
-    if expires_in:
-        try:
-            fields["expires_at"] = datetime.now(UTC) + parse_duration(expires_in)
-        except ValueError as exc:
-            raise fail(str(exc)) from None
-    if models is not None:
-        fields["models"] = [m.strip() for m in models.split(",") if m.strip()]
-    limits = {"rpm": rpm, "tpm": tpm, "max_concurrency": max_concurrency, "priority": priority}
-    fields.update({k: v for k, v in limits.items() if v is not None})
-    if thinking is not None:
-        fields["default_thinking"] = thinking.value
-    return fields
-
-
-def _act(action: Any) -> Any:
-    try:
-        return action()
-    except KeysError as exc:
-        raise fail(str(exc)) from None
+    """The admin API's fields for the options given (the others left out); a bad duration or thinking
+    mode is refused here, named by its flag."""
+    checked("--expires-in", parse_duration, expires_in)
+    checked("--thinking", thinking_level, thinking)
+    given = {
+        "expires_in": expires_in,
+        "models": [m.strip() for m in models.split(",") if m.strip()] if models is not None else None,
+        "rpm": rpm,
+        "tpm": tpm,
+        "max_concurrency": max_concurrency,
+        "priority": priority,
+        "default_thinking": thinking,
+        "aliases": dict(checked("--alias", alias_pair, pair) for pair in alias) if alias else None,
+    }
+    return {k: v for k, v in given.items() if v is not None}
 
 
 @keys_app.command("create")
 def create(
     name: Annotated[str, typer.Argument(help="Unique key name (shown in metrics and logs)")],
-    expires_in: Annotated[str | None, typer.Option(help="Lifetime, e.g. 30d, 12h")] = None,
+    expires_in: ExpiresIn = None,
     models: Models = None,
     rpm: Rpm = None,
     tpm: Tpm = None,
     max_concurrency: Concurrency = None,
     priority: Priority = None,
     thinking: Thinking = None,
+    alias: Alias = None,
     admin: Annotated[bool, typer.Option("--admin", help="Grant the admin scope (/admin routes)")] = False,
-    url: Url = None,
-    admin_key: AdminKey = None,
-    database_url: Database = None,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    database_url: DatabaseOpt = None,
 ) -> None:
     """Create a key. The key itself is printed once, alone on the last line of stdout."""
-    fields = _fields(expires_in, models, rpm, tpm, max_concurrency, priority, thinking)
+    body = {
+        "name": name,
+        **_options(expires_in, models, rpm, tpm, max_concurrency, priority, thinking, alias),
+    }
     if admin:
-        fields["scopes"] = ["admin"]
-    created = _act(lambda: backend(url, admin_key, database_url).create(name, fields))
+        body["scopes"] = ["admin"]
+    created = backend(url, admin_key, database_url).create(body)
     typer.echo(
         f"Created key {created['name']!r} ({created['prefix']}), expires {created['expires_at'] or 'never'}."
     )
@@ -106,37 +117,65 @@ def create(
 
 
 def _when(value: str | None) -> str:
+    """An ISO 8601 UTC time as ``YYYY-MM-DD HH:MM`` (wraps between the two in a narrow column)."""
     return value[:16].replace("T", " ") if value else "-"
 
 
-@keys_app.command("list")
-def list_keys(url: Url = None, admin_key: AdminKey = None, database_url: Database = None) -> None:
-    """List keys: name, prefix, dates, models, limits, status."""
-    keys = _act(lambda: backend(url, admin_key, database_url).list())
-    table = Table(
-        "name", "id", "prefix", "created", "expires", "last used", "models", "rpm/tpm/conc/prio", "status"
-    )
+def _limits(key: dict[str, Any]) -> str:
+    parts = [f"{label} {key[field]}" for field, label in _LIMITS if key[field] is not None]
+    if key["priority"] != 1:
+        parts.append(f"prio {key['priority']}")
+    return "\n".join(parts) or "-"
+
+
+_LIMITS = (("rpm", "rpm"), ("tpm", "tpm"), ("max_concurrency", "conc"))
+
+
+def keys_table(keys: list[dict[str, Any]]) -> Table:
+    """One row a key, for a terminal of 100 columns: name, prefix, state, expiry (its date over its
+    time), models and limits (one per line); the prefix and state never wrap (``--json``: every
+    field, last use too)."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("name", overflow="fold")
+    table.add_column("prefix", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("expires (UTC)", overflow="fold", max_width=len("YYYY-MM-DD"))
+    table.add_column("models", overflow="fold")
+    table.add_column("limits", overflow="fold")
     for k in keys:
-        limits = "/".join(str(k[f] or "-") for f in ("rpm", "tpm", "max_concurrency", "priority"))
-        models = ",".join(k["models"]) if k["models"] is not None else "*"
-        admin = " (admin)" if "admin" in k["scopes"] else ""
-        table.add_row(
-            k["name"] + admin, k["id"], k["prefix"], _when(k["created_at"]), _when(k["expires_at"]),
-            _when(k["last_used_at"]), models, limits, k["status"],
-        )  # fmt: skip
-    Console(width=200).print(table)
+        models = "\n".join(k["models"]) if k["models"] is not None else "all"
+        state = k["status"] + ("\nadmin" if "admin" in k["scopes"] else "")
+        table.add_row(k["name"], k["prefix"], state, _when(k["expires_at"]), models, _limits(k))
+    return table
+
+
+@keys_app.command("list")
+def list_keys(
+    json_out: JsonOpt = False,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    database_url: DatabaseOpt = None,
+) -> None:
+    """List keys: name, prefix, state, expiry, models, limits (``--json``: every field)."""
+    keys = backend(url, admin_key, database_url).list()
+    if json_out:
+        typer.echo(json.dumps(keys, indent=2))
+    else:
+        Console().print(keys_table(keys))
 
 
 @keys_app.command("show")
-def show(ref: str, url: Url = None, admin_key: AdminKey = None, database_url: Database = None) -> None:
+def show(
+    ref: str, url: UrlOpt = None, admin_key: AdminKeyOpt = None, database_url: DatabaseOpt = None
+) -> None:
     """One key (by name or id) as JSON."""
-    typer.echo(json.dumps(_act(lambda: backend(url, admin_key, database_url).get(ref)), indent=2))
+    typer.echo(json.dumps(backend(url, admin_key, database_url).get(ref), indent=2))
 
 
 @keys_app.command("update")
 def update(
     ref: str,
-    expires_in: Annotated[str | None, typer.Option(help="New lifetime from now, e.g. 30d")] = None,
+    expires_in: ExpiresIn = None,
     no_expiry: Annotated[bool, typer.Option("--no-expiry", help="Never expire")] = False,
     models: Models = None,
     rpm: Rpm = None,
@@ -144,18 +183,25 @@ def update(
     max_concurrency: Concurrency = None,
     priority: Priority = None,
     thinking: Thinking = None,
-    url: Url = None,
-    admin_key: AdminKey = None,
-    database_url: Database = None,
+    alias: Alias = None,
+    no_aliases: Annotated[bool, typer.Option("--no-aliases", help="Remove the key's aliases")] = False,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    database_url: DatabaseOpt = None,
 ) -> None:
-    """Change a key's expiry, models, limits or thinking default."""
-    changes = _fields(expires_in, models, rpm, tpm, max_concurrency, priority, thinking)
+    """Change a key's expiry, models, limits, thinking default or aliases."""
+    if no_expiry and expires_in:
+        raise CliError("--no-expiry and --expires-in contradict each other: give one")
+    if no_aliases and alias:
+        raise CliError("--no-aliases and --alias contradict each other: give one")
+    changes = _options(expires_in, models, rpm, tpm, max_concurrency, priority, thinking, alias)
     if no_expiry:
         changes["expires_at"] = None
+    if no_aliases:
+        changes["aliases"] = None
     if not changes:
-        raise fail("nothing to change: give at least one option")
-    updated = _act(lambda: backend(url, admin_key, database_url).update(ref, changes))
-    typer.echo(json.dumps(updated, indent=2))
+        raise CliError("nothing to change: give at least one option (see --help)")
+    typer.echo(json.dumps(backend(url, admin_key, database_url).update(ref, changes), indent=2))
 
 
 @keys_app.command("rotate")
@@ -164,16 +210,14 @@ def rotate(
     grace: Annotated[
         str | None, typer.Option(help="How long the old secret still works (default 24h)")
     ] = None,
-    url: Url = None,
-    admin_key: AdminKey = None,
-    database_url: Database = None,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    database_url: DatabaseOpt = None,
 ) -> None:
     """Give a key a new secret (printed once, last line); the old one works for the grace period."""
-    try:
-        grace_s = parse_duration(grace).total_seconds() if grace else None
-    except ValueError as exc:
-        raise fail(str(exc)) from None
-    rotated = _act(lambda: backend(url, admin_key, database_url).rotate(ref, grace_s))
+    duration = checked("--grace", parse_duration, grace)
+    grace_s = duration.total_seconds() if duration is not None else None
+    rotated = backend(url, admin_key, database_url).rotate(ref, grace_s)
     typer.echo(
         f"Rotated key {rotated['name']!r}; the old secret works until {rotated['previous_key_valid_until']}."
     )
@@ -181,14 +225,18 @@ def rotate(
 
 
 @keys_app.command("revoke")
-def revoke(ref: str, url: Url = None, admin_key: AdminKey = None, database_url: Database = None) -> None:
+def revoke(
+    ref: str, url: UrlOpt = None, admin_key: AdminKeyOpt = None, database_url: DatabaseOpt = None
+) -> None:
     """Revoke a key (name or id); gateways refuse it within GATEWAY_KEY_CACHE_TTL_S (default 1 s)."""
-    _act(lambda: backend(url, admin_key, database_url).revoke(ref))
+    backend(url, admin_key, database_url).revoke(ref)
     typer.echo(f"Revoked key {ref!r}.")
 
 
 @keys_app.command("delete")
-def delete(ref: str, url: Url = None, admin_key: AdminKey = None, database_url: Database = None) -> None:
+def delete(
+    ref: str, url: UrlOpt = None, admin_key: AdminKeyOpt = None, database_url: DatabaseOpt = None
+) -> None:
     """Delete a key (name or id) for good."""
-    _act(lambda: backend(url, admin_key, database_url).delete(ref))
+    backend(url, admin_key, database_url).delete(ref)
     typer.echo(f"Deleted key {ref!r}.")

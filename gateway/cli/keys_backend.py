@@ -1,144 +1,127 @@
-"""Where ``dspark-gateway keys`` acts: the local key store (``GATEWAY_DATABASE_URL``) or a running
-gateway's admin API (``--url`` + ``--admin-key``). Both speak in the admin API's JSON key objects."""
+"""Where ``dspark-gateway keys`` acts: the database (``GATEWAY_DATABASE_URL``) or a running gateway's
+admin API (``--url`` + an admin key). Both take the admin API's bodies and answer with its JSON key
+objects; both validate with :mod:`gateway.admin.key_fields` and audit through
+:class:`~gateway.admin.key_admin.KeyAdmin` (locally as ``cli:<user>`` from ``local``)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
+from urllib.parse import quote
 
-import httpx2
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.admin.key_admin import KeyAdmin
+from gateway.admin.key_fields import KeyCreate, KeyLimits
 from gateway.auth import KeyExistsError, KeyNotFoundError, KeyStore
-from gateway.db import open_engine
+from gateway.auth.audit import AuditLog
+from gateway.cli.failures import CliError, validation_message
+from gateway.cli.local import local_actor, on_database
+from gateway.cli.remote import AdminClient
+from gateway.config import Settings
 
 T = TypeVar("T")
-
-
-class KeysError(Exception):
-    """A keys action failed; the message is for the user."""
+M = TypeVar("M", bound=BaseModel)
 
 
 class KeysBackend(Protocol):
-    def create(self, name: str, fields: dict[str, Any]) -> dict[str, Any]: ...
+    def create(self, body: dict[str, Any]) -> dict[str, Any]: ...
     def list(self) -> list[dict[str, Any]]: ...
     def get(self, ref: str) -> dict[str, Any]: ...
-    def update(self, ref: str, changes: dict[str, Any]) -> dict[str, Any]: ...
+    def update(self, ref: str, body: dict[str, Any]) -> dict[str, Any]: ...
     def rotate(self, ref: str, grace_s: float | None) -> dict[str, Any]: ...
     def revoke(self, ref: str) -> dict[str, Any]: ...
     def delete(self, ref: str) -> None: ...
 
 
+def _valid(model: type[M], body: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise CliError(validation_message(exc)) from None
+
+
 class LocalKeys:
-    """Acts on the database directly (no audit entry: the database's owner is the actor)."""
+    """Acts on the database directly, audited as the admin API's actions are."""
 
-    def __init__(self, database_url: str, rotate_grace_s: float) -> None:
-        self._url = database_url
-        self._grace_s = rotate_grace_s
+    def __init__(self, config: Settings) -> None:
+        self._config = config
+        self._actor = local_actor()
 
-    def _run(self, action: Callable[[KeyStore], Awaitable[T]]) -> T:
-        async def run() -> T:
-            engine = await open_engine(self._url)
+    def _run(self, action: Callable[[KeyAdmin, KeyStore], Awaitable[T]]) -> T:
+        async def work(engine: AsyncEngine) -> T:
+            store = KeyStore(engine)
             try:
-                return await action(KeyStore(engine))
+                return await action(KeyAdmin(store, AuditLog(engine)), store)
             except KeyNotFoundError as exc:
-                raise KeysError(f"no key {exc.args[0]!r}") from None
+                raise CliError(f"no key {exc.args[0]!r}") from None
             except KeyExistsError as exc:
-                raise KeysError(f"a key named {exc.args[0]!r} already exists") from None
-            finally:
-                await engine.dispose()
+                raise CliError(f"a key named {exc.args[0]!r} already exists") from None
 
-        return asyncio.run(run())
+        return on_database(self._config, work)
 
-    def create(self, name: str, fields: dict[str, Any]) -> dict[str, Any]:
-        record, secret = self._run(lambda s: s.create(name, **fields))
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        valid = _valid(KeyCreate, body)
+        record, secret = self._run(lambda admin, _: admin.create(self._actor, valid))
         return {**record.public(datetime.now(UTC)), "key": secret}
 
     def list(self) -> list[dict[str, Any]]:
         now = datetime.now(UTC)
-        return [r.public(now) for r in self._run(lambda s: s.list())]
+        return [r.public(now) for r in self._run(lambda _, store: store.list())]
 
     def get(self, ref: str) -> dict[str, Any]:
-        return self._run(lambda s: s.get(ref)).public(datetime.now(UTC))
+        return self._run(lambda _, store: store.get(ref)).public(datetime.now(UTC))
 
-    def update(self, ref: str, changes: dict[str, Any]) -> dict[str, Any]:
-        return self._run(lambda s: s.update(ref, changes)).public(datetime.now(UTC))
+    def update(self, ref: str, body: dict[str, Any]) -> dict[str, Any]:
+        valid = _valid(KeyLimits, body)
+        return self._run(lambda admin, _: admin.update(self._actor, ref, valid)).public(datetime.now(UTC))
 
     def rotate(self, ref: str, grace_s: float | None) -> dict[str, Any]:
-        grace = timedelta(seconds=self._grace_s if grace_s is None else grace_s)
-        record, secret = self._run(lambda s: s.rotate(ref, grace))
+        grace = self._config.rotate_grace_s if grace_s is None else grace_s
+        record, secret = self._run(lambda admin, _: admin.rotate(self._actor, ref, grace))
         return {**record.public(datetime.now(UTC)), "key": secret}
 
     def revoke(self, ref: str) -> dict[str, Any]:
-        return self._run(lambda s: s.revoke(ref)).public(datetime.now(UTC))
+        return self._run(lambda admin, _: admin.revoke(self._actor, ref)).public(datetime.now(UTC))
 
     def delete(self, ref: str) -> None:
-        self._run(lambda s: s.delete(ref))
+        self._run(lambda admin, _: admin.delete(self._actor, ref))
 
 
 class RemoteKeys:
-    """Acts through a running gateway's ``/admin/keys`` API (audited there)."""
+    """Acts through a running gateway's ``/admin/keys`` API (a key's id or name in the path)."""
 
-    def __init__(self, url: str, admin_key: str) -> None:
-        self._client = httpx2.Client(
-            base_url=url.rstrip("/") + "/admin",
-            headers={"Authorization": f"Bearer {admin_key}"},
-            timeout=30,
-        )
+    def __init__(self, client: AdminClient) -> None:
+        self._client = client
 
-    def _call(self, method: str, path: str = "", body: dict[str, Any] | None = None) -> Any:
-        try:
-            response = self._client.request(method, "/keys" + path, json=body)
-        except httpx2.HTTPError as exc:
-            raise KeysError(f"cannot reach the gateway: {exc}") from None
-        if response.status_code >= 400:
-            try:
-                message = response.json()["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                message = response.text[:200]
-            raise KeysError(f"HTTP {response.status_code}: {message}")
-        try:
-            return response.json()
-        except ValueError:
-            raise KeysError(f"HTTP {response.status_code}: not a gateway admin API answer") from None
+    def _key(self, method: str, ref: str, action: str = "", body: dict[str, Any] | None = None) -> Any:
+        return self._client.call(method, f"/keys/{quote(ref, safe='')}{action}", body)
 
-    def _id(self, ref: str) -> str:
-        if ref.startswith("key_"):
-            return ref
-        for key in self.list():
-            if key["name"] == ref:
-                return str(key["id"])
-        raise KeysError(f"no key {ref!r}")
-
-    def create(self, name: str, fields: dict[str, Any]) -> dict[str, Any]:
-        body = {
-            "name": name,
-            **{k: v.isoformat() if isinstance(v, datetime) else v for k, v in fields.items()},
-        }
-        result: dict[str, Any] = self._call("POST", "", body)
-        return result
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        created: dict[str, Any] = self._client.call("POST", "/keys", body)
+        return created
 
     def list(self) -> list[dict[str, Any]]:
-        data: list[dict[str, Any]] = self._call("GET")["data"]
-        return data
+        keys: list[dict[str, Any]] = self._client.call("GET", "/keys")["data"]
+        return keys
 
     def get(self, ref: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("GET", f"/{self._id(ref)}")
-        return result
+        key: dict[str, Any] = self._key("GET", ref)
+        return key
 
-    def update(self, ref: str, changes: dict[str, Any]) -> dict[str, Any]:
-        body = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in changes.items()}
-        result: dict[str, Any] = self._call("PATCH", f"/{self._id(ref)}", body)
-        return result
+    def update(self, ref: str, body: dict[str, Any]) -> dict[str, Any]:
+        key: dict[str, Any] = self._key("PATCH", ref, body=body)
+        return key
 
     def rotate(self, ref: str, grace_s: float | None) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", f"/{self._id(ref)}/rotate", {"grace_s": grace_s})
-        return result
+        key: dict[str, Any] = self._key("POST", ref, "/rotate", {"grace_s": grace_s})
+        return key
 
     def revoke(self, ref: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("POST", f"/{self._id(ref)}/revoke")
-        return result
+        key: dict[str, Any] = self._key("POST", ref, "/revoke")
+        return key
 
     def delete(self, ref: str) -> None:
-        self._call("DELETE", f"/{self._id(ref)}")
+        self._key("DELETE", ref)

@@ -1,35 +1,45 @@
-"""``dspark-gateway`` commands other than ``keys``: serve, sim, token, usage.
+"""``dspark-gateway`` itself (its ``--debug``) and its commands other than ``keys``, the reads, ``db``
+and ``runtime``: serve, sim, token.
 
 Flags override ``GATEWAY_*`` environment variables (they are passed to :class:`Settings` directly).
 """
 
 from __future__ import annotations
 
-import asyncio
-from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 import uvloop
-from rich.console import Console
-from rich.table import Table
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.cli.failures import Invocation, checked
+from gateway.cli.local import on_database
+from gateway.cli.options import DatabaseOpt
 from gateway.cli.settings import fail, settings
-from gateway.db import open_engine
-from gateway.durations import parse_duration, parse_since
-from gateway.telemetry.ledger import UsageLedger
+from gateway.durations import parse_duration
+
+__all__ = ["DatabaseOpt", "app"]
 
 app = typer.Typer(help="dspark-gateway: authenticated OpenAI-compatible gateway for DeepSeek-V4 on vLLM.")
 
-DatabaseOpt = Annotated[
-    str | None, typer.Option("--database-url", help="SQLAlchemy async URL (default: GATEWAY_DATABASE_URL)")
-]
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", envvar="DSPARK_DEBUG", help="On a failure, Python's traceback instead of one line"
+        ),
+    ] = False,
+) -> None:
+    ctx.ensure_object(Invocation).debug = debug
 
 
 @app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Bind address (GATEWAY_HOST)")] = None,
-    port: Annotated[int | None, typer.Option(help="Port (GATEWAY_PORT)")] = None,
+    port: Annotated[int | None, typer.Option(min=1, max=65535, help="Port (GATEWAY_PORT)")] = None,
     upstream: Annotated[
         str | None, typer.Option(help="vLLM base URL (GATEWAY_UPSTREAM); none: built-in simulator")
     ] = None,
@@ -48,12 +58,19 @@ def serve(
         slots=slots,
         database_url=database_url,
     )
+    # named, and opened once before anything starts: an unreachable database, or one at another
+    # schema (`db upgrade`), is the command's one-line failure as for every local command
+    on_database(config, _opened)
     uvloop.run(run_gateway(config))  # libuv's loop: the relay's per-chunk socket work costs less
+
+
+async def _opened(engine: AsyncEngine) -> None:
+    """Nothing more to do with a database that opened."""
 
 
 @app.command()
 def sim(
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1")] = 8000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port")] = 8000,
     host: Annotated[str, typer.Option(help="Bind address")] = "127.0.0.1",
     slots: Annotated[int, typer.Option(help="Simulated --max-num-seqs")] = 2,
     decode_tps: Annotated[float, typer.Option(help="Decode rate per sequence, tokens/s")] = 90.0,
@@ -90,48 +107,7 @@ def token(
     config = token_config(settings())
     if config is None or not config.secret:
         raise fail("GATEWAY_JWT_SECRET is not set")
-    try:
-        ttl_s = parse_duration(ttl).total_seconds()
-    except ValueError as exc:
-        raise fail(str(exc)) from None
+    lifetime = checked("--ttl", parse_duration, ttl)
     from gateway.auth.tokens import mint
 
-    typer.echo(mint(config, subject, list(scope or []), ttl_s))
-
-
-class GroupBy(StrEnum):
-    """How ``usage`` groups its totals."""
-
-    day = "day"
-    key = "key"
-    model = "model"
-    route = "route"
-
-
-@app.command()
-def usage(
-    key: Annotated[str | None, typer.Option(help="Only this key name")] = None,
-    since: Annotated[
-        str | None, typer.Option(help="The last DURATION (e.g. 7d), or since an ISO date")
-    ] = None,
-    group_by: Annotated[GroupBy, typer.Option(help="Group totals by day, key, model or route")] = GroupBy.key,
-    database_url: DatabaseOpt = None,
-) -> None:
-    """Token usage from the local ledger (GATEWAY_DATABASE_URL), as a table."""
-    try:
-        start = parse_since(since)
-    except ValueError as exc:
-        raise fail(str(exc)) from None
-
-    async def read() -> list[dict[str, Any]]:
-        engine = await open_engine(settings(database_url=database_url).database_url)
-        try:
-            return await UsageLedger(engine).usage(group_by.value, since=start, key_name=key)
-        finally:
-            await engine.dispose()
-
-    table = Table(group_by.value, "requests", "prompt", "completion", "cached", "reasoning")
-    columns = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
-    for row in asyncio.run(read()):
-        table.add_row(str(row[group_by.value]), *(str(row[c] or 0) for c in columns))
-    Console(width=160).print(table)
+    typer.echo(mint(config, subject, list(scope or []), lifetime.total_seconds()))

@@ -62,7 +62,7 @@ async def count_tokens(request: Request) -> Response:
     settings = pipeline.settings
     ticket = await pipeline.limits.count(principal)
     body, _ = await read_json(request, body_bounds(settings, settings.max_body_bytes, INFERENCE))
-    pipeline.resolve_model(body)
+    pipeline.resolve_model(principal, body)
     parsed = COUNT_TOKENS.parse(body)
     pipeline.check_model(principal, parsed.model)
     payload = COUNT_TOKENS.normalize(parsed, principal, settings)
@@ -74,14 +74,17 @@ async def count_tokens(request: Request) -> Response:
 
 async def list_models(request: Request) -> dict[str, Any]:
     """``GET /v1/models``: the upstream's list, filtered by the key's model allow-list, with the
-    served model's exact aliases (``GATEWAY_MODEL_ALIASES``) listed as models of their own."""
+    served model's exact aliases (the key's own, ``GATEWAY_MODEL_ALIASES``) listed as models of their own."""
     pipeline: Pipeline = request.app.state.pipeline
     principal = request.state.principal
     listing = await _models(pipeline)
     cards = [m for m in listing.get("data", []) if isinstance(m, dict) and principal.may_use(m.get("id", ""))]
     served = next((m for m in cards if m.get("id") == pipeline.settings.served_model), None)
     if served is not None:
-        cards += [{**served, "id": alias, "root": served.get("id")} for alias in pipeline.aliases.listed()]
+        cards += [
+            {**served, "id": alias, "root": served.get("id")}
+            for alias in pipeline.aliases.listed(principal.aliases)
+        ]
     listing["data"] = cards
     return listing
 

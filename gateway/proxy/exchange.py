@@ -103,7 +103,7 @@ class Exchange:
         prompt estimate's base (~4 bytes of JSON a token)."""
         pipeline, record = self.pipeline, self.recorder.record
         self._prompt_estimate = max(1, size // 4)
-        pipeline.resolve_model(body)
+        pipeline.resolve_model(self.principal, body)
         parsed = self.dialect.parse(body)
         served = parsed.model == pipeline.settings.served_model
         record.model = parsed.model if served else "unknown"  # a bounded metrics label

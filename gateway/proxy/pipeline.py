@@ -67,11 +67,12 @@ class Pipeline:
     def __post_init__(self) -> None:
         self.aliases = ModelAliases(self.settings.served_model, self.settings.model_aliases)
 
-    def resolve_model(self, body: dict[str, Any]) -> None:
-        """Write the served model's name over a model alias in ``body["model"]`` (in place)."""
+    def resolve_model(self, principal: Principal, body: dict[str, Any]) -> None:
+        """Write the model an alias means over ``body["model"]`` (in place): the key's own aliases
+        first, then the gateway's."""
         model = body.get("model")
         if isinstance(model, str):
-            body["model"] = self.aliases.resolve(model)
+            body["model"] = self.aliases.resolve(model, principal.aliases)
 
     def check_model(self, principal: Principal, model: str) -> None:
         """404 ``model_not_found`` for a model not served, 403 ``model_not_allowed`` for one the key may

@@ -1,6 +1,9 @@
 """``dspark-gateway runtime …``: render a rank's ``vllm serve`` command, check a profile before a launch.
 
-Exit status: 0 fine, 1 ``check`` found problems, 2 an env file could not be read or parsed.
+Both find the node env files (``runtime/.env.head``, ``runtime/.env.worker``) in the same place; where
+one is missing ``render`` shows its ``.example`` template's command, and ``check`` — which must see
+the real addresses — says which template to copy. Exit status: 0 fine, 1 ``check`` found problems,
+2 an env file is missing or could not be read or parsed.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gateway.runtime.check import check
@@ -24,14 +28,48 @@ ProfileOpt = Annotated[
 ]
 
 
-def default_env_file(rank: int) -> Path:
-    """``runtime/.env.head`` (rank 0) / ``.env.worker`` (rank 1), else its ``.example`` template."""
-    path = RUNTIME_DIR / (".env.head" if rank == 0 else ".env.worker")
-    return path if path.exists() else path.with_name(path.name + ".example")
+#: The node env files by rank (0 = head, 1 = worker), as the compose commands name them.
+NODE_FILES = (".env.head", ".env.worker")
+
+
+def node_env_file(rank: int, runtime_dir: Path = RUNTIME_DIR) -> Path:
+    """``runtime/.env.head`` (rank 0) or ``runtime/.env.worker`` (rank 1)."""
+    return runtime_dir / NODE_FILES[rank]
+
+
+def template_of(path: Path) -> Path:
+    """The ``.example`` template a node env file is copied from."""
+    return path.with_name(path.name + ".example")
+
+
+def default_env_file(rank: int, runtime_dir: Path = RUNTIME_DIR) -> Path:
+    """``render``'s node file: the rank's (:func:`node_env_file`), else its template (it only prints)."""
+    path = node_env_file(rank, runtime_dir)
+    return path if path.exists() else template_of(path)
+
+
+def node_env_files(
+    head: Path | None, worker: Path | None, runtime_dir: Path = RUNTIME_DIR
+) -> tuple[Path, Path]:
+    """``check``'s node files: those given, else found where ``render`` finds them — but never a
+    template (its addresses are not this deployment's): :class:`ProfileError`, one line naming the
+    ``.example`` files to copy, when one is not there."""
+    given = (head, worker)
+    paths = [path or node_env_file(rank, runtime_dir) for rank, path in enumerate(given)]
+    missing = [
+        path for path, was_given in zip(paths, given, strict=True) if not was_given and not path.exists()
+    ]
+    if missing:
+        copies = " and ".join(f"{template_of(path)} to {path}" for path in missing)
+        raise ProfileError(
+            f"no {' or '.join(str(path) for path in missing)}: copy {copies}, then set each node's "
+            "VLLM_HOST_IP, NCCL_IB_GID_INDEX and MASTER_ADDR (or give --head-env and --worker-env)"
+        )
+    return paths[0], paths[1]
 
 
 def _load_failed(exc: ProfileError) -> typer.Exit:
-    Console(stderr=True).print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+    Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
     return typer.Exit(code=2)
 
 
@@ -63,13 +101,17 @@ def render_cmd(
 @runtime_app.command("check")
 def check_cmd(
     profile: ProfileOpt = "balanced",
-    head_env: Annotated[Path, typer.Option("--head-env", help="The head node's env file")] = RUNTIME_DIR
-    / ".env.head",
-    worker_env: Annotated[Path, typer.Option("--worker-env", help="The worker node's env file")] = RUNTIME_DIR
-    / ".env.worker",
+    head_env: Annotated[
+        Path | None, typer.Option("--head-env", help="The head node's env file (default runtime/.env.head)")
+    ] = None,
+    worker_env: Annotated[
+        Path | None,
+        typer.Option("--worker-env", help="The worker node's env file (default runtime/.env.worker)"),
+    ] = None,
 ) -> None:
     """Refuse unsafe settings (a table of problems, exit 1); the profile is layered over the head env."""
     try:
+        head_env, worker_env = node_env_files(head_env, worker_env)
         loaded = load_profile(profile, head_env)
         worker_loaded = load_profile(profile, worker_env)
         head, worker = load_node_env(head_env), load_node_env(worker_env)

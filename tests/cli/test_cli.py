@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,28 +12,13 @@ import httpx
 import openai
 import pytest
 
+from tests.cli.conftest import BIN, MODEL, Cli, error_of, last_line
 from tests.support.probes import wait_until
 from tests.support.servers import free_port
 
-BIN = str(Path(sys.executable).parent / "dspark-gateway")
-MODEL = "deepseek-v4-flash-0731"
-
 
 @pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
-    return {**environ, "GATEWAY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'keys.db'}"}
-
-
-def cli(env: dict[str, str], *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([BIN, *args], env=env, capture_output=True, text=True, timeout=60)
-    if ok:
-        assert result.returncode == 0, result.stderr
-    return result
-
-
-@pytest.fixture
-def served(env: dict[str, str], tmp_path: Path) -> Iterator[str]:
+def served(env: dict[str, str], tmp_path: Path, database_url: str) -> Iterator[str]:
     """`dspark-gateway serve` with no upstream: it brings the simulator up itself."""
     port = free_port()
     log = (tmp_path / "serve.log").open("wb")
@@ -54,27 +37,28 @@ def served(env: dict[str, str], tmp_path: Path) -> Iterator[str]:
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=15) == 0
     log.close()
-    assert "SIMULATOR" in (tmp_path / "serve.log").read_text()
+    output = (tmp_path / "serve.log").read_text()
+    assert "SIMULATOR" in output
+    assert output.splitlines()[0] == f"database: {database_url}"  # said before anything else
 
 
-def test_keys_create_prints_the_key_last_and_list_shows_it(env: dict[str, str]) -> None:
-    created = cli(env, "keys", "create", "team-a", "--expires-in", "30d", "--models", f"{MODEL},other")
-    key = created.stdout.strip().splitlines()[-1]
+def test_keys_create_prints_the_key_last_and_list_shows_it(cli: Cli) -> None:
+    key = last_line(cli("keys", "create", "team-a", "--expires-in", "30d", "--models", f"{MODEL},other"))
     assert key.startswith("dsk-") and len(key) == 47
-    listing = cli(env, "keys", "list").stdout
+    listing = cli("keys", "list").stdout
     assert "team-a" in listing and key[:8] in listing and "active" in listing
     assert key not in listing
-    assert cli(env, "keys", "create", "team-a", ok=False).returncode == 1
-    assert cli(env, "keys", "create", "x", "--expires-in", "soon", ok=False).returncode == 1
-    assert cli(env, "keys", "revoke", "nobody", ok=False).returncode == 1
+    assert "already exists" in error_of(cli("keys", "create", "team-a", ok=False))
+    assert "--expires-in" in error_of(cli("keys", "create", "x", "--expires-in", "soon", ok=False))
+    assert error_of(cli("keys", "revoke", "nobody", ok=False)) == "error: no key 'nobody'"
 
 
-def test_round_trip_and_revoke_lands_within_two_seconds(env: dict[str, str], served: str) -> None:
-    key = cli(env, "keys", "create", "app").stdout.strip().splitlines()[-1]
+def test_round_trip_and_revoke_lands_within_two_seconds(cli: Cli, served: str) -> None:
+    key = last_line(cli("keys", "create", "app"))
     client = openai.OpenAI(base_url=served + "/v1", api_key=key, max_retries=0)
     reply = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hello"}])
     assert reply.choices[0].message.content
-    cli(env, "keys", "revoke", "app")
+    cli("keys", "revoke", "app")
     revoked_at = time.monotonic()
     wait_until(
         lambda: (
@@ -84,7 +68,7 @@ def test_round_trip_and_revoke_lands_within_two_seconds(env: dict[str, str], ser
         what="revocation to land",
     )
     assert time.monotonic() - revoked_at < 2.0
-    assert "revoked" in cli(env, "keys", "list").stdout
+    assert "revoked" in cli("keys", "list").stdout
 
 
 def test_sim_command_serves_a_labelled_simulator(env: dict[str, str], tmp_path: Path) -> None:

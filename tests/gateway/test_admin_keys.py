@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -149,10 +150,49 @@ def test_cli_against_a_running_gateway(admin_stack, make_key) -> None:
     assert cli("revoke", "remote-team").returncode == 0 and not chat_ok(gateway, secret)
     assert cli("delete", "remote-team").returncode == 0
     missing = cli("show", "remote-team")
-    assert missing.returncode == 1 and "no key" in missing.stderr
+    assert (
+        missing.returncode == 1
+        and missing.stderr == "error: the gateway answered 404: No key 'remote-team'.\n"
+    )
     wrong = subprocess.run(
         [CLI, "keys", "list", "--url", gateway.url, "--admin-key", make_key("plain")],
         capture_output=True,
         text=True,
     )
-    assert wrong.returncode == 1 and "403" in wrong.stderr
+    assert wrong.returncode == 1 and wrong.stderr.startswith("error: the gateway answered 403: ")
+
+
+def test_expiry_as_a_lifetime_and_thinking_as_requests_name_it(admin_stack) -> None:
+    gateway, admin = admin_stack
+    before = datetime.now(UTC)
+    made = admin.post(
+        "/admin/keys", json={"name": "month", "expires_in": "30d", "default_thinking": "medium"}
+    )
+    assert made.status_code == 201, made.text
+    expires = datetime.fromisoformat(made.json()["expires_at"])
+    assert before + timedelta(days=30) <= expires <= datetime.now(UTC) + timedelta(days=30)
+    assert made.json()["default_thinking"] == "high"  # medium is DeepSeek-V4's high, as for a request
+    assert chat_ok(gateway, made.json()["key"])  # the key's default reaches the backend as a level
+
+    patched = admin.patch("/admin/keys/month", json={"expires_in": "12h", "default_thinking": "xhigh"}).json()
+    assert datetime.fromisoformat(patched["expires_at"]) <= datetime.now(UTC) + timedelta(hours=12)
+    assert patched["default_thinking"] == "max"
+    assert (
+        admin.patch("/admin/keys/month", json={"default_thinking": "none"}).json()["default_thinking"]
+        == "off"
+    )
+    for body, param, says in [
+        ({"expires_in": "3d", "expires_at": "2099-01-01T00:00:00Z"}, None, "not both"),
+        ({"expires_in": "3d", "expires_at": None}, None, "not both"),
+        ({"expires_in": "soon"}, "expires_in", "invalid duration 'soon'"),
+        ({"expires_in": 30}, "expires_in", "must be a duration"),
+        ({"default_thinking": "extreme"}, "default_thinking", "must be one of off, low, high, max"),
+    ]:
+        for refused in (
+            admin.post("/admin/keys", json={"name": "x", **body}),
+            admin.patch("/admin/keys/month", json=body),
+        ):
+            error = refused.json()["error"]
+            assert refused.status_code == 400, refused.text
+            assert (error["code"], error["param"]) == ("invalid_request", param) and says in error["message"]
+    assert "x" not in {k["name"] for k in admin.get("/admin/keys").json()["data"]}

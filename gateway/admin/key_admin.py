@@ -1,0 +1,87 @@
+"""Key administration: every change to a key — made through the admin API or by the local CLI on the
+database — is made here, with its row in the audit trail, so both leave the same trail.
+
+============  ==========================================================  =========================
+action        detail (never a secret; new and rotated keys by prefix)     target
+============  ==========================================================  =========================
+key.create    name, prefix and the options set (expires_at ISO 8601 …)   the new key's id
+key.update    the fields changed, null ones included                      the key's id
+key.rotate    grace_s, the new prefix                                     the key's id
+key.revoke    —                                                           the key's id
+key.delete    name                                                        the key's id
+============  ==========================================================  =========================
+
+Who acted is an :class:`Actor`: the admin's :class:`~gateway.auth.Principal` and client address, or
+the local CLI's ``cli:<os user>`` from ``local``. No web framework: the CLI uses this as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from gateway.admin.key_fields import KeyCreate, KeyLimits
+from gateway.auth import KeyRecord, KeyStore, Principal
+from gateway.auth.audit import AuditLog
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who changes a key: ``principal`` (its name, id and kind go to the audit row) and ``client``,
+    the address it came from (``local`` for the CLI on the database)."""
+
+    principal: Principal
+    client: str | None
+
+
+def _loggable(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in fields.items()}
+
+
+class KeyAdmin:
+    """Audited changes to the keys of ``store``. Errors are the store's: ``KeyNotFoundError``,
+    ``KeyExistsError``."""
+
+    def __init__(self, store: KeyStore, audit: AuditLog) -> None:
+        self._store = store
+        self._audit = audit
+
+    async def _record(self, actor: Actor, action: str, target: str, **detail: Any) -> None:
+        await self._audit.record(actor.principal, action, target, actor.client, detail)
+
+    async def create(self, actor: Actor, body: KeyCreate) -> tuple[KeyRecord, str | None]:
+        """A new key and its secret (the only time it exists)."""
+        fields = body.fields()
+        record, secret = await self._store.create(body.name, **fields)
+        await self._record(
+            actor, "key.create", record.id, name=record.name, prefix=record.prefix, **_loggable(fields)
+        )
+        return record, secret
+
+    async def update(self, actor: Actor, ref: str, body: KeyLimits) -> KeyRecord:
+        """The key (id or name) with the fields ``body`` sets changed."""
+        changes = body.changes()
+        record = await self._store.update(ref, changes)
+        await self._record(actor, "key.update", record.id, **_loggable(changes))
+        return record
+
+    async def rotate(self, actor: Actor, ref: str, grace_s: float) -> tuple[KeyRecord, str]:
+        """A new secret for the key; the old one keeps working ``grace_s`` seconds."""
+        record, secret = await self._store.rotate(ref, timedelta(seconds=grace_s))
+        await self._record(actor, "key.rotate", record.id, grace_s=grace_s, prefix=record.prefix)
+        return record, secret
+
+    async def revoke(self, actor: Actor, ref: str) -> KeyRecord:
+        """The key, revoked (again: unchanged, and audited again)."""
+        record = await self._store.revoke(ref)
+        await self._record(actor, "key.revoke", record.id)
+        return record
+
+    async def delete(self, actor: Actor, ref: str) -> KeyRecord:
+        """The key as it was before it was deleted for good."""
+        record = await self._store.get(ref)
+        await self._store.delete(record.id)
+        await self._record(actor, "key.delete", record.id, name=record.name)
+        return record

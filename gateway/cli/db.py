@@ -1,0 +1,73 @@
+"""``dspark-gateway db``: the database's schema — where it stands (``current``) and moving it to the one
+this gateway runs on (``upgrade``). ``serve`` refuses any other schema (:mod:`gateway.migrations`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
+import typer
+from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from gateway.cli.local import database_failure
+from gateway.cli.options import DatabaseOpt
+from gateway.cli.settings import fail, settings
+from gateway.db import on_connection
+from gateway.migrations import schema
+
+db_app = typer.Typer(help="The database's schema: where it stands, and upgrading it.", no_args_is_help=True)
+
+T = TypeVar("T")
+
+
+def _run(database_url: str | None, work: Callable[[Connection], T]) -> T:
+    """``work`` on the database in one transaction, committed if it returns. Its
+    :class:`~gateway.migrations.schema.SchemaError`, or a database that cannot be reached or read, is
+    the command's one-line error."""
+    url = settings(database_url=database_url).database_url
+    try:
+        return asyncio.run(on_connection(url, work))
+    except schema.SchemaError as exc:
+        raise fail(str(exc)) from None
+    except (OSError, SQLAlchemyError) as exc:
+        raise database_failure(url, exc) from exc
+
+
+def _current(conn: Connection) -> str:
+    found, newest, url = schema.find(conn), schema.head(), schema.where(conn)
+    if found.revision is None:
+        return f"{url}: no schema yet (`serve` or `{schema.UPGRADE_COMMAND}` creates it)"
+    state = schema.label(found.revision) + ("" if found.versioned else " without alembic_version")
+    if found.revision == newest:
+        verdict = "this gateway's"
+    elif schema.known(found.revision):
+        verdict = f"this gateway needs {schema.label(newest)}: run `{schema.UPGRADE_COMMAND}`"
+    else:
+        verdict = f"newer than this gateway's {schema.label(newest)}"
+    return f"{url}: schema {state}; {verdict}"
+
+
+def _upgrade(conn: Connection) -> str:
+    found, now = schema.upgrade(conn)
+    url = schema.where(conn)
+    if found.revision is None:
+        return f"created the schema {schema.label(now)} in {url}"
+    if found.revision == now:
+        return f"{url} is at {schema.label(now)} already: nothing to do"
+    stamped = "" if found.versioned else f" (stamped {found.revision} first: it had no alembic_version)"
+    return f"upgraded {url} from {schema.label(found.revision)} to {schema.label(now)}{stamped}"
+
+
+@db_app.command()
+def current(database_url: DatabaseOpt = None) -> None:
+    """Print the database's schema revision and whether this gateway runs on it."""
+    typer.echo(_run(database_url, _current))
+
+
+@db_app.command()
+def upgrade(database_url: DatabaseOpt = None) -> None:
+    """Upgrade the database to this gateway's schema (back it up first), in one transaction. A 0.1.0
+    database (tables, no alembic_version) is recognised and stamped first; a newer schema is refused."""
+    typer.echo(_run(database_url, _upgrade))

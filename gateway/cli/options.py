@@ -1,0 +1,36 @@
+"""Options several commands share: the database, a running gateway's admin API, JSON output."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+#: The environment variable an admin key for ``--url`` may come from (not ``GATEWAY_*``: that prefix
+#: is the server's own configuration, and ``GATEWAY_ADMIN_KEY_SHA256`` holds no plaintext).
+ADMIN_KEY_ENV = "DSPARK_ADMIN_KEY"
+
+DatabaseOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        help="A SQLite file path, sqlite:///…, postgresql://… or any SQLAlchemy async URL "
+        "(default: GATEWAY_DATABASE_URL, else the SQLite file under ~/.local/share/dspark-gateway)",
+    ),
+]
+UrlOpt = Annotated[
+    str | None,
+    typer.Option("--url", help="A running gateway's base URL: act through its /admin API, not the database"),
+]
+AdminKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--admin-key",
+        envvar=ADMIN_KEY_ENV,
+        show_envvar=True,
+        help="Admin key or token for --url (the environment keeps it out of the process list)",
+    ),
+]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print JSON (the admin API's objects) instead of a table")
+]

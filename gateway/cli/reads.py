@@ -1,0 +1,226 @@
+"""``dspark-gateway usage | audit | requests | status``: the admin API's reads, from a running gateway
+(``--url``: ``GET /admin/usage``, ``/admin/audit``, ``/admin/requests``, ``/admin/status``) or, but
+for ``status`` (the live slots and queue of a process), from the database.
+
+A table for people; ``--json`` prints the API's ``data`` array (``status``: its object) with the API's
+keys, the same from either source.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.auth.audit import AuditLog
+from gateway.cli.failures import CliError, checked
+from gateway.cli.local import on_database
+from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt
+from gateway.cli.remote import AdminClient
+from gateway.cli.settings import settings
+from gateway.durations import parse_since
+from gateway.telemetry.ledger import UsageLedger
+
+T = TypeVar("T")
+Limit = Annotated[int, typer.Option(min=1, max=1000, help="How many, newest first")]
+
+
+def _read(
+    url: str | None,
+    admin_key: str | None,
+    database_url: str | None,
+    remote: Callable[[AdminClient], T],
+    local: Callable[[AsyncEngine], Awaitable[T]],
+) -> T:
+    """``remote`` on the gateway at ``url`` if given, else ``local`` on the database."""
+    if url:
+        return remote(AdminClient(url, admin_key))
+    return on_database(settings(database_url=database_url), local)
+
+
+def _print(rows: Any, json_out: bool, table: Callable[[Any], Table]) -> None:
+    if json_out:
+        typer.echo(json.dumps(rows, indent=2))
+    else:
+        Console().print(table(rows))
+
+
+def _table(*columns: str) -> Table:
+    """A table of ``columns``, those of times (``… (UTC)``) as narrow as a date with the time under it."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for column in columns:
+        narrow = len("YYYY-MM-DD") if column.endswith("(UTC)") else None
+        table.add_column(column, overflow="fold", max_width=narrow)
+    return table
+
+
+def _when(value: str | None) -> str:
+    """An ISO 8601 UTC time as ``YYYY-MM-DD HH:MM:SS``."""
+    return value[:19].replace("T", " ") if value else "-"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "[]"
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _detail(detail: Any) -> str:
+    """An audit row's detail, one ``field value`` a line (who acted is in its own columns)."""
+    if not isinstance(detail, dict):
+        return json.dumps(detail, ensure_ascii=False)
+    lines = [
+        f"{field} {_shown(value)}"
+        for field, value in detail.items()
+        if field not in ("actor_id", "actor_kind")
+    ]
+    return "\n".join(lines) or "-"
+
+
+def _number(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+class GroupBy(StrEnum):
+    """How ``usage`` groups its totals."""
+
+    day = "day"
+    key = "key"
+    model = "model"
+    route = "route"
+
+
+_USAGE = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
+
+
+def usage(
+    key: Annotated[str | None, typer.Option(help="Only this key name")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="The last DURATION (e.g. 7d), or since an ISO date")
+    ] = None,
+    group_by: Annotated[GroupBy, typer.Option(help="Group totals by day, key, model or route")] = GroupBy.key,
+    json_out: JsonOpt = False,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    database_url: DatabaseOpt = None,
+) -> None:
+    """Token totals from the usage ledger: requests, prompt, completion, cached, reasoning tokens."""
+    start = checked("--since", parse_since, since)
+    params = {"group_by": group_by.value, "since": since, "key": key}
+    rows = _read(
+        url,
+        admin_key,
+        database_url,
+        lambda api: api.call("GET", "/usage", params={k: v for k, v in params.items() if v})["data"],
+        lambda engine: UsageLedger(engine).usage(group_by.value, since=start, key_name=key),
+    )
+
+    def table(rows: list[dict[str, Any]]) -> Table:
+        out = _table(group_by.value, "requests", "prompt", "completion", "cached", "reasoning")
+        for row in rows:
+            out.add_row(str(row[group_by.value]), *(_number(row[c] or 0) for c in _USAGE))
+        return out
+
+    _print(rows, json_out, table)
+
+
+def audit(
+    limit: Limit = 100,
+    json_out: JsonOpt = False,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    database_url: DatabaseOpt = None,
+) -> None:
+    """The audit trail: who did what to which key, when, from where (newest first)."""
+    rows = _read(
+        url,
+        admin_key,
+        database_url,
+        lambda api: api.call("GET", "/audit", params={"limit": limit})["data"],
+        lambda engine: AuditLog(engine).recent(limit),
+    )
+
+    def table(rows: list[dict[str, Any]]) -> Table:
+        out = _table("at (UTC)", "actor", "action", "target", "client", "detail")
+        for row in rows:
+            out.add_row(
+                _when(row["at"]),
+                f"{row['actor']} ({row['actor_kind']})",
+                row["action"],
+                row["target"] or "-",
+                row["client"] or "-",
+                _detail(row["detail"]),
+            )
+        return out
+
+    _print(rows, json_out, table)
+
+
+def requests(
+    limit: Limit = 50,
+    json_out: JsonOpt = False,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    database_url: DatabaseOpt = None,
+) -> None:
+    """Recent requests' telemetry from the usage ledger (no prompt text, no keys), newest first."""
+    rows = _read(
+        url,
+        admin_key,
+        database_url,
+        lambda api: api.call("GET", "/requests", params={"limit": limit})["data"],
+        lambda engine: UsageLedger(engine).recent(limit),
+    )
+
+    def table(rows: list[dict[str, Any]]) -> Table:
+        out = _table(
+            "arrived (UTC)", "key", "route", "status", "prompt", "output", "ttft s", "e2e s", "tok/s"
+        )
+        for row in rows:
+            out.add_row(
+                _when(row["arrived_at"]),
+                row["key_name"],
+                row["route"],
+                str(row["status"]),
+                _number(row["prompt_tokens"]),
+                _number(row["completion_tokens"]),
+                _number(row["ttft_s"], 3),
+                _number(row["e2e_s"], 3),
+                _number(row["decode_tokens_per_s"], 1),
+            )
+        return out
+
+    _print(rows, json_out, table)
+
+
+def status(json_out: JsonOpt = False, url: UrlOpt = None, admin_key: AdminKeyOpt = None) -> None:
+    """A running gateway's slots and queue, per key in flight and waiting (needs --url: they live in
+    the gateway's process, not in the database)."""
+    if not url:
+        raise CliError("status is a running gateway's: give --url (and an admin key)")
+    state: dict[str, Any] = AdminClient(url, admin_key).call("GET", "/status")
+    if json_out:
+        typer.echo(json.dumps(state, indent=2))
+        return
+    console = Console()
+    console.print(
+        f"slots {state['slots_in_use']}/{state['slots_total']} in use, {state['queue_depth']} waiting",
+        highlight=False,
+    )
+    table = _table("key", "in flight", "waiting")
+    for name, counts in state["keys"].items():
+        table.add_row(name, str(counts["in_flight"]), str(counts["waiting"]))
+    if state["keys"]:
+        console.print(table)
+    upstream = ", ".join(f"{k}: {v}" for k, v in state.get("upstream", {}).items())
+    if upstream:
+        console.print(f"upstream {upstream}", highlight=False)
