@@ -3,7 +3,8 @@
 Built on the ``limits`` library (the engine slowapi runs on) used directly: slowapi's decorator
 model fixes limits per route at import time and writes its own header names, while these limits are
 per key, change at runtime (PATCH /admin/keys) and answer with OpenAI's headers
-(``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``; OpenAI API docs, "Rate limits").
+(``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``; OpenAI API docs, "Rate limits"), on the
+answer and on a 429 alike (the ticket's :attr:`Ticket.headers` go on every answer after it was taken).
 
 Tokens per minute are reserved at admission — the prompt's estimate plus the whole output budget, in
 one atomic increment, so a parallel burst cannot admit more than the window holds — and settled
@@ -36,10 +37,26 @@ def storage_for(uri: str) -> Storage:
     return storage
 
 
-def _reset(seconds: float) -> str:
-    """OpenAI's reset format: ``1s``, ``42s``, ``1m0s``."""
-    whole = max(1, math.ceil(seconds))
-    return f"{whole // 60}m{whole % 60}s" if whole >= 60 else f"{whole}s"
+def reset_after(seconds: float) -> str:
+    """A time until a window resets as OpenAI's ``x-ratelimit-reset-*`` headers write it (API docs,
+    "Rate limits": ``1s``, ``6m0s``; ``12ms`` below a second): Go's ``time.Duration`` text, to the
+    millisecond (rounded up) — ``120ms``, ``1s``, ``59.5s``, ``6m0s``, ``1h0m0s``; ``0s`` when reset."""
+    ms = max(0, math.ceil(round(seconds * 1000, 6)))  # round first: 0.12 s is 120 ms, not 121
+    if ms == 0:
+        return "0s"
+    if ms < 1000:
+        return f"{ms}ms"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    text = f"{rest / 1000:.3f}".rstrip("0").rstrip(".") + "s"
+    if hours or minutes:
+        text = f"{minutes}m{text}"
+    return f"{hours}h{text}" if hours else text
+
+
+def retry_after_s(reset_time: float) -> int:
+    """``Retry-After`` for a window that resets at ``reset_time`` (epoch s): whole seconds, at least 1."""
+    return max(1, math.ceil(reset_time - time.time()))
 
 
 #: Unused tokens are given back only while their window has at least this long left, s: a refund
@@ -69,13 +86,16 @@ class RateLimiter:
     def _item(self, amount: int) -> RateLimitItem:
         return RateLimitItemPerSecond(amount, self._window_s)
 
-    async def _refuse(self, what: str, item: RateLimitItem, key: str) -> GatewayError:
-        stats = await self._limiter.get_window_stats(item, what, key)
-        retry = max(1, math.ceil(stats.reset_time - time.time()))
+    async def _refuse(self, what: str, item: RateLimitItem, key: str, ticket: Ticket) -> GatewayError:
+        """The 429 of a spent window: ``Retry-After`` (whole seconds) and the ``x-ratelimit-*`` headers
+        of the ticket's windows so far and of this one, as a success would carry them."""
+        headers = dict(ticket.headers)
+        retry = retry_after_s(await self._headers(what, item, key, headers))
+        headers["Retry-After"] = str(retry)
         return GatewayError(
             f"rate_limit_{what}",
             f"Rate limit reached for {what} ({item.amount} per {self._window_s} s); retry in {retry} s.",
-            headers={"Retry-After": str(retry)},
+            headers=headers,
         )
 
     async def _headers(self, what: str, item: RateLimitItem, key: str, out: dict[str, str]) -> float:
@@ -83,7 +103,7 @@ class RateLimiter:
         stats = await self._limiter.get_window_stats(item, what, key)
         out[f"x-ratelimit-limit-{what}"] = str(item.amount)
         out[f"x-ratelimit-remaining-{what}"] = str(max(0, stats.remaining))
-        out[f"x-ratelimit-reset-{what}"] = _reset(stats.reset_time - time.time())
+        out[f"x-ratelimit-reset-{what}"] = reset_after(stats.reset_time - time.time())
         return float(stats.reset_time)
 
     async def count(self, principal: Principal) -> Ticket:
@@ -94,7 +114,7 @@ class RateLimiter:
         if principal.rpm:
             item = self._item(principal.rpm)
             if not await self._limiter.hit(item, "requests", key):
-                raise await self._refuse("requests", item, key)
+                raise await self._refuse("requests", item, key, ticket)
             await self._headers("requests", item, key, ticket.headers)
         return ticket
 
@@ -113,7 +133,7 @@ class RateLimiter:
             reserve = min(max(1, tokens), principal.tpm)
             if not await self._limiter.hit(item, "tokens", key, cost=reserve):
                 await self._limiter.hit(item, "tokens", key, cost=-reserve)
-                raise await self._refuse("tokens", item, key)
+                raise await self._refuse("tokens", item, key, ticket)
             ticket.reserved = reserve
             ticket.window_reset = await self._headers("tokens", item, key, ticket.headers)
 

@@ -1,7 +1,8 @@
 """The route table: every route the gateway serves, and nothing else.
 
 Deny by default: every route needs credentials except those in :data:`PUBLIC_ROUTES` (liveness,
-readiness, the Prometheus scrape — which has a token of its own — and the API docs FastAPI serves).
+readiness, the Prometheus scrape — which has a token of its own — and the API docs FastAPI serves,
+with their JavaScript and CSS: :data:`PUBLIC_MOUNTS`).
 Admin routes need the ``admin`` scope. Any other path is a 404 in OpenAI shape, so vLLM's
 ``/tokenize``, ``/invocations``, ``/pause``, its ``/metrics`` ... are unreachable.
 
@@ -38,9 +39,11 @@ from gateway.dialects.openai import OPENAI
 from gateway.dialects.responses import RESPONSES, ResponsesRequest
 from gateway.http import health, inference, metrics_route, stored
 from gateway.http.auth import admin_for, principal_for, public_limit
-from gateway.http.openapi import documented
+from gateway.http.openapi import DOCS_ASSETS, documented
 from gateway.openai_api import ChatCompletionRequest, CompletionRequest
 
+#: Static files anyone may fetch: the docs pages' JavaScript and CSS (served by the gateway, not a CDN).
+PUBLIC_MOUNTS = frozenset({DOCS_ASSETS})
 #: The paths anyone may call. FastAPI serves the docs routes itself.
 PUBLIC_ROUTES = frozenset(
     {"/health", "/ready", "/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}

@@ -1,7 +1,9 @@
 """Server-sent events framing (WHATWG HTML Living Standard, "Server-sent events").
 
 :class:`SSEDecoder` cuts a byte stream into whole events without re-encoding them, so the relay can
-forward upstream bytes unchanged; :func:`event_data` reads an event's ``data`` field. Pure: no I/O.
+forward upstream bytes unchanged; :func:`event_data` reads an event's ``data`` field. An event whose
+data is rewritten keeps its other fields (:func:`with_data`); one that is not passed on at all hands
+its ``id`` and ``retry`` to the next one sent (:func:`lasting_fields`). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -115,3 +117,36 @@ def event_data(event: bytes) -> bytes | None:
             value = line[5:]
             parts.append(value[1:] if value.startswith(b" ") else value)
     return b"\n".join(parts) if parts else None
+
+
+def with_data(event: bytes, data: bytes) -> bytes:
+    """``event`` with its ``data`` replaced by ``data`` (one line: JSON as :mod:`gateway.json_codec`
+    writes it, with no line break). Its other lines — ``id``, ``event``, ``retry``, comments — stay,
+    in their order, the new data line where its first data line was; lines end with LF."""
+    if _lone_data_line(event):  # vLLM's every event: nothing else to keep
+        return b"data: " + data + b"\n\n"
+    lines: list[bytes] = []
+    placed = False
+    for line in event.splitlines():
+        if line.startswith(b"data:"):
+            if not placed:
+                lines.append(b"data: " + data)
+                placed = True
+        elif line:
+            lines.append(line)
+    if not placed:
+        lines.append(b"data: " + data)
+    return b"\n".join(lines) + b"\n\n"
+
+
+#: The fields that outlast their event (WHATWG, "Interpreting an event stream"): ``id`` sets the last
+#: event id and ``retry`` the reconnection time whether or not the event is dispatched.
+_LASTING = frozenset({b"id", b"retry"})
+
+
+def lasting_fields(event: bytes) -> bytes:
+    """The ``id`` and ``retry`` lines of ``event``, each ended by LF (b"" when it has none): what must
+    still reach the client, with the next event sent, when ``event`` itself is not passed on."""
+    if _lone_data_line(event):
+        return b""
+    return b"".join(line + b"\n" for line in event.splitlines() if line.partition(b":")[0] in _LASTING)

@@ -10,9 +10,12 @@ class UpstreamTraits:
     """What the gateway has learnt about its upstream (None: not seen yet).
 
     ``splits_reasoning``: it sends reasoning fields (vLLM ``--reasoning-parser``);
+    ``reasoning_markers``: its raw text, with thinking on, shows reasoning markers (True: one did;
+    False: a whole answer had none, :class:`~gateway.reasoning.policy.ChoiceSplit`);
     ``per_request_metrics``: it sends a per-request ``metrics`` object (vLLM >= 0.32,
     ``--enable-per-request-metrics``).
     """
 
     splits_reasoning: bool | None = None
+    reasoning_markers: bool | None = None
     per_request_metrics: bool | None = None

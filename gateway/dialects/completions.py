@@ -1,7 +1,7 @@
 """OpenAI text completions: ``POST /v1/completions`` (API reference, "Completions", legacy).
 
 vLLM's reasoning parser never touches this route, so the gateway splits reasoning itself whenever
-thinking is on — when the raw prompt ends with ``<think>``
+thinking is on — when the raw prompt ends with the start marker (``<think>``)
 (:func:`~gateway.openai_api.normalize.normalize_completion`) — unless the split is off.
 """
 
@@ -25,7 +25,7 @@ class TextCompletions(OpenAIDialect):
     def prepare(self, parsed: Parsed, context: Context) -> Prepared:
         request: CompletionRequest = parsed.request
         payload = request.payload(parsed.body)
-        normalized = normalize_completion(payload)
+        normalized = normalize_completion(payload, context.settings.reasoning_start)
         mode: SplitMode = "off" if context.settings.reasoning_split == "off" else "gateway"
         return finish(request, payload, normalized, mode, context, (request.max_tokens, "max_tokens"))
 

@@ -21,6 +21,7 @@ from gateway.openai_api.client_view import ClientView
 from gateway.openai_api.fields import check_fields
 from gateway.openai_api.normalize import Normalized
 from gateway.openai_api.rewrite import StreamRewriter, json_object, observation, rewrite_body
+from gateway.reasoning import Markers
 from gateway.reasoning.policy import ReasoningPolicy, SplitMode
 from gateway.sse import DONE, KEEP_ALIVE_COMMENT
 
@@ -101,6 +102,9 @@ def finish(
         fields=context.settings.reasoning_fields,
         include_reasoning=normalized.include_reasoning,
         tools=callable_tools(payload),
+        markers=Markers(context.settings.reasoning_start, context.settings.reasoning_end),
+        opened=normalized.opened,
+        structured=normalized.structured,
     )
     sequences = check_fields(payload, context.principal, context.settings.max_n)
     include_metrics = payload.pop("include_metrics", False) is True
@@ -143,8 +147,10 @@ class OpenAITranslator:
         return data == DONE
 
     def error_event(self, error: GatewayError) -> bytes:
-        """OpenAI's error object as one ``data:`` event (what the OpenAI SDKs raise on)."""
-        return b"data: " + json_codec.dumps(error_body(error)) + b"\n\n"
+        """The text the reasoning split still held (:meth:`StreamRewriter.flush`), then OpenAI's error
+        object as one ``data:`` event (what the OpenAI SDKs raise on)."""
+        held = b"".join(self._stream.flush())
+        return held + b"data: " + json_codec.dumps(error_body(error)) + b"\n\n"
 
     def step(self, event: bytes, data: bytes | None) -> list[bytes]:
         """One upstream SSE event: :meth:`StreamRewriter.step`."""

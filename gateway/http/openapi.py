@@ -1,12 +1,18 @@
 """OpenAPI for routes whose handlers read their bodies themselves (after authentication): the request
 body's schema, generated from the pydantic model that validates it, for ``/docs`` and schema-driven
-clients and fuzzers."""
+clients and fuzzers. The docs pages' JavaScript and CSS are served by the gateway, under
+:data:`DOCS_ASSETS` (public, as ``/docs`` is), as FastAPI's "Self-hosting JavaScript and CSS for docs"
+describes — the files from the ``fastapi-offline`` package."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pydantic import BaseModel
+
+#: Where Swagger UI's and ReDoc's files are served (``swagger-ui-bundle.js``, ``swagger-ui.css``,
+#: ``redoc.standalone.js``, ``favicon.png``).
+DOCS_ASSETS = "/docs/assets"
 
 
 def request_schema(model: type[BaseModel]) -> dict[str, Any]:

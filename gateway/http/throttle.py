@@ -13,14 +13,12 @@ replicas), asynchronous like them. The address is the peer's, or the one a trust
 
 from __future__ import annotations
 
-import math
-import time
-
 from limits import RateLimitItem, RateLimitItemPerMinute
 from limits.aio.storage import Storage
 from limits.aio.strategies import FixedWindowRateLimiter
 
 from gateway.errors import GatewayError
+from gateway.limits import retry_after_s
 
 
 class AddressThrottle:
@@ -58,5 +56,4 @@ class AddressThrottle:
         self, code: str, message: str, item: RateLimitItem, what: str, address: str
     ) -> GatewayError:
         stats = await self._limiter.get_window_stats(item, what, address)
-        retry = max(1, math.ceil(stats.reset_time - time.time()))
-        return GatewayError(code, message, headers={"Retry-After": str(retry)})
+        return GatewayError(code, message, headers={"Retry-After": str(retry_after_s(stats.reset_time))})

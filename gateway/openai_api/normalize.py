@@ -3,7 +3,10 @@
 - thinking dialects -> ``chat_template_kwargs`` (:mod:`gateway.openai_api.thinking`);
 - assistant messages' ``reasoning_content``/``reasoning`` -> the one field the backend reads
   (vLLM >= 0.16 reads only ``reasoning``);
-- ``include_reasoning`` is taken out and applied by the gateway (tokens are still generated and counted).
+- ``include_reasoning`` is taken out and applied by the gateway (tokens are still generated and counted);
+- what the reasoning split must know of the output: whether the raw prompt opened reasoning (text
+  completions) and whether the answer is held to a format (``response_format`` JSON, or vLLM's
+  structured-output fields), which no reasoning precedes unless a marker shows one.
 """
 
 from __future__ import annotations
@@ -15,15 +18,30 @@ from gateway.errors import GatewayError
 from gateway.openai_api.thinking import Level, Thinking, apply_thinking, resolve_thinking
 
 _REASONING_INPUT_FIELDS = ("reasoning_content", "reasoning")
-THINK_START = "<think>"
+#: vLLM's structured-output request fields (``structured_outputs``, and the older ``guided_*``).
+_STRUCTURED_FIELDS = ("structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar")
 
 
 @dataclass(frozen=True, slots=True)
 class Normalized:
-    """The thinking mode sent upstream and whether the client wants reasoning back."""
+    """The thinking mode sent upstream, whether the client wants reasoning back, whether the prompt
+    ends with the reasoning start marker (``opened``: the output starts inside reasoning) and
+    whether the answer is held to a format (``structured``)."""
 
     thinking: Thinking
     include_reasoning: bool
+    opened: bool = False
+    structured: bool = False
+
+
+def _structured(payload: dict[str, Any]) -> bool:
+    """``response_format`` other than ``text`` (OpenAI: ``json_object``, ``json_schema``), or one of
+    vLLM's structured-output fields."""
+    response_format = payload.get("response_format")
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    return (kind is not None and kind != "text") or any(
+        payload.get(name) is not None for name in _STRUCTURED_FIELDS
+    )
 
 
 def _include_reasoning(payload: dict[str, Any]) -> bool:
@@ -47,13 +65,13 @@ def normalize_chat(payload: dict[str, Any], default: Level, backend_field: str) 
             reasoning = reasoning if reasoning is not None else value
         if reasoning is not None:
             message[backend_field] = reasoning
-    return Normalized(thinking, include)
+    return Normalized(thinking, include, structured=_structured(payload))
 
 
-def normalize_completion(payload: dict[str, Any]) -> Normalized:
-    """Text completions carry a raw prompt: thinking is on when it ends with ``<think>`` (the template's
-    generation prompt in thinking mode), so the output starts inside reasoning."""
+def normalize_completion(payload: dict[str, Any], start_marker: str) -> Normalized:
+    """Text completions carry a raw prompt: thinking is on when it ends with ``start_marker`` (the
+    template's generation prompt in thinking mode, ``<think>``), so the output starts inside reasoning."""
     include = _include_reasoning(payload)
     prompt = payload.get("prompt")
-    on = isinstance(prompt, str) and prompt.rstrip().endswith(THINK_START)
-    return Normalized(Thinking("high" if on else "off"), include)
+    on = isinstance(prompt, str) and prompt.rstrip().endswith(start_marker.rstrip() or start_marker)
+    return Normalized(Thinking("high" if on else "off"), include, opened=on, structured=_structured(payload))

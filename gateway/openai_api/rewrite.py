@@ -9,7 +9,13 @@ as an :class:`~gateway.telemetry.observation.Observation` (:func:`observation`).
 Invariants: events the policy does not change are forwarded byte for byte; ``id``, ``index``,
 ``finish_reason`` and ``logprobs`` stay as upstream sent them (except ``stop`` -> ``tool_calls`` when
 DSML markup became tool calls); no empty delta is invented — a chunk whose only text was held back
-(a possible marker) is dropped, and the text comes out with the next one.
+(a possible marker) is dropped, and the text comes out with the next one. An event's SSE fields other
+than ``data`` go on with it whether or not its data was rewritten; a dropped event's ``id`` and
+``retry`` go on with the next event sent (:mod:`gateway.sse`). A client that asked for
+``stream_options.include_usage`` gets OpenAI's closing ``choices: []`` usage chunk even from an
+upstream that put usage only on chunks with choices (API reference, "Create chat completion": "an
+additional chunk will be streamed before the data: [DONE] message ... the choices field will always
+be an empty array"): it is made from the last usage seen, before ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -23,17 +29,13 @@ from gateway.errors import MalformedResponseError
 from gateway.openai_api.client_view import ClientView
 from gateway.reasoning import SplitDelta
 from gateway.reasoning.policy import UPSTREAM_REASONING_FIELDS, ChoiceSplit, ReasoningPolicy
-from gateway.sse import DONE
+from gateway.sse import DONE, lasting_fields, with_data
 from gateway.telemetry.observation import Observation
 from gateway.traits import UpstreamTraits
 
 
 def _tool_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
-
-
-def _encode(obj: dict[str, Any]) -> bytes:
-    return b"data: " + json_codec.dumps(obj) + b"\n\n"
 
 
 class _ChoiceWriter:
@@ -43,8 +45,11 @@ class _ChoiceWriter:
         self.policy = policy
         self.split = ChoiceSplit(policy, traits)
 
-    def rewrite(self, choice: dict[str, Any], slot: str | None) -> tuple[bool, SplitDelta]:
-        """Rewrite ``choice`` in place; ``slot`` is ``delta``/``message`` (chat) or None (``text``).
+    def rewrite(
+        self, choice: dict[str, Any], slot: str | None, closing: bool = False
+    ) -> tuple[bool, SplitDelta]:
+        """Rewrite ``choice`` in place; ``slot`` is ``delta``/``message`` (chat) or None (``text``);
+        ``closing``: the choice ends here even without a finish reason (the stream broke).
 
         Returns whether anything is left to send for this choice (False: its text is held back), and
         the split it released.
@@ -63,14 +68,15 @@ class _ChoiceWriter:
                     upstream_reasoning = (upstream_reasoning or "") + value
         text = target.get(text_key)
         out = self.split.take(upstream_reasoning, text)
-        finished = choice.get("finish_reason") is not None
+        reason = choice.get("finish_reason")
+        finished = closing or reason is not None
         if finished:
-            tail = self.split.close()
+            tail = self.split.close(reason)
             out.reasoning += tail.reasoning
             out.content += tail.content
             out.tool_calls.extend(tail.tool_calls)
             out.tool_calls_dropped += tail.tool_calls_dropped
-            if choice["finish_reason"] == "stop" and self.split.tool_calls_seen:
+            if reason == "stop" and self.split.tool_calls_seen:
                 choice["finish_reason"] = "tool_calls"
         whole = slot == "message"
         if self.policy.include_reasoning and (out.reasoning or whole):
@@ -114,6 +120,23 @@ _STRING_FIELDS = {key: (key, *UPSTREAM_REASONING_FIELDS) for key in ("content", 
 def _slot(obj: dict[str, Any]) -> str | None:
     kind = obj.get("object")
     return _SLOTS.get(kind) if isinstance(kind, str) else None  # any other JSON value: a text completion
+
+
+#: The fields a chunk the gateway adds (closing usage, held text of a broken stream) copies from the
+#: chunks before it.
+_ENVELOPE = ("id", "object", "created", "model", "system_fingerprint")
+
+
+def _event(obj: dict[str, Any]) -> bytes:
+    """A chunk the gateway adds, as one SSE event."""
+    return b"data: " + json_codec.dumps(obj) + b"\n\n"
+
+
+def _rewritten(event: bytes, data: bytes, obj: dict[str, Any]) -> bytes:
+    """``event`` (whose payload was ``data``) carrying ``obj`` instead, its other fields kept."""
+    if len(event) == len(data) + 8:  # "data: " + data + a 2-byte end: its one line (vLLM's every event)
+        return _event(obj)
+    return with_data(event, json_codec.dumps(obj))
 
 
 #: Where each chunk's :class:`Observation` goes (the request's telemetry recorder).
@@ -231,6 +254,10 @@ class StreamRewriter:
         self._passthrough = policy.passthrough
         self._choices: dict[int, _ChoiceWriter] = {}
         self._dropped = 0  # tool calls dropped in the chunk being rewritten
+        self._carried = b""  # the id / retry lines of events not passed on, for the next one sent
+        self._last: dict[str, Any] | None = None  # the last chunk with choices
+        self._usage: dict[str, Any] | None = None  # the last usage seen on a chunk with choices
+        self._closed = False  # the upstream sent its closing usage chunk (usage with choices: [])
 
     def step(self, event: bytes, data: bytes | None) -> list[bytes]:
         """Rewrite one whole SSE event (bytes including its blank-line terminator) whose ``data``
@@ -239,8 +266,19 @@ class StreamRewriter:
         Raises :class:`MalformedChunkError` for a ``data`` payload that is not a JSON object (a client
         SDK would fail on it with a parse error) or a chunk whose choices are not OpenAI-shaped.
         """
-        if data is None or data == DONE:
+        out = self._rewrite(event, data)
+        if not out:
+            self._carried += lasting_fields(event)
+        elif self._carried:
+            out[0] = self._carried + out[0]
+            self._carried = b""
+        return out
+
+    def _rewrite(self, event: bytes, data: bytes | None) -> list[bytes]:
+        if data is None:
             return [event]
+        if data == DONE:
+            return self._closing() + [event]
         obj = json_object(data, "a data line")
         if "error" in obj:
             return [event]
@@ -248,6 +286,13 @@ class StreamRewriter:
         if choices is not None and not isinstance(choices, list):
             raise MalformedChunkError("choices is not a list")
         final = not choices  # vLLM's usage chunk: choices == []
+        usage = obj.get("usage")
+        if not final:
+            self._last = obj
+            if type(usage) is dict:
+                self._usage = usage
+        elif type(usage) is dict:
+            self._closed = True
         self._dropped = 0
         changed, reasoning_chars, content_chars = self._split(obj, choices) if choices else (False, 0, 0)
         self._observe(
@@ -257,10 +302,47 @@ class StreamRewriter:
         if not changed:
             return [event]
         if obj.get("choices"):
-            return [_encode(obj)]
+            return [_rewritten(event, data, obj)]
         if not final:
             return []  # its text is held back; its usage is cumulative and rides on the next chunk
-        return [] if self._view.says_nothing(obj) else [_encode(obj)]
+        return [] if self._view.says_nothing(obj) else [_rewritten(event, data, obj)]
+
+    def _envelope(self) -> dict[str, Any]:
+        last = self._last or {}
+        return {name: last[name] for name in _ENVELOPE if name in last}
+
+    def _closing(self) -> list[bytes]:
+        """The closing usage chunk an upstream that put its usage on chunks with choices did not send,
+        as the client asked to see it (nothing when it asked for neither usage nor telemetry)."""
+        if self._closed or self._usage is None:
+            return []
+        chunk = {**self._envelope(), "choices": [], "usage": self._usage}
+        self._view.apply_chunk(chunk, True)
+        return [] if self._view.says_nothing(chunk) else [_event(chunk)]
+
+    def flush(self) -> list[bytes]:
+        """What the split still holds when the stream ends without its last event (it broke): one
+        chunk with each choice's held text — reasoning where a marker showed it, else answer —, or
+        nothing when nothing is held."""
+        if self._last is None or self._passthrough:
+            return []
+        slot = _slot(self._last)
+        choices, reasoning_chars, content_chars = [], 0, 0
+        for index, writer in self._choices.items():
+            choice: dict[str, Any] = {"index": index, "finish_reason": None}
+            if slot:
+                choice[slot] = {}
+            _, out = writer.rewrite(choice, slot, closing=True)
+            target = choice[slot] if slot else choice
+            if any(target.get(name) for name in ("content", "text", "tool_calls", *writer.policy.fields)):
+                choices.append(choice)
+            reasoning_chars += len(out.reasoning)
+            content_chars += len(out.content)
+        if not choices:
+            return []
+        chunk = {**self._envelope(), "choices": choices}
+        self._observe(observation(chunk, choices, False, reasoning_chars, content_chars))
+        return [_event(chunk)]
 
     def _split(self, obj: dict[str, Any], choices: list[Any]) -> tuple[bool, int, int]:
         kind = obj.get("object")  # _slot(obj), inline: it runs for every chunk

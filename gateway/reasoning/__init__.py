@@ -1,6 +1,6 @@
-"""Reasoning split for DeepSeek-V4: ``<think>…</think>`` and DSML tool-call markup out of the answer."""
+"""Reasoning split for DeepSeek-V4: reasoning markers and DSML tool-call markup out of the answer."""
 
 from gateway.reasoning.dsml import ToolCall
-from gateway.reasoning.splitter import ReasoningSplitter, SplitDelta, State
+from gateway.reasoning.splitter import THINK, Markers, ReasoningSplitter, SplitDelta, State
 
-__all__ = ["ReasoningSplitter", "SplitDelta", "State", "ToolCall"]
+__all__ = ["THINK", "Markers", "ReasoningSplitter", "SplitDelta", "State", "ToolCall"]

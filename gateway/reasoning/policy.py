@@ -11,6 +11,15 @@ answer. ``GATEWAY_REASONING_SPLIT``:
 - ``upstream``: never split think markers; only DSML markup is taken out of the answer.
 - ``off``: pass reasoning through untouched (no split, no renaming, no DSML parsing).
 
+Raw text is reasoning only where its markers show it (:mod:`gateway.reasoning.splitter`): with
+thinking on, a choice's text waits (state ``pending``) until a marker decides, unless the gateway
+knows more — a raw prompt that ends with the start marker (``opened``: the output starts inside
+reasoning), or what this upstream's earlier answers showed (:attr:`UpstreamTraits.reasoning_markers`:
+once one showed a marker, thinking output starts inside reasoning as DeepSeek-V4's template has it;
+once one finished with none, its text is the answer until a marker says otherwise). An answer
+held to a format (``structured``: ``response_format`` JSON) has no reasoning before it unless a
+marker shows one, whatever earlier answers did.
+
 DSML markup becomes ``tool_calls`` only for the functions the request declared and may be called
 (``tools``); any other call it spells is dropped — out of the answer as ever, and not handed to a
 client that never asked to run it (a model echoing injected text could otherwise make it run one) —
@@ -22,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from gateway.reasoning.splitter import ReasoningSplitter, SplitDelta
+from gateway.reasoning.splitter import THINK, Markers, ReasoningSplitter, SplitDelta, State
 from gateway.traits import UpstreamTraits
 
 SplitMode = Literal["auto", "gateway", "upstream", "off"]
@@ -35,7 +44,10 @@ class ReasoningPolicy:
 
     ``fields``: client-facing names the reasoning is written under (e.g. ``reasoning_content``,
     ``reasoning``); ``include_reasoning`` False drops it from what the client sees; ``tools``: the
-    function names DSML tool-call markup may call (None: any, for a caller that checks none).
+    function names DSML tool-call markup may call (None: any, for a caller that checks none);
+    ``markers``: the reasoning markers of the raw text; ``opened``: the prompt ends with the start
+    marker (the output starts inside reasoning); ``structured``: the answer is held to a format
+    (``response_format`` JSON).
     """
 
     mode: SplitMode
@@ -43,6 +55,9 @@ class ReasoningPolicy:
     fields: tuple[str, ...] = ("reasoning_content", "reasoning")
     include_reasoning: bool = True
     tools: frozenset[str] | None = None
+    markers: Markers = THINK
+    opened: bool = False
+    structured: bool = False
 
     @property
     def passthrough(self) -> bool:
@@ -58,9 +73,20 @@ class ChoiceSplit:
         upstream_splits = policy.mode == "upstream" or (
             policy.mode == "auto" and traits.splits_reasoning is True
         )
-        self._splitter = ReasoningSplitter(policy.thinking and not upstream_splits)
+        self._splitter = ReasoningSplitter(
+            policy.thinking and not upstream_splits, policy.markers, self._start()
+        )
         self._upstream_splits = upstream_splits
         self.tool_calls_seen = 0
+
+    def _start(self) -> State:
+        """Where thinking output starts (see the module doc)."""
+        if self._policy.opened:
+            return State.REASONING
+        shown = self._traits.reasoning_markers
+        if shown is None or (shown and self._policy.structured):
+            return State.PENDING
+        return State.REASONING if shown else State.CONTENT
 
     def take(self, upstream_reasoning: str | None, text: str | None) -> SplitDelta:
         """Route one upstream piece: its reasoning field (if any) and its text (content or ``text``)."""
@@ -82,10 +108,16 @@ class ChoiceSplit:
             return False
         return not text or self._splitter.passes_through(text)
 
-    def close(self) -> SplitDelta:
-        """Flush what the splitter holds back; call when the choice finishes."""
+    def close(self, finish_reason: str | None = None) -> SplitDelta:
+        """Flush what the splitter holds back; call when the choice finishes (with its
+        ``finish_reason``). A whole answer (``stop``) that no marker showed to hold reasoning teaches
+        that this upstream's answers show none."""
         out = SplitDelta()
+        pending = self._splitter.pending
         self._merge(out, self._splitter.finish())
+        learnt = self._traits.reasoning_markers is not None
+        if pending and finish_reason == "stop" and not self._policy.structured and not learnt:
+            self._traits.reasoning_markers = False
         return self._released(out)
 
     def _switch_to_upstream_split(self, out: SplitDelta) -> None:
@@ -101,6 +133,8 @@ class ChoiceSplit:
 
     def _released(self, out: SplitDelta) -> SplitDelta:
         """``out`` as the client gets it: the tool calls of functions it may call, the others dropped."""
+        if self._splitter.saw_reasoning_marker:
+            self._traits.reasoning_markers = True
         allowed = self._policy.tools
         if allowed is not None and out.tool_calls:
             kept = [call for call in out.tool_calls if call.name in allowed]

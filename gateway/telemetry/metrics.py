@@ -3,12 +3,25 @@
 Names follow ``gateway_<noun>_<unit>``; labels carry the key *name*, never the key. HTTP metrics are
 recorded on the same registry by the edge middleware (:mod:`gateway.http.http_metrics`); slot and queue gauges
 are read live from the :class:`~gateway.admission.Admission` at scrape time; backend gauges are set by
-the :class:`~gateway.telemetry.backend.BackendMonitor`.
+the :class:`~gateway.telemetry.backend.BackendMonitor`. The registry also carries what
+prometheus-client's default registry would — ``process_*`` (CPU, memory, open files, start time),
+``python_info`` and ``python_gc_*`` — and no ``_created`` series: each counter and histogram would
+add one whose value is only its creation time, doubling the series a scrape stores
+(``disable_created_metrics``, prometheus-client's public switch; it holds for the whole process).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 
 from gateway.admission import Admission
 from gateway.metric_series import BoundSeries
@@ -26,7 +39,11 @@ class GatewayMetrics:
     """The gateway's metric families, registered on their own :class:`CollectorRegistry`."""
 
     def __init__(self, admission: Admission) -> None:
+        disable_created_metrics()
         self.registry = registry = CollectorRegistry()
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        GCCollector(registry=registry)
         labels = ("model", "key", "api")
         Gauge("gateway_slots_total", "Upstream slots (vLLM --max-num-seqs)", registry=registry).set_function(
             lambda: admission.slots

@@ -44,6 +44,7 @@ class RequestRecorder:
         self._tokens = 0
         self._step_tokens: list[int] = []
         self._reasoning_tokens = 0.0
+        self._unattributed = 0  # stream tokens whose text has not been released yet
         self._usage: Mapping[str, Any] | None = None
         self._backend: Mapping[str, Any] | None = None
         self._split_chars = [0, 0]  # reasoning, content characters (for non-stream attribution)
@@ -107,9 +108,13 @@ class RequestRecorder:
                 step = increase - 1 if self._tokens == 0 else increase
                 if step > 0:
                     self._step_tokens.append(step)
+                # a chunk whose text the split held back whole releases nothing: its tokens go with
+                # the text when it is released
+                self._unattributed += increase
                 total = seen.reasoning_chars + seen.content_chars
                 if total:
-                    self._reasoning_tokens += increase * seen.reasoning_chars / total
+                    self._reasoning_tokens += self._unattributed * seen.reasoning_chars / total
+                    self._unattributed = 0
                 self._tokens = tokens
                 self._t_last = self._clock() if now is None else now
         if seen.metrics is not None:

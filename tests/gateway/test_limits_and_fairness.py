@@ -14,6 +14,7 @@ import openai
 
 from tests.support.probes import wait_until
 from tests.support.servers import free_port
+from tests.unit.test_limits import seconds_of
 
 MODEL = "deepseek-v4-flash-0731"
 CLI = str(Path(sys.executable).parent / "dspark-gateway")
@@ -47,6 +48,10 @@ def test_requests_per_window_with_headers_and_the_sdk_retrying(start_sim, start_
         "code": "rate_limit_requests",
     }
     assert 1 <= int(refused.headers["retry-after"]) <= 2
+    # the 429 carries the window's headers too, its reset the time the window has left
+    assert refused.headers["x-ratelimit-limit-requests"] == "2"
+    assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+    assert 0 < seconds_of(refused.headers["x-ratelimit-reset-requests"]) <= 2
     # the OpenAI SDK waits for Retry-After and succeeds on its retry, in the next window
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=2)
     reply = client.chat.completions.with_raw_response.create(
@@ -66,6 +71,32 @@ def test_tokens_per_window_are_settled_with_real_usage(start_sim, start_gateway,
     )
     refused = chat(key, gateway.url)
     assert refused.json()["error"]["code"] == "rate_limit_tokens" and int(refused.headers["retry-after"]) >= 1
+
+
+def test_a_full_queue_refuses_with_the_keys_rate_limit_headers(start_sim, start_gateway, make_key) -> None:
+    """429 queue_full (the one slot busy, no room to wait) carries the key's x-ratelimit-* headers as
+    its answers do, besides Retry-After."""
+    sim = start_sim(decode_tps=40)
+    gateway = start_gateway(sim.url, slots=1, queue_max=0)
+    key = make_key("crowded", rpm=10, tpm=100_000)
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "long"}],
+        "max_tokens": 400,
+        "stream": True,
+    }
+    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body,
+                      headers={"Authorization": f"Bearer {key}"}) as holding:  # fmt: skip
+        lines = holding.iter_lines()
+        next(lines)  # it holds the slot (while this generator is not closed)
+        refused = chat(key, gateway.url)
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "queue_full"
+    headers = refused.headers
+    assert int(headers["retry-after"]) >= 1
+    assert (headers["x-ratelimit-limit-requests"], headers["x-ratelimit-remaining-requests"]) == ("10", "8")
+    assert headers["x-ratelimit-limit-tokens"] == "100000"
+    for what in ("requests", "tokens"):
+        assert 0 < seconds_of(headers[f"x-ratelimit-reset-{what}"]) <= 60
 
 
 def test_max_concurrency_and_fair_queue_visible_to_streams_and_admins(

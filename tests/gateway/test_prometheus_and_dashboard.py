@@ -111,3 +111,21 @@ def test_every_metric_the_dashboard_queries_is_exported(start_sim, start_gateway
     wanted = dashboard_metric_names()
     assert {"gateway_ttft_seconds_bucket", "gateway_slots_in_use", "gateway_tokens_total"} <= wanted
     assert wanted - exported == set()
+
+
+def test_metrics_have_the_process_series_and_no_created_series(start_sim, start_gateway, make_key) -> None:
+    """What prometheus-client's default registry would export about the process is there (the
+    gateway keeps a registry of its own), and no ``*_created`` series doubles every counter and
+    histogram."""
+    sim = start_sim()
+    gateway = start_gateway(sim.url)
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("proc"), max_retries=0)
+    client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+    wait_until(lambda: "gateway_requests_total" in scrape(gateway.url), what="a finished record")
+    text = httpx.get(gateway.url + "/metrics", timeout=5).text
+    names = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and line[0] != "#"}
+    assert {"process_cpu_seconds_total", "process_resident_memory_bytes", "process_start_time_seconds",
+            "process_open_fds", "python_info", "python_gc_objects_collected_total"} <= names  # fmt: skip
+    assert {"gateway_requests_total", "http_requests_total"} <= names
+    assert not [name for name in names if name.endswith("_created")]
+    assert "# TYPE gateway_requests_created" not in text

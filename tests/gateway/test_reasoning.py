@@ -56,11 +56,20 @@ def test_parsed_and_raw_upstreams_give_the_same_split_in_stream_and_not(clients,
     assert all(result == reference for result in results.values()), results
 
 
-def test_max_tokens_before_the_end_marker_is_all_reasoning(clients) -> None:
-    for client in clients.values():
-        for stream in (False, True):
-            reasoning, content, finish = chat(client, PROMPTS[1], stream, max_tokens=10)
-            assert finish == "length" and reasoning and content == ""
+def test_max_tokens_before_the_end_marker(clients) -> None:
+    """Cut before ``</think>``: reasoning by the upstream's split. Raw text is reasoning only once
+    markers have shown it: the first answer of an upstream not known yet showed none, so it is the
+    answer; once the upstream's answers have shown markers, a cut one is all reasoning (DeepSeek-V4's
+    template opens reasoning in the prompt)."""
+    for stream in (False, True):
+        reasoning, content, finish = chat(clients["parsed"], PROMPTS[1], stream, max_tokens=10)
+        assert finish == "length" and reasoning and content == ""
+    raw = clients["raw"]
+    _, cut, finish = chat(raw, PROMPTS[1], True, max_tokens=10)
+    assert finish == "length" and cut
+    chat(raw, PROMPTS[0], False)  # a whole answer: its </think> shows
+    for stream in (False, True):
+        assert chat(raw, PROMPTS[1], stream, max_tokens=10) == (cut, "", "length")
 
 
 @pytest.mark.parametrize(

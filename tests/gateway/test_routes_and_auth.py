@@ -11,9 +11,9 @@ import httpx
 import openai
 import pytest
 from fastapi.routing import APIRoute
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
-from gateway.routes import PUBLIC_ROUTES, ROUTES
+from gateway.routes import PUBLIC_MOUNTS, PUBLIC_ROUTES, ROUTES
 from tests.support.probes import scrape
 
 MODEL = "deepseek-v4-flash-0731"
@@ -135,9 +135,12 @@ def test_other_paths_are_404_and_never_reach_vllm(stack, make_key, method, path)
 def test_every_route_but_the_public_ones_is_a_401_without_credentials(stack) -> None:
     """Deny by default: each route of the app (the route table's and FastAPI's own), each of its
     methods, without credentials, answers 401 in its dialect's shape (Anthropic's on ``/v1/messages``,
-    OpenAI's elsewhere) unless it is in ``PUBLIC_ROUTES``."""
+    OpenAI's elsewhere) unless it is in ``PUBLIC_ROUTES``; the only other things mounted are the
+    public static files of ``PUBLIC_MOUNTS``."""
     _, gateway = stack
     routes = [r for r in gateway.app.routes if isinstance(r, APIRoute | Route)]
+    others = [r for r in gateway.app.routes if r not in routes]
+    assert all(isinstance(r, Mount) for r in others) and {r.path for r in others} == PUBLIC_MOUNTS
     assert {r.path for r in routes} >= PUBLIC_ROUTES | {route.path for route in ROUTES}
     checked = 0
     for route in routes:

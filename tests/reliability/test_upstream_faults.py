@@ -21,8 +21,11 @@ from tests.support.probes import wait_until
 from tests.support.servers import ThreadedServer, free_port
 
 MODEL = "deepseek-v4-flash-0731"
-#: The gateway against the fake: no counter scrapes around requests, no background /metrics polls.
-QUIET = {"spec_counters": "never", "backend_poll_s": 60.0}
+#: The gateway against the fake: no counter scrapes around requests, no background /metrics polls, and
+#: thinking off — the fake answers plain text, as a model does with thinking off, so each chunk goes on
+#: as it comes (with thinking on, the first answers of an upstream not known yet wait for a reasoning
+#: marker: tests/gateway/test_openai_shapes.py).
+QUIET = {"spec_counters": "never", "backend_poll_s": 60.0, "default_thinking": "off"}
 
 
 def chat(text: str, stream: bool, **extra: object) -> dict:
@@ -143,7 +146,7 @@ def test_reset_mid_stream_gives_the_chunks_then_an_error_event(stack_on, faulty)
     response = stack.post("fault:reset_mid_stream", stream=True)
     chunks = assert_stream_error(response)
     deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
-    text = "".join(d.get("content") or d.get("reasoning") or "" for d in deltas)  # thinking is on
+    text = "".join(d.get("content") or "" for d in deltas)
     assert text == "".join(f"part{i} " for i in range(GOOD_CHUNKS))
     stack.settled(response.headers["x-request-id"], 502)
 

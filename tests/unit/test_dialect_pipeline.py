@@ -146,7 +146,7 @@ async def streaming(script: Script) -> tuple[Answer, FakeUpstream, Pipeline, Any
     its answer, the upstream, the pipeline, its records and the call."""
     answer = Answer()
     upstream = FakeUpstream(answer)
-    pipeline, records = build(upstream)
+    pipeline, records = build(upstream, plain=True)
     running = call(pipeline, script, script.body(True)).start()
     await upstream.arrived.wait()
     return answer, upstream, pipeline, records, running
@@ -183,7 +183,7 @@ async def test_a_stream_is_relayed_the_slot_handed_on_at_its_last_event_and_reco
 @dialects
 async def test_a_non_stream_answer_is_recorded_once(script: Script) -> None:
     upstream = FakeUpstream(Answer().send(script.whole).end())
-    pipeline, records = build(upstream)
+    pipeline, records = build(upstream, plain=True)
     done = await call(pipeline, script, script.body(False)).done()
     await settled(pipeline)
     assert done.status == 200
@@ -195,7 +195,7 @@ async def test_a_non_stream_answer_is_recorded_once(script: Script) -> None:
 @dialects
 async def test_a_stream_that_breaks_ends_with_the_dialects_error_event(script: Script) -> None:
     upstream = FakeUpstream(Answer().send(*script.stream).fail(GatewayError("upstream_timeout", "timed out")))
-    pipeline, records = build(upstream)
+    pipeline, records = build(upstream, plain=True)
     done = await call(pipeline, script, script.body(True)).done()
     await settled(pipeline)
     relayed = events(done.body)
@@ -216,7 +216,7 @@ async def test_a_stream_that_breaks_ends_with_the_dialects_error_event(script: S
 @dialects
 async def test_a_stream_that_ends_before_its_last_event_is_an_error(script: Script) -> None:
     upstream = FakeUpstream(Answer().send(*script.stream).end())
-    pipeline, records = build(upstream)
+    pipeline, records = build(upstream, plain=True)
     done = await call(pipeline, script, script.body(True)).done()
     await settled(pipeline)
     assert b"ended before its last event" in done.body
@@ -262,7 +262,7 @@ async def test_a_client_that_leaves_mid_stream_frees_the_slot_and_closes_upstrea
 @dialects
 async def test_a_key_past_its_requests_per_minute_is_refused_in_its_dialect(script: Script) -> None:
     upstream = FakeUpstream(Answer().send(script.whole).end())
-    pipeline, records = build(upstream)
+    pipeline, records = build(upstream, plain=True)
     limited = Principal(key_id="key_9", name="limited", rpm=1)
     assert (await call(pipeline, script, script.body(False), limited).done()).status == 200
     refused = await call(pipeline, script, script.body(False), limited).done()
@@ -302,7 +302,7 @@ async def test_thinking_controls_become_the_templates_in_every_dialect() -> None
         (SCRIPTS["responses"], {}, {"thinking": True, "reasoning_effort": "low"}),  # the gateway's default
     ]  # fmt: skip
     upstream = FakeUpstream()
-    pipeline, _ = build(upstream)
+    pipeline, _ = build(upstream, plain=True)
     for script, fields, template in cases:
         upstream.script(Answer().send(script.whole).end())
         assert (await call(pipeline, script, {**script.body(False), **fields}).done()).status == 200
@@ -320,7 +320,7 @@ async def test_messages_take_x_api_key_and_forward_the_anthropic_headers() -> No
     assert missing.value.status == 401
     script = SCRIPTS["messages"]
     upstream = FakeUpstream(Answer().send(script.whole).end())
-    pipeline, _ = build(upstream)
+    pipeline, _ = build(upstream, plain=True)
     headers = {"anthropic-version": "2023-06-01", "anthropic-beta": "x", "cookie": "c", "authorization": "t"}
     response = ExchangeResponse(pipeline, MESSAGES, KEY)
     await Call(response, "/v1/messages", script.body(False), headers=headers).done()
@@ -334,7 +334,7 @@ async def test_messages_take_x_api_key_and_forward_the_anthropic_headers() -> No
 async def test_a_background_response_is_refused_and_a_previous_response_must_be_the_keys() -> None:
     script = SCRIPTS["responses"]
     upstream = FakeUpstream()
-    pipeline, records = build(upstream)
+    pipeline, records = build(upstream, plain=True)
     background = await call(pipeline, script, {**script.body(False), "background": True}).done()
     assert background.status == 400 and background.json()["error"]["param"] == "background"
     stranger = await call(pipeline, script, {**script.body(False), "previous_response_id": "resp_x"}).done()

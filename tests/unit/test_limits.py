@@ -5,12 +5,13 @@ back what was not used while its window lasts, and charges what was used beyond.
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
 from gateway.auth.principal import Principal
 from gateway.errors import GatewayError
-from gateway.limits import RateLimiter, Ticket, storage_for
+from gateway.limits import RateLimiter, Ticket, reset_after, storage_for
 
 KEY = Principal(key_id="key_1", name="team", tpm=100)
 
@@ -59,3 +60,49 @@ async def test_nothing_is_given_back_to_a_window_the_reservation_was_not_taken_f
     await asyncio.sleep(1.1)  # the window the 90 were taken from has ended
     await limiter.settle(ticket, 0)
     assert len(await admitted(limiter, 50, 3)) == 2  # a fresh 100, not 190
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (0.0004, "1ms"), (0.12, "120ms"), (1, "1s"), (59.5, "59.5s"), (360, "6m0s"),
+     (3661.25, "1h1m1.25s")],
+)  # fmt: skip
+def test_reset_times_are_written_as_openai_writes_them(seconds: float, text: str) -> None:
+    """OpenAI API docs, "Rate limits": ``x-ratelimit-reset-requests: 1s``, ``-tokens: 6m0s``; ``12ms``
+    and the like below a second (Go's duration text)."""
+    assert reset_after(seconds) == text
+
+
+def seconds_of(duration: str) -> float:
+    """``1h2m3.5s`` / ``120ms`` -> seconds."""
+    if duration.endswith("ms"):
+        return int(duration[:-2]) / 1000
+    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?([\d.]+)s", duration)
+    assert match, duration
+    hours, minutes, secs = match.groups()
+    return int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(secs)
+
+
+async def test_a_refusal_carries_the_rate_limit_headers_with_the_time_left_in_its_window() -> None:
+    """A 429 has the x-ratelimit-* headers a success has, and its reset is the window's real time
+    left: under the window's length, and what ``Retry-After`` rounds up."""
+    key = Principal(key_id="key_2", name="team", rpm=1, tpm=100)
+    limiter = RateLimiter(storage_for("memory://"), window_s=600)
+    ticket = await limiter.count(key)
+    await limiter.reserve(ticket, 10)
+    assert seconds_of(ticket.headers["x-ratelimit-reset-requests"]) <= 600
+    with pytest.raises(GatewayError) as requests:
+        await limiter.count(key)
+    headers = requests.value.headers
+    assert (headers["x-ratelimit-limit-requests"], headers["x-ratelimit-remaining-requests"]) == ("1", "0")
+    left = seconds_of(headers["x-ratelimit-reset-requests"])
+    assert 0 < left <= 600 and int(headers["Retry-After"]) - 1 <= left <= int(headers["Retry-After"])
+    tokens_key = Principal(key_id="key_3", name="team", rpm=5, tpm=100)
+    await limiter.reserve(await limiter.count(tokens_key), 90)
+    with pytest.raises(GatewayError) as tokens:
+        await limiter.reserve(await limiter.count(tokens_key), 50)
+    headers = tokens.value.headers
+    assert tokens.value.code == "rate_limit_tokens"
+    assert (headers["x-ratelimit-limit-tokens"], headers["x-ratelimit-remaining-tokens"]) == ("100", "10")
+    assert headers["x-ratelimit-remaining-requests"] == "3"  # the request was counted before its tokens
+    assert 0 < seconds_of(headers["x-ratelimit-reset-tokens"]) <= 600

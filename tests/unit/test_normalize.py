@@ -69,6 +69,26 @@ def test_invalid_values(bad: dict) -> None:
 
 
 def test_completion_thinking_follows_the_prompt() -> None:
-    assert normalize_completion({"prompt": "Q: x\nA: <think>\n"}).thinking.on
-    assert not normalize_completion({"prompt": "Once upon a time"}).thinking.on
-    assert not normalize_completion({"prompt": ["tok", "ens"]}).thinking.on
+    opened = normalize_completion({"prompt": "Q: x\nA: <think>\n"}, "<think>")
+    assert opened.thinking.on and opened.opened
+    assert not normalize_completion({"prompt": "Once upon a time"}, "<think>").thinking.on
+    assert not normalize_completion({"prompt": ["tok", "ens"]}, "<think>").thinking.on
+    # the configured start marker, not <think>, opens reasoning
+    assert normalize_completion({"prompt": "Assistant: thinking"}, " thinking").opened
+    assert not normalize_completion({"prompt": "Assistant: <think>"}, " thinking").thinking.on
+
+
+@pytest.mark.parametrize(
+    ("fields", "structured"),
+    [
+        ({}, False),
+        ({"response_format": {"type": "text"}}, False),
+        ({"response_format": {"type": "json_object"}}, True),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}, True),
+        ({"structured_outputs": {"json": {}}}, True),
+        ({"guided_json": {"type": "object"}}, True),
+    ],
+)
+def test_an_answer_held_to_a_format_is_known_as_such(fields: dict, structured: bool) -> None:
+    assert normalize_chat(chat(**fields), "low", "reasoning").structured is structured
+    assert normalize_completion({"prompt": "x", **fields}, "<think>").structured is structured

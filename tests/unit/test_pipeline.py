@@ -40,13 +40,20 @@ class Records:
         self.published.append(record)
 
 
-def build(upstream: FakeUpstream, slots: int = 2, **settings: Any) -> tuple[Pipeline, Records]:
+def build(
+    upstream: FakeUpstream, slots: int = 2, plain: bool = False, **settings: Any
+) -> tuple[Pipeline, Records]:
+    """The pipeline before ``upstream``; ``plain``: its answers are known to show no reasoning markers
+    (learnt from an earlier one), so a thinking request's text streams as it arrives instead of
+    waiting for a marker to say whether it is reasoning."""
     config = Settings(upstream="http://fake", spec_counters="never", slots=slots, **settings)
     admission = Admission(config.slots, config.queue_max, config.queue_timeout_s, config.queue_max_per_key)
     records = Records()
     backend = BackendMonitor(upstream, GatewayMetrics(admission), 3600)
     limits = RateLimiter(storage_for("memory://"))
-    return Pipeline(upstream, admission, config, records, backend, limits), records
+    pipeline = Pipeline(upstream, admission, config, records, backend, limits)
+    pipeline.traits.reasoning_markers = False if plain else None
+    return pipeline, records
 
 
 def chat(stream: bool, **fields: Any) -> dict[str, Any]:
@@ -79,7 +86,7 @@ async def streaming() -> tuple[Answer, FakeUpstream, Pipeline, Records, Call]:
     the upstream, the pipeline, its records and the call."""
     answer = Answer()
     upstream = FakeUpstream(answer)
-    pipeline, records = build(upstream)
+    pipeline, records = build(upstream, plain=True)
     running = call(pipeline, chat(True)).start()
     await upstream.arrived.wait()
     return answer, upstream, pipeline, records, running

@@ -43,9 +43,14 @@ def ignore(*_: object) -> None:
     return None
 
 
-def run(events: list[bytes], view: ClientView = SEE_ALL, **policy) -> list:
+def run(
+    events: list[bytes], view: ClientView = SEE_ALL, traits: UpstreamTraits | None = None, **policy
+) -> list:
     rewriter = StreamRewriter(
-        ReasoningPolicy(**{"mode": "auto", "thinking": True, **policy}), UpstreamTraits(), view, ignore
+        ReasoningPolicy(**{"mode": "auto", "thinking": True, **policy}),
+        traits or UpstreamTraits(),
+        view,
+        ignore,
     )
     out = [e for ev in events for e in step(rewriter, ev)]
     return [json.loads(e[6:]) for e in out if e.startswith(b"data: {")], out
@@ -66,7 +71,7 @@ def test_held_back_text_invents_no_empty_delta_and_keeps_ids() -> None:
         event(chunk(content="think>Answer", logprobs={"content": []})),
         event(chunk(content="", finish="stop")),
     ]
-    parsed, _ = run(events)
+    parsed, _ = run(events, opened=True)
     deltas = [c["choices"][0]["delta"] for c in parsed]
     assert deltas[0] == {"reasoning_content": "Think a", "reasoning": "Think a"}
     assert deltas[1] == {"reasoning_content": "bout it", "reasoning": "bout it"}  # "</" held
@@ -74,7 +79,7 @@ def test_held_back_text_invents_no_empty_delta_and_keeps_ids() -> None:
     assert parsed[2]["choices"][0]["logprobs"] == {"content": []}
     assert parsed[3]["choices"][0]["finish_reason"] == "stop"
     assert all(c["id"] == "chatcmpl-1" and c["choices"][0]["index"] == 0 for c in parsed)
-    only_marker, _ = run([event(chunk(content="x")), event(chunk(content="</think>"))])
+    only_marker, _ = run([event(chunk(content="x")), event(chunk(content="</think>"))], opened=True)
     assert len(only_marker) == 1  # the marker-only chunk had nothing left to say
 
 
@@ -123,9 +128,9 @@ def test_text_held_back_comes_out_on_a_finish_chunk_without_text(final_delta) ->
     # the splitter held (a possible marker start) must come out there, not be written to a lost dict
     last = chunk(finish="stop")
     last["choices"][0]["delta"] = final_delta
-    for policy in ({"thinking": False}, {"thinking": True}):
+    for policy in ({"thinking": False}, {"thinking": True}, {"thinking": True, "opened": True}):
         parsed, _ = run([event(chunk(content="1 <")), event(last)], **policy)
-        field = "content" if not policy["thinking"] else "reasoning"
+        field = "reasoning" if policy.get("opened") else "content"
         text = "".join(c["choices"][0]["delta"].get(field) or "" for c in parsed)
         assert text == "1 <", policy
         assert parsed[-1]["choices"][0]["finish_reason"] == "stop"
@@ -152,7 +157,7 @@ def test_upstream_split_is_kept_and_learnt() -> None:
     assert body["choices"][0]["message"] == {"content": "plain", "reasoning_content": None, "reasoning": None}
 
 
-def test_non_stream_length_cut_is_all_reasoning_with_null_content() -> None:
+def test_non_stream_length_cut_inside_opened_reasoning_is_all_reasoning_with_null_content() -> None:
     body = {
         "object": "chat.completion",
         "choices": [
@@ -163,7 +168,8 @@ def test_non_stream_length_cut_is_all_reasoning_with_null_content() -> None:
             }
         ],
     }
-    assert rewrite_body(body, ReasoningPolicy(mode="gateway", thinking=True), UpstreamTraits()) == (12, 0, 0)
+    policy = ReasoningPolicy(mode="gateway", thinking=True, opened=True)
+    assert rewrite_body(body, policy, UpstreamTraits()) == (12, 0, 0)
     assert body["choices"][0]["message"] == {
         "role": "assistant",
         "content": None,
@@ -243,6 +249,165 @@ def test_steps_are_counted_when_reasoning_is_hidden() -> None:
     assert 0 < record.reasoning_tokens < record.completion_tokens
 
 
+def texts(parsed: list[dict]) -> tuple[str, str]:
+    """(reasoning, content) of choice 0 over the chunks a client got."""
+    deltas = [c["choices"][0]["delta"] for c in parsed if c["choices"]]
+    return (
+        "".join(d.get("reasoning") or "" for d in deltas),
+        "".join(d.get("content") or "" for d in deltas),
+    )
+
+
+def test_a_plain_answer_is_never_reasoning_and_what_the_upstream_showed_is_learnt() -> None:
+    """An upstream without a reasoning parser whose model ignores the template's thinking answers with
+    no marker: its answer is the answer (once it ended, nothing said otherwise), and later answers
+    stream as they come. An upstream whose text shows markers makes later output start in reasoning."""
+    traits = UpstreamTraits()
+    policy = ReasoningPolicy("auto", thinking=True)
+    plain = [event(chunk(content="The answer")), event(chunk(content=" is 4.", finish="stop"))]
+    rewriter = StreamRewriter(policy, traits, SEE_ALL, ignore)
+    out = [e for raw in plain for e in step(rewriter, raw)]
+    assert texts([json.loads(e[6:]) for e in out]) == ("", "The answer is 4.")
+    assert traits.reasoning_markers is False
+    rewriter = StreamRewriter(policy, traits, SEE_ALL, ignore)  # the next request: streamed at once
+    assert texts([json.loads(e[6:]) for e in step(rewriter, plain[0])]) == ("", "The answer")
+    # include_reasoning: false never leaves the answer empty
+    parsed, _ = run(plain, include_reasoning=False)
+    assert texts(parsed) == ("", "The answer is 4.")
+    body = {
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"content": "The answer"}, "finish_reason": "stop"}],
+    }
+    rewrite_body(body, ReasoningPolicy("auto", thinking=True, include_reasoning=False), UpstreamTraits())
+    assert body["choices"][0]["message"]["content"] == "The answer"
+    raw = UpstreamTraits()
+    rewriter = StreamRewriter(policy, raw, SEE_ALL, ignore)
+    step(rewriter, event(chunk(content="hm</think>Hi", finish="stop")))
+    assert raw.reasoning_markers is True
+    parsed, _ = run([event(chunk(content="still thinking", finish="length"))], traits=raw)
+    assert texts(parsed) == ("still thinking", "")
+
+
+def test_an_answer_held_to_a_format_stays_the_answer() -> None:
+    """A response_format JSON answer has no reasoning before it, even from an upstream whose earlier
+    answers showed markers (vLLM with no reasoning parser constrains the whole output)."""
+    events = [event(chunk(content='{"a": ')), event(chunk(content="1}", finish="stop"))]
+    for shown in (None, True, False):
+        for hidden in (False, True):
+            parsed, _ = run(
+                events,
+                traits=UpstreamTraits(reasoning_markers=shown),
+                structured=True,
+                include_reasoning=not hidden,
+            )
+            assert texts(parsed) == ("", '{"a": 1}'), (shown, hidden)
+
+
+def test_usage_only_on_a_chunk_with_choices_still_gets_the_closing_usage_chunk() -> None:
+    """OpenAI: with include_usage, one more chunk before [DONE] whose choices are [] carries the
+    usage; an upstream that put it on its last chunk with choices gets it moved there."""
+    usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    events = [
+        event(chunk(role="assistant", content="")),
+        event(chunk(content="Hi")),
+        event({**chunk(content="!", finish="stop"), "usage": usage, "system_fingerprint": "fp"}),
+        b"data: [DONE]\n\n",
+    ]
+    view = ClientView(include_usage=True)
+    parsed, raw = run(events, view=view, thinking=False)
+    assert [c["choices"] == [] for c in parsed] == [False, False, False, True]
+    assert all("usage" not in c for c in parsed[:-1])
+    assert parsed[-1] == {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "system_fingerprint": "fp",
+        "choices": [],
+        "usage": usage,
+    }
+    assert raw[-1] == b"data: [DONE]\n\n"
+    parsed, raw = run(events, view=ClientView(), thinking=False)  # not asked for: nothing added
+    assert all("usage" not in c for c in parsed) and len(raw) == 4
+    # an upstream that sent its own closing chunk gets no second one
+    closing = event({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [], "usage": usage})
+    parsed, _ = run([*events[:3], closing, events[3]], view=view, thinking=False)
+    assert [c["usage"] for c in parsed if "usage" in c] == [usage]
+
+
+def test_text_held_when_the_stream_breaks_goes_out_before_the_error() -> None:
+    """A stream that ends without its last event: what the split still holds is flushed — answer where
+    no marker showed reasoning, reasoning where it had started — in one chunk; nothing when nothing
+    is held."""
+    rewriter = StreamRewriter(ReasoningPolicy("auto", True), UpstreamTraits(), SEE_ALL, ignore)
+    for text in ("Hel", "lo"):
+        assert step(rewriter, event(chunk(content=text))) == []  # not known yet: waiting for a marker
+    [flushed] = rewriter.flush()
+    obj = json.loads(flushed[6:])
+    assert obj["choices"] == [{"index": 0, "delta": {"content": "Hello"}, "finish_reason": None}]
+    assert (obj["id"], obj["object"], obj["model"]) == ("chatcmpl-1", "chat.completion.chunk", "m")
+    assert rewriter.flush() == []  # once
+    opened = StreamRewriter(ReasoningPolicy("auto", True, opened=True), UpstreamTraits(), SEE_ALL, ignore)
+    step(opened, event(chunk(content="hm </thi")))
+    [flushed] = opened.flush()
+    assert json.loads(flushed[6:])["choices"][0]["delta"] == both("</thi")  # "hm " went on at once
+    plain = StreamRewriter(ReasoningPolicy("auto", False), UpstreamTraits(), SEE_ALL, ignore)
+    step(plain, event(chunk(content="all sent")))
+    assert plain.flush() == []
+
+
+def test_sse_fields_go_on_whether_or_not_the_event_is_rewritten() -> None:
+    """``id``, ``event`` and ``retry`` lines stay with their event in order, rewritten or not; a held
+    event's ``id`` and ``retry`` come with the next event sent (they outlast an undispatched event)."""
+
+    def framed(fields: bytes, obj: dict) -> bytes:
+        return fields + b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+    untouched = framed(b"id: 1\nevent: chunk\n", chunk(role="assistant"))
+    split = framed(b"id: 2\nretry: 3000\n: note\n", chunk(content="a</think>b"))
+    held = framed(b"id: 3\nretry: 4000\nevent: chunk\n", chunk(content="<"))
+    after = event(chunk(content="c"))
+    _, raw = run([untouched, split, held, after], opened=True)
+    assert raw[0] == untouched
+    assert raw[1].startswith(b"id: 2\nretry: 3000\n: note\ndata: {")
+    assert json.loads(raw[1].split(b"data: ")[1])["choices"][0]["delta"] == {"content": "b", **both("a")}
+    assert len(raw) == 3 and raw[2].startswith(b"id: 3\nretry: 4000\ndata: {")
+    assert json.loads(raw[2].split(b"data: ")[1])["choices"][0]["delta"] == {"content": "<c"}
+
+
+def both(reasoning: str) -> dict[str, str]:
+    return {"reasoning_content": reasoning, "reasoning": reasoning}
+
+
+@pytest.mark.parametrize(
+    ("policy", "texts_", "expected"),
+    [
+        # "<" is held back whole (it may open a marker), then released as reasoning with "b"
+        ({"opened": True}, ["a", "<", "b</think>", "Hi"], 3),
+        # no marker yet: everything waits, then the end marker releases it all as reasoning
+        ({}, ["Let", " me", " think</think>", "Hi"], 3),
+    ],
+    ids=["marker prefix held", "pending until the end marker"],
+)
+def test_tokens_of_text_held_back_count_as_what_it_is_released_as(policy, texts_, expected) -> None:
+    from datetime import UTC, datetime
+
+    from gateway.telemetry.record import RequestTelemetry
+    from gateway.telemetry.recorder import RequestRecorder
+
+    record = RequestTelemetry("r", "k", "n", "m", "/v1/chat/completions", "chat", True, datetime.now(UTC))
+    recorder = RequestRecorder(record, k=5)
+    rewriter = StreamRewriter(
+        ReasoningPolicy("auto", True, **policy), UpstreamTraits(), SEE_ALL, recorder.observe
+    )
+    for tokens, text in enumerate(texts_, start=1):
+        usage = {"prompt_tokens": 1, "completion_tokens": tokens}
+        finish = "stop" if tokens == len(texts_) else None
+        step(rewriter, event({**chunk(content=text, finish=finish), "usage": usage}))
+    recorder.finish(200, False)
+    assert (record.reasoning_tokens, record.completion_tokens) == (expected, len(texts_))
+
+
 class GeneralPathOnly(StreamRewriter):
     """The rewriter without its plain-delta shortcut: the reference the shortcut must match."""
 
@@ -286,6 +451,8 @@ _POLICIES = st.builds(
     thinking=st.booleans(),
     fields=st.sampled_from([("reasoning_content", "reasoning"), ("reasoning",), ("reasoning_content",)]),
     include_reasoning=st.booleans(),
+    opened=st.booleans(),
+    structured=st.booleans(),
 )
 _VIEWS = st.builds(ClientView, include_usage=st.booleans(), continuous_usage=st.booleans())
 
@@ -300,28 +467,33 @@ def _text_chunks(*deltas: dict) -> list[dict]:
     policy=ReasoningPolicy("auto", thinking=True),
     view=SEE_ALL,
     splits=None,
+    markers=None,
 )
 @example(  # "<" may start a DSML marker: held back, it comes out with the next text
     chunks=_text_chunks({"content": "<"}, {"content": "word"}),
     policy=ReasoningPolicy("upstream", thinking=False),
     view=SEE_ALL,
     splits=True,
+    markers=None,
 )
 @given(
     chunks=st.lists(_CHUNKS, min_size=1, max_size=14),
     policy=_POLICIES,
     view=_VIEWS,
     splits=st.sampled_from([None, True, False]),
+    markers=st.sampled_from([None, True, False]),
 )
-def test_the_plain_delta_shortcut_gives_what_the_general_path_gives(chunks, policy, view, splits) -> None:
-    """On generated streams (every policy, known or unknown upstream split, text that may hold markers,
-    malformed fields), the rewriter sends the same bytes, tells telemetry the same and refuses the
-    same chunks as the general path alone."""
+def test_the_plain_delta_shortcut_gives_what_the_general_path_gives(
+    chunks, policy, view, splits, markers
+) -> None:
+    """On generated streams (every policy, known or unknown upstream split and markers, text that may
+    hold markers, malformed fields), the rewriter sends the same bytes, tells telemetry the same and
+    refuses the same chunks as the general path alone."""
     seen: dict[str, list] = {"shortcut": [], "general": []}
     rewriters = {
         name: cls(
             policy,
-            UpstreamTraits(splits_reasoning=splits),
+            UpstreamTraits(splits_reasoning=splits, reasoning_markers=markers),
             view,
             lambda facts, name=name: seen[name].append(repr(facts)),
         )
