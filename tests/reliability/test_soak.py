@@ -1,5 +1,8 @@
 """The soak script's CI variant: 60 s of 50 mixed clients at 2 slots (tests/soak/soak.py; a release
-runs it for 30 minutes)."""
+runs it for 30 minutes, where RSS must stay under the script's default 10 MB/h after warm-up).
+
+Sixty seconds are still the process's warm-up (its bounded stores filling), so the RSS slope here is
+held only to a leak-sized bound, 1 MB/s: at the run's ~60 requests/s that is ~16 KB kept per request."""
 
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ def test_sixty_second_soak_has_no_errors_flat_rss_and_one_row_per_request(tmp_pa
     with enough traffic of every kind for the checks to mean something."""
     out = tmp_path / "soak.json"
     run = subprocess.run(
-        [sys.executable, "-m", "tests.soak.soak", "--duration", "60", "--json", str(out)],
+        [sys.executable, "-m", "tests.soak.soak", "--duration", "60", "--rss-mb-per-hour", "3600"]
+        + ["--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
