@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -53,6 +54,24 @@ def async_database_url(value: str) -> str:
     if driver is None:
         return value
     return url.set(drivername=driver).render_as_string(hide_password=False)
+
+
+def http_base_url(value: str) -> str:
+    """``value`` if it is an absolute ``http://`` or ``https://`` URL with a host (and a port in
+    0-65535, if it has one), e.g. ``http://127.0.0.1:8000``; else ``ValueError``. Checked at start:
+    ``localhost:8000`` would start a gateway whose every request fails (no HTTP scheme)."""
+    try:
+        parts = urlsplit(value)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 (parsed when read: ValueError for a port that is not one)
+    except ValueError:  # also a malformed IPv6 host
+        valid = False
+    if not valid:
+        raise ValueError(
+            f"must be an absolute http:// or https:// URL with a host, like http://127.0.0.1:8000; "
+            f"got {value!r}"
+        )
+    return value
 
 
 def comma_list(value: object) -> object:
@@ -290,5 +309,5 @@ class Settings(BaseSettings):
 
     @field_validator("upstream")
     @classmethod
-    def _strip_slash(cls, value: str | None) -> str | None:
-        return value.rstrip("/") if value else None
+    def _http_base_url(cls, value: str | None) -> str | None:
+        return http_base_url(value).rstrip("/") if value else None

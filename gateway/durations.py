@@ -35,7 +35,8 @@ def expires_after(duration: timedelta) -> datetime:
 def parse_since(text: str | None) -> datetime | None:
     """``"7d"`` -> now minus 7 days; an ISO 8601 time -> that instant (UTC if no offset); None -> None.
 
-    Raises ``ValueError`` for anything else.
+    Raises ``ValueError`` for anything else, its message the rule without a subject (``must be …``):
+    the caller names what was given (``--since: …``, the API's ``since …``).
     """
     if not text:
         return None
@@ -47,11 +48,11 @@ def parse_since(text: str | None) -> datetime | None:
         try:
             return datetime.now(UTC) - duration
         except OverflowError:
-            raise ValueError(f"since {text!r} reaches before the year 1") from None
+            raise ValueError(f"{text!r} reaches before the year 1") from None
     try:
         parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
         return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
     except ValueError:
-        raise ValueError(f"since must be a duration like 7d or an ISO 8601 time; got {text!r}") from None
+        raise ValueError(f"must be a positive duration like 7d or an ISO 8601 time; got {text!r}") from None
     except OverflowError:
-        raise ValueError(f"since {text!r} is outside the years 1 to 9999 in UTC") from None
+        raise ValueError(f"{text!r} is outside the years 1 to 9999 in UTC") from None

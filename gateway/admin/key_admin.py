@@ -7,7 +7,7 @@ action        detail (never a secret; new and rotated keys by prefix)     target
 key.create    name, prefix and the options set (expires_at ISO 8601 …)   the new key's id
 key.update    the fields changed, null ones included                      the key's id
 key.rotate    grace_s, the new prefix                                     the key's id
-key.revoke    —                                                           the key's id
+key.revoke    — (no row when the key was revoked already)                 the key's id
 key.delete    name                                                        the key's id
 ============  ==========================================================  =========================
 
@@ -73,11 +73,13 @@ class KeyAdmin:
         await self._record(actor, "key.rotate", record.id, grace_s=grace_s, prefix=record.prefix)
         return record, secret
 
-    async def revoke(self, actor: Actor, ref: str) -> KeyRecord:
-        """The key, revoked (again: unchanged, and audited again)."""
-        record = await self._store.revoke(ref)
-        await self._record(actor, "key.revoke", record.id)
-        return record
+    async def revoke(self, actor: Actor, ref: str) -> tuple[KeyRecord, bool]:
+        """The key, revoked, and whether this call revoked it; a key revoked already is left as it
+        is (its ``revoked_at`` kept), with no second audit row."""
+        record, revoked = await self._store.revoke(ref)
+        if revoked:
+            await self._record(actor, "key.revoke", record.id)
+        return record, revoked
 
     async def delete(self, actor: Actor, ref: str) -> KeyRecord:
         """The key as it was before it was deleted for good."""

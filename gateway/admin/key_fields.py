@@ -71,7 +71,9 @@ class KeyLimits(BaseModel):
         default=None,
         description='Lifetime from now instead of expires_at: a number and a unit s|m|h|d|w ("30d")',
     )
-    models: list[str] | None = Field(default=None, description="Model allow-list; null: every model")
+    models: list[str] | None = Field(
+        default=None, min_length=1, description="Model allow-list; null: every model"
+    )
     rpm: int | None = Field(default=None, ge=1, le=INT_MAX, description="Requests per minute")
     tpm: int | None = Field(
         default=None, ge=1, le=INT_MAX, description="Tokens per minute (prompt + completion)"

@@ -115,7 +115,7 @@ async def rotate_key(key_id: str, request: Request, actor: AdminDep) -> dict[str
 async def revoke_key(key_id: str, request: Request, actor: AdminDep) -> dict[str, Any]:
     admin, who = _admin(request, actor)
     try:
-        record = await admin.revoke(who, key_id)
+        record, _ = await admin.revoke(who, key_id)  # one revoked already: 200 with it as it is
     except KeyNotFoundError:
         raise _not_found(key_id) from None
     _changed(request)

@@ -31,7 +31,7 @@ async def usage(
     try:
         start = parse_since(since)
     except ValueError as exc:
-        raise GatewayError("invalid_value", str(exc), param="since") from None
+        raise GatewayError("invalid_value", f"since {exc}", param="since") from None
     ledger = await _flushed_ledger(request)
     return {"group_by": group_by, "data": await ledger.usage(group_by, since=start, key_name=key)}
 

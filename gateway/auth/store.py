@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import ColumnElement, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
@@ -172,6 +172,11 @@ class KeyRecord:
         }
 
 
+def _is(ref: str) -> ColumnElement[bool]:
+    """The condition selecting the key whose id or name is ``ref``."""
+    return or_(ApiKeyRow.id == ref, ApiKeyRow.name == ref)
+
+
 class KeyExistsError(Exception):
     """A key with this name already exists."""
 
@@ -254,9 +259,7 @@ class KeyStore:
     async def get(self, ref: str) -> KeyRecord:
         """The key with id or name ``ref``. Raises :class:`KeyNotFoundError`."""
         async with self._session() as session:
-            row = await session.scalar(
-                select(ApiKeyRow).where(or_(ApiKeyRow.id == ref, ApiKeyRow.name == ref))
-            )
+            row = await session.scalar(select(ApiKeyRow).where(_is(ref)))
             if row is None:
                 raise KeyNotFoundError(ref)
             return KeyRecord.from_row(row)
@@ -277,9 +280,7 @@ class KeyStore:
 
     async def _mutate(self, ref: str, change: Any) -> KeyRecord:
         async with self._session.begin() as session:
-            row = await session.scalar(
-                select(ApiKeyRow).where(or_(ApiKeyRow.id == ref, ApiKeyRow.name == ref))
-            )
+            row = await session.scalar(select(ApiKeyRow).where(_is(ref)))
             if row is None:
                 raise KeyNotFoundError(ref)
             change(row)
@@ -317,21 +318,25 @@ class KeyStore:
 
         return await self._mutate(ref, apply), secret
 
-    async def revoke(self, ref: str) -> KeyRecord:
-        """Mark the key (id or name) revoked (idempotent). Raises :class:`KeyNotFoundError`."""
-
-        def apply(row: ApiKeyRow) -> None:
-            if row.revoked_at is None:
-                row.revoked_at = datetime.now(UTC)
-
-        return await self._mutate(ref, apply)
+    async def revoke(self, ref: str) -> tuple[KeyRecord, bool]:
+        """Mark the key (id or name) revoked: the key and True, or, for one revoked already, the key as
+        it is (its ``revoked_at`` kept) and False. One conditional UPDATE: of two revokes at once, one
+        is True. Raises :class:`KeyNotFoundError`."""
+        async with self._session.begin() as session:
+            result = await session.execute(
+                update(ApiKeyRow)
+                .where(_is(ref), ApiKeyRow.revoked_at.is_(None))
+                .values(revoked_at=datetime.now(UTC))
+            )
+            row = await session.scalar(select(ApiKeyRow).where(_is(ref)))
+            if row is None:
+                raise KeyNotFoundError(ref)
+            return KeyRecord.from_row(row), bool(result.rowcount)  # type: ignore[attr-defined]
 
     async def delete(self, ref: str) -> None:
         """Remove the key (id or name) for good. Raises :class:`KeyNotFoundError`."""
         async with self._session.begin() as session:
-            result = await session.execute(
-                delete(ApiKeyRow).where(or_(ApiKeyRow.id == ref, ApiKeyRow.name == ref))
-            )
+            result = await session.execute(delete(ApiKeyRow).where(_is(ref)))
             if not result.rowcount:  # type: ignore[attr-defined]
                 raise KeyNotFoundError(ref)
 

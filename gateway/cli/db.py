@@ -11,7 +11,7 @@ import typer
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from gateway.cli.local import database_failure
+from gateway.cli.local import database_failure, missing_file
 from gateway.cli.options import DatabaseOpt
 from gateway.cli.settings import fail, settings
 from gateway.db import on_connection
@@ -22,11 +22,15 @@ db_app = typer.Typer(help="The database's schema: where it stands, and upgrading
 T = TypeVar("T")
 
 
-def _run(database_url: str | None, work: Callable[[Connection], T]) -> T:
-    """``work`` on the database in one transaction, committed if it returns. Its
+def _run(database_url: str | None, work: Callable[[Connection], T], create: bool = False) -> T:
+    """``work`` on the database in one transaction, committed if it returns. A SQLite file that does
+    not exist (a mistyped path) is refused unless ``create``; that, its
     :class:`~gateway.migrations.schema.SchemaError`, or a database that cannot be reached or read, is
     the command's one-line error."""
     url = settings(database_url=database_url).database_url
+    missing = missing_file(url)
+    if missing is not None and not create:
+        raise fail(f"no database at {missing}: check --database-url / GATEWAY_DATABASE_URL")
     try:
         return asyncio.run(on_connection(url, work))
     except schema.SchemaError as exc:
@@ -68,6 +72,7 @@ def current(database_url: DatabaseOpt = None) -> None:
 
 @db_app.command()
 def upgrade(database_url: DatabaseOpt = None) -> None:
-    """Upgrade the database to this gateway's schema (back it up first), in one transaction. A 0.1.0
-    database (tables, no alembic_version) is recognised and stamped first; a newer schema is refused."""
-    typer.echo(_run(database_url, _upgrade))
+    """Upgrade the database to this gateway's schema (back it up first): in one transaction on
+    PostgreSQL, a write lock per step on SQLite. A 0.1.0 database (tables, no alembic_version) is
+    recognised and stamped first; a newer schema is refused; an empty one gets the schema."""
+    typer.echo(_run(database_url, _upgrade, create=True))

@@ -7,6 +7,8 @@ fields, validated by the same models (:mod:`gateway.admin.key_fields`) whichever
 from __future__ import annotations
 
 import json
+import re
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -17,14 +19,16 @@ from rich.table import Table
 from gateway.admin.key_fields import THINKING_CHOICES, thinking_level
 from gateway.cli.failures import CliError, checked
 from gateway.cli.keys_backend import KeysBackend, LocalKeys, RemoteKeys
-from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt
+from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt, one_place
 from gateway.cli.remote import AdminClient
 from gateway.cli.settings import settings
 from gateway.durations import parse_duration
 
 keys_app = typer.Typer(help="Manage API keys: in the database, or on a running gateway with --url.")
 
-Models = Annotated[str | None, typer.Option(help="Comma-separated model allow-list; default all")]
+Models = Annotated[
+    str | None, typer.Option(help="Comma-separated model allow-list, or all (the default: every model)")
+]
 Rpm = Annotated[int | None, typer.Option(min=1, help="Requests per minute")]
 Tpm = Annotated[int | None, typer.Option(min=1, help="Tokens per minute")]
 Concurrency = Annotated[
@@ -49,6 +53,22 @@ Alias = Annotated[
 ]
 
 
+def grace_seconds(text: str) -> float:
+    """``--grace``: a duration (``1h``), or ``0`` for none (the old secret stops at once), s."""
+    if re.fullmatch(r"\s*0+(\.0*)?\s*[smhdw]?\s*", text, re.IGNORECASE):
+        return 0.0
+    return parse_duration(text).total_seconds()
+
+
+def model_list(text: str) -> list[str] | None:
+    """``--models``: ``"a, b"`` -> ``["a", "b"]``; ``all`` -> None (every model). ``ValueError`` for no
+    name at all (a key allowed no model could do nothing: revoke it instead)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise ValueError("give model names separated by commas, or all")
+    return None if names == ["all"] else names
+
+
 def alias_pair(pair: str) -> tuple[str, str]:
     """``"NAME=MODEL"`` as ``(NAME, MODEL)``; ``ValueError`` without a name or a model."""
     name, sep, model = (part.strip() for part in pair.partition("="))
@@ -59,6 +79,7 @@ def alias_pair(pair: str) -> tuple[str, str]:
 
 def backend(url: str | None, admin_key: str | None, database_url: str | None) -> KeysBackend:
     """Remote when ``url`` is given (an admin key then required), else the database."""
+    one_place(url, database_url)
     if url:
         return RemoteKeys(AdminClient(url, admin_key))
     return LocalKeys(settings(database_url=database_url))
@@ -72,9 +93,8 @@ def _options(
     mode is refused here, named by its flag."""
     checked("--expires-in", parse_duration, expires_in)
     checked("--thinking", thinking_level, thinking)
-    given = {
+    given: dict[str, Any] = {
         "expires_in": expires_in,
-        "models": [m.strip() for m in models.split(",") if m.strip()] if models is not None else None,
         "rpm": rpm,
         "tpm": tpm,
         "max_concurrency": max_concurrency,
@@ -82,7 +102,10 @@ def _options(
         "default_thinking": thinking,
         "aliases": dict(checked("--alias", alias_pair, pair) for pair in alias) if alias else None,
     }
-    return {k: v for k, v in given.items() if v is not None}
+    options = {k: v for k, v in given.items() if v is not None}
+    if models is not None:  # all: null, which an update needs to send
+        options["models"] = checked("--models", model_list, models)
+    return options
 
 
 @keys_app.command("create")
@@ -97,6 +120,14 @@ def create(
     thinking: Thinking = None,
     alias: Alias = None,
     admin: Annotated[bool, typer.Option("--admin", help="Grant the admin scope (/admin routes)")] = False,
+    scope: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scope",
+            help="Grant a scope (repeatable): admin, or backend_fields (vLLM's scheduling, template "
+            "and KV fields)",
+        ),
+    ] = None,
     url: UrlOpt = None,
     admin_key: AdminKeyOpt = None,
     database_url: DatabaseOpt = None,
@@ -106,8 +137,9 @@ def create(
         "name": name,
         **_options(expires_in, models, rpm, tpm, max_concurrency, priority, thinking, alias),
     }
-    if admin:
-        body["scopes"] = ["admin"]
+    scopes = set(scope or ()) | ({"admin"} if admin else set())
+    if scopes:
+        body["scopes"] = sorted(scopes)
     created = backend(url, admin_key, database_url).create(body)
     typer.echo(
         f"Created key {created['name']!r} ({created['prefix']}), expires {created['expires_at'] or 'never'}."
@@ -143,7 +175,7 @@ def keys_table(keys: list[dict[str, Any]]) -> Table:
     table.add_column("models", overflow="fold")
     table.add_column("limits", overflow="fold")
     for k in keys:
-        models = "\n".join(k["models"]) if k["models"] is not None else "all"
+        models = "\n".join(k["models"]) if k["models"] is not None else "(all)"
         state = k["status"] + ("\nadmin" if "admin" in k["scopes"] else "")
         table.add_row(k["name"], k["prefix"], state, _when(k["expires_at"]), models, _limits(k))
     return table
@@ -208,15 +240,15 @@ def update(
 def rotate(
     ref: str,
     grace: Annotated[
-        str | None, typer.Option(help="How long the old secret still works (default 24h)")
+        str | None,
+        typer.Option(help="How long the old secret still works (default 24h; 0: it stops at once)"),
     ] = None,
     url: UrlOpt = None,
     admin_key: AdminKeyOpt = None,
     database_url: DatabaseOpt = None,
 ) -> None:
     """Give a key a new secret (printed once, last line); the old one works for the grace period."""
-    duration = checked("--grace", parse_duration, grace)
-    grace_s = duration.total_seconds() if duration is not None else None
+    grace_s = checked("--grace", grace_seconds, grace)
     rotated = backend(url, admin_key, database_url).rotate(ref, grace_s)
     typer.echo(
         f"Rotated key {rotated['name']!r}; the old secret works until {rotated['previous_key_valid_until']}."
@@ -229,8 +261,12 @@ def revoke(
     ref: str, url: UrlOpt = None, admin_key: AdminKeyOpt = None, database_url: DatabaseOpt = None
 ) -> None:
     """Revoke a key (name or id); gateways refuse it within GATEWAY_KEY_CACHE_TTL_S (default 1 s)."""
-    backend(url, admin_key, database_url).revoke(ref)
-    typer.echo(f"Revoked key {ref!r}.")
+    key, revoked = backend(url, admin_key, database_url).revoke(ref)
+    if revoked:
+        typer.echo(f"Revoked key {ref!r}.")
+    else:  # the state asked for holds: not a failure, and no second audit row
+        when = datetime.fromisoformat(key["revoked_at"]).astimezone(UTC)
+        typer.echo(f"Key {ref!r} was already revoked at {when:%Y-%m-%d %H:%M:%S} UTC; nothing changed.")
 
 
 @keys_app.command("delete")

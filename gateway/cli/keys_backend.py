@@ -32,7 +32,7 @@ class KeysBackend(Protocol):
     def get(self, ref: str) -> dict[str, Any]: ...
     def update(self, ref: str, body: dict[str, Any]) -> dict[str, Any]: ...
     def rotate(self, ref: str, grace_s: float | None) -> dict[str, Any]: ...
-    def revoke(self, ref: str) -> dict[str, Any]: ...
+    def revoke(self, ref: str) -> tuple[dict[str, Any], bool]: ...
     def delete(self, ref: str) -> None: ...
 
 
@@ -50,7 +50,7 @@ class LocalKeys:
         self._config = config
         self._actor = local_actor()
 
-    def _run(self, action: Callable[[KeyAdmin, KeyStore], Awaitable[T]]) -> T:
+    def _run(self, action: Callable[[KeyAdmin, KeyStore], Awaitable[T]], create: bool = False) -> T:
         async def work(engine: AsyncEngine) -> T:
             store = KeyStore(engine)
             try:
@@ -60,11 +60,11 @@ class LocalKeys:
             except KeyExistsError as exc:
                 raise CliError(f"a key named {exc.args[0]!r} already exists") from None
 
-        return on_database(self._config, work)
+        return on_database(self._config, work, create)
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
         valid = _valid(KeyCreate, body)
-        record, secret = self._run(lambda admin, _: admin.create(self._actor, valid))
+        record, secret = self._run(lambda admin, _: admin.create(self._actor, valid), create=True)
         return {**record.public(datetime.now(UTC)), "key": secret}
 
     def list(self) -> list[dict[str, Any]]:
@@ -83,8 +83,9 @@ class LocalKeys:
         record, secret = self._run(lambda admin, _: admin.rotate(self._actor, ref, grace))
         return {**record.public(datetime.now(UTC)), "key": secret}
 
-    def revoke(self, ref: str) -> dict[str, Any]:
-        return self._run(lambda admin, _: admin.revoke(self._actor, ref)).public(datetime.now(UTC))
+    def revoke(self, ref: str) -> tuple[dict[str, Any], bool]:
+        record, revoked = self._run(lambda admin, _: admin.revoke(self._actor, ref))
+        return record.public(datetime.now(UTC)), revoked
 
     def delete(self, ref: str) -> None:
         self._run(lambda admin, _: admin.delete(self._actor, ref))
@@ -119,9 +120,12 @@ class RemoteKeys:
         key: dict[str, Any] = self._key("POST", ref, "/rotate", {"grace_s": grace_s})
         return key
 
-    def revoke(self, ref: str) -> dict[str, Any]:
+    def revoke(self, ref: str) -> tuple[dict[str, Any], bool]:
+        known = self.get(ref)  # the API answers a second revoke as the first (200, the key)
+        if known["revoked_at"]:
+            return known, False
         key: dict[str, Any] = self._key("POST", ref, "/revoke")
-        return key
+        return key, True
 
     def delete(self, ref: str) -> None:
         self._key("DELETE", ref)

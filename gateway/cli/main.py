@@ -1,11 +1,12 @@
-"""``dspark-gateway`` itself (its ``--debug``) and its commands other than ``keys``, the reads, ``db``
-and ``runtime``: serve, sim, token.
+"""``dspark-gateway`` itself (its ``--debug``, ``--version``) and its commands other than ``keys``,
+the reads, ``db`` and ``runtime``: serve, sim, token.
 
 Flags override ``GATEWAY_*`` environment variables (they are passed to :class:`Settings` directly).
 """
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from typing import Annotated
 
 import typer
@@ -23,6 +24,12 @@ __all__ = ["DatabaseOpt", "app"]
 app = typer.Typer(help="dspark-gateway: authenticated OpenAI-compatible gateway for DeepSeek-V4 on vLLM.")
 
 
+def _version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"dspark-gateway {version('dspark-gateway')}")
+        raise typer.Exit()
+
+
 @app.callback()
 def root(
     ctx: typer.Context,
@@ -31,6 +38,10 @@ def root(
         typer.Option(
             "--debug", envvar="DSPARK_DEBUG", help="On a failure, Python's traceback instead of one line"
         ),
+    ] = False,
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit"),
     ] = False,
 ) -> None:
     ctx.ensure_object(Invocation).debug = debug
@@ -60,7 +71,7 @@ def serve(
     )
     # named, and opened once before anything starts: an unreachable database, or one at another
     # schema (`db upgrade`), is the command's one-line failure as for every local command
-    on_database(config, _opened)
+    on_database(config, _opened, create=True)
     uvloop.run(run_gateway(config))  # libuv's loop: the relay's per-chunk socket work costs less
 
 

@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from gateway.cli.failures import CliError
+
 #: The environment variable an admin key for ``--url`` may come from (not ``GATEWAY_*``: that prefix
 #: is the server's own configuration, and ``GATEWAY_ADMIN_KEY_SHA256`` holds no plaintext).
 ADMIN_KEY_ENV = "DSPARK_ADMIN_KEY"
@@ -34,3 +36,10 @@ AdminKeyOpt = Annotated[
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print JSON (the admin API's objects) instead of a table")
 ]
+
+
+def one_place(url: str | None, database_url: str | None) -> None:
+    """Refuse ``--url`` with ``--database-url``: a command acts on a gateway or on a database, and
+    silently dropping one would act where the user did not mean to."""
+    if url and database_url:
+        raise CliError("--url and --database-url name two places to act on: give one")

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.auth.audit import AuditLog
 from gateway.cli.failures import CliError, checked
 from gateway.cli.local import on_database
-from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt
+from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt, one_place
 from gateway.cli.remote import AdminClient
 from gateway.cli.settings import settings
 from gateway.durations import parse_since
@@ -40,6 +40,7 @@ def _read(
     local: Callable[[AsyncEngine], Awaitable[T]],
 ) -> T:
     """``remote`` on the gateway at ``url`` if given, else ``local`` on the database."""
+    one_place(url, database_url)
     if url:
         return remote(AdminClient(url, admin_key))
     return on_database(settings(database_url=database_url), local)
@@ -221,6 +222,18 @@ def status(json_out: JsonOpt = False, url: UrlOpt = None, admin_key: AdminKeyOpt
         table.add_row(name, str(counts["in_flight"]), str(counts["waiting"]))
     if state["keys"]:
         console.print(table)
-    upstream = ", ".join(f"{k}: {v}" for k, v in state.get("upstream", {}).items())
+    upstream = ", ".join(
+        f"{trait.replace('_', ' ')} {_learnt(seen)}" for trait, seen in state.get("upstream", {}).items()
+    )
     if upstream:
-        console.print(f"upstream {upstream}", highlight=False)
+        console.print(f"upstream: {upstream}", highlight=False)
+
+
+def _learnt(value: Any) -> str:
+    """A trait the gateway learns about its upstream (``gateway.traits``: True, False or None for not
+    seen yet) as ``yes``, ``no`` or ``unknown``."""
+    if value is None:
+        return "unknown"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return _shown(value)

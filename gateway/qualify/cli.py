@@ -243,10 +243,13 @@ def _bench_load(
 
     errors: list[str] = []
     with _progress(console) as progress:
-        task = progress.add_task("load", total=len(config.workloads) * config.warmup + load.num_prompts)
+        warmups = len(config.workloads) * config.warmup
+        # warm-ups on a bar of their own: the requests' bar counts the measured ones, N of --num-prompts
+        warming = progress.add_task("warm-up", total=warmups, visible=warmups > 0)
+        measured = progress.add_task("requests", total=load.num_prompts)
 
         def advance(record: RunRecord) -> None:
-            progress.update(task, advance=1, description="warm-up" if record.warmup else "requests")
+            progress.update(warming if record.warmup else measured, advance=1)
             if record.error and len(errors) < 5:  # the rest are in the report
                 errors.append(record.error)
                 progress.console.print(f"[red]request {record.index}: {escape(record.error)}[/]")
@@ -323,7 +326,9 @@ def proof_command(
 
         results = run_proof(ctx, show)
     on = " — SIMULATOR: gates it cannot pass are n/a" if target.simulator else ""
-    console.print(proof_table(results, f"proof: {ctx.model}{on}"))
+    # no --model and none listed: the gates ran against the URL, for no model in particular
+    proved = ctx.model or f"{public_url(base_url)} (model unknown)"
+    console.print(proof_table(results, f"proof: {proved}{on}"))
     report = proof_report(ctx, results)
     _write_json(json_out, report, console)
     if not report["passed"]:

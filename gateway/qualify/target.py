@@ -48,11 +48,26 @@ class Target:
         return {"kind": self.kind, "simulator": self.simulator, "owned_by": list(self.owned_by)}
 
 
+def refusal(response: httpx2.Response) -> str:
+    """A non-2xx answer on one line, ``HTTP 401: Invalid API key.``: its status and the message of
+    its body in OpenAI's error shape (``{"error": {"message": …}}``, the gateway's and vLLM's), else
+    its reason phrase."""
+    try:
+        body = response.json()
+    except ValueError:  # not JSON (a proxy's HTML page)
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    lines = str(message).strip().splitlines() if message else []
+    return f"HTTP {response.status_code}: {lines[0][:200] if lines else response.reason_phrase}"
+
+
 def probe_target(http: httpx2.Client, base_url: str, api_key: str) -> Target:
     """``GET /models`` once; never raises (a failure is a :class:`Target` with ``error``)."""
     try:
         response = http.get(api_url(base_url, "/models"), headers={"Authorization": f"Bearer {api_key}"})
-        response.raise_for_status()
+        if not response.is_success:
+            return Target(error=refusal(response))
         cards = [c for c in response.json().get("data", []) if isinstance(c, dict)]
     except (httpx2.HTTPError, ValueError, AttributeError) as exc:
         return Target(error=f"{type(exc).__name__}: {str(exc)[:200]}")

@@ -92,6 +92,12 @@ def render_cmd(
         raise _load_failed(exc) from exc
     except ValueError as exc:
         raise _load_failed(ProfileError(str(exc))) from exc
+    if env_file is None and node_file != node_env_file(rank):  # stderr: stdout stays the command
+        Console(stderr=True, soft_wrap=True, highlight=False).print(
+            f"note: no {node_env_file(rank)}: this is the command with {node_file}'s addresses; "
+            f"copy it to {node_env_file(rank)} and set this node's",
+            markup=False,
+        )
     typer.echo(f"# profile {loaded.name}, rank {rank}, node env {node_file}")
     for key, value in env.items():
         typer.echo(f"{key}={shlex.quote(value)}")

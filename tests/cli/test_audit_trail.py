@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -72,3 +73,25 @@ def test_a_new_key_is_in_the_trail_by_prefix_never_by_secret(cli: Cli) -> None:
     entries = json.loads(trail)
     assert [e["detail"]["prefix"] for e in entries] == [rotated[:8] + "…", secret[:8] + "…"]
     assert entries[1]["detail"]["scopes"] == ["admin"]
+
+
+def test_a_second_revoke_changes_nothing_and_says_so(start_sim, start_gateway, make_key, cli: Cli) -> None:
+    """Locally and through the admin API: the key keeps its first revoked_at, no second audit row."""
+    gateway = start_gateway(start_sim().url)
+    admin_key = make_key("root", scopes=["admin"])
+    remote = ("--url", gateway.url)
+    for name, where in (("on-database", ()), ("on-gateway", remote)):
+        cli("keys", "create", name)
+        first = cli("keys", "revoke", name, *where, DSPARK_ADMIN_KEY=admin_key)
+        assert first.stdout == f"Revoked key {name!r}.\n"
+        key = json.loads(cli("keys", "show", name).stdout)
+        again = cli("keys", "revoke", name, *where, DSPARK_ADMIN_KEY=admin_key)  # ok: status 0
+        when = datetime.fromisoformat(key["revoked_at"]).astimezone(UTC)
+        assert again.stdout == (
+            f"Key {name!r} was already revoked at {when:%Y-%m-%d %H:%M:%S} UTC; nothing changed.\n"
+        )
+        assert json.loads(cli("keys", "show", name).stdout) == key
+    trail = json.loads(cli("audit", "--json").stdout)
+    revokes = [e["target"] for e in trail if e["action"] == "key.revoke"]
+    ids = {json.loads(cli("keys", "show", name).stdout)["id"] for name in ("on-database", "on-gateway")}
+    assert sorted(revokes) == sorted(ids)

@@ -3,6 +3,7 @@ DSPARK_DEBUG=1) shows the traceback instead."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,15 @@ from tests.cli.conftest import Cli, error_of, last_line
         (("keys", "create", "x", "--expires-in", "soon"), "--expires-in: invalid duration 'soon'"),
         (("keys", "update", "x", "--expires-in", "-3d"), "--expires-in: invalid duration '-3d'"),
         (("keys", "rotate", "x", "--grace", "1y"), "--grace: invalid duration '1y'"),
-        (("usage", "--since", "yesterday"), "--since: since must be a duration like 7d"),
+        (("usage", "--since", "yesterday"), "--since: must be a positive duration like 7d"),
+        (
+            ("usage", "--since", "0s"),
+            "--since: must be a positive duration like 7d or an ISO 8601 time; got '0s'",
+        ),
+        (
+            ("serve", "--upstream", "localhost:8000"),
+            "invalid Settings: upstream: must be an absolute http:// or https:// URL with a host",
+        ),
         (("keys", "update", "x", "--no-expiry", "--expires-in", "3d"), "--no-expiry and --expires-in"),
         (("keys", "update", "x"), "nothing to change"),
         (("keys", "create", "x", "--thinking", "extreme"), "--thinking: must be one of off, low, high"),
@@ -29,7 +38,10 @@ from tests.cli.conftest import Cli, error_of, last_line
         (("status",), "give --url"),
     ],
 )
-def test_refusals_are_one_line(cli: Cli, args: tuple[str, ...], says: str) -> None:
+def test_refusals_are_one_line(
+    cli: Cli, make_key: Callable[..., str], args: tuple[str, ...], says: str
+) -> None:
+    make_key("someone")  # the database exists (a missing one is refused first: test_newcomer_traps)
     assert says in error_of(cli(*args, ok=False))
 
 
@@ -49,7 +61,7 @@ def test_usage_errors_are_one_line_with_status_2(cli: Cli, args: tuple[str, ...]
 def test_a_database_that_cannot_be_opened(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a folder")
     url = f"sqlite+aiosqlite:///{tmp_path / 'file' / 'gw.db'}"
-    error = error_of(cli("keys", "list", "--database-url", url, ok=False))
+    error = error_of(cli("keys", "create", "x", "--database-url", url, ok=False))
     assert error.startswith(f"error: database {url}: FileExistsError: ")
     (tmp_path / "junk.db").write_bytes(b"\x00" * 4096)  # a file that is no SQLite database
     assert "file is not a database" in error_of(
@@ -59,7 +71,7 @@ def test_a_database_that_cannot_be_opened(cli: Cli, tmp_path: Path) -> None:
 
 def test_debug_shows_the_traceback(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    bad = ("keys", "list", "--database-url", str(tmp_path / "file" / "gw.db"))
+    bad = ("keys", "create", "x", "--database-url", str(tmp_path / "file" / "gw.db"))
     for result in (cli("--debug", *bad, ok=False), cli(*bad, ok=False, DSPARK_DEBUG="1")):
         assert result.returncode == 1
         assert "Traceback (most recent call last)" in result.stderr and "FileExistsError" in result.stderr

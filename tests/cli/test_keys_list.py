@@ -24,7 +24,7 @@ def test_keys_list_fits_100_columns_and_cuts_nothing(cli: Cli) -> None:
     essentials = [
         team["name"], team["prefix"], "active", team["expires_at"][:10], team["expires_at"][11:16],
         MODEL, "claude-sonnet-4-5", "gpt-5-codex", "600", "2000000", "conc", "prio",
-        keys["ops"]["prefix"], "revoked", "admin", keys["old"]["prefix"], "expired", "all",
+        keys["ops"]["prefix"], "revoked", "admin", keys["old"]["prefix"], "expired", "(all)",
     ]  # fmt: skip
     assert [e for e in essentials if e not in words] == [], listing
     team_rows = [line for line in lines if "analytics-team-production" in line]

@@ -66,7 +66,12 @@ def test_reads_through_the_admin_api_and_from_the_database(
 
     status = json.loads(cli("status", "--json", *remote, DSPARK_ADMIN_KEY=admin_key).stdout)
     assert status == api(gateway, admin_key, "/status")
-    assert "slots 0/2 in use, 0 waiting" in cli("status", *remote, DSPARK_ADMIN_KEY=admin_key).stdout
+    shown = cli("status", *remote, DSPARK_ADMIN_KEY=admin_key, COLUMNS="160").stdout
+    assert "slots 0/2 in use, 0 waiting" in shown
+    # the simulator sends reasoning fields and, like vLLM without --enable-per-request-metrics, no
+    # metrics object: the second trait is not learnt yet
+    assert status["upstream"] == {"splits_reasoning": True, "per_request_metrics": None}
+    assert "upstream: splits reasoning yes, per request metrics unknown" in shown
 
 
 def test_keys_through_the_admin_api_with_the_key_from_the_environment(

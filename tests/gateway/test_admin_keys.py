@@ -76,8 +76,11 @@ def test_key_lifecycle_and_audit(admin_stack) -> None:
     wait_until(lambda: not chat_ok(gateway, secret), timeout_s=5, what="the old secret to expire")
     assert chat_ok(gateway, new)
 
-    assert admin.post(f"/admin/keys/{key_id}/revoke").json()["status"] == "revoked"
+    revoked = admin.post(f"/admin/keys/{key_id}/revoke")
+    assert revoked.json()["status"] == "revoked"
     assert not chat_ok(gateway, new)  # at once in this process (cache invalidated)
+    again = admin.post(f"/admin/keys/{key_id}/revoke")  # idempotent: the key as it is, no audit row
+    assert again.status_code == 200 and again.json() == revoked.json()
     assert admin.delete(f"/admin/keys/{key_id}").json() == {"id": key_id, "deleted": True}
     assert admin.get(f"/admin/keys/{key_id}").status_code == 404
 

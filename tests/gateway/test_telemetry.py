@@ -187,6 +187,9 @@ def test_ledger_admin_routes_and_cli(stack, database_url: str, tmp_path: Path) -
     assert offset.json()["data"] == []
     bad = httpx.get(gateway.url + "/admin/usage?since=yesterday", headers=admin_auth)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "since"
+    assert bad.json()["error"]["message"] == (
+        "since must be a positive duration like 7d or an ISO 8601 time; got 'yesterday'"
+    )
     recent = admin_requests(gateway, admin)
     assert len(recent) == 4 and {r["status"] for r in recent} == {200}
     dump = json.dumps(recent)

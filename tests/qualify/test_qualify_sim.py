@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -77,9 +78,10 @@ def test_bench_rejects_unknown_workload(target: tuple[str, str]) -> None:
 
 
 def _proof(
-    base_url: str, key: str, out: Path, *extra: str, model: str = MODEL
+    base_url: str, key: str, out: Path, *extra: str, model: str | None = MODEL
 ) -> tuple[int, dict[str, str], dict[str, Any], str]:
-    args = ["proof", "--base-url", base_url, "--api-key", key, "--model", model, "--json", str(out)]
+    args = ["proof", "--base-url", base_url, "--api-key", key, "--json", str(out)]
+    args += ["--model", model] if model else []
     result = CliRunner().invoke(qualify_app, [*args, "--max-tokens", "200", *extra], env={"COLUMNS": "200"})
     report = json.loads(out.read_text())
     return result.exit_code, {g["gate"]: g["status"] for g in report["gates"]}, report, result.output
@@ -142,11 +144,15 @@ def test_proof_restart_gate_runs_the_command(target: tuple[str, str], tmp_path: 
     assert status["restart"] == "FAIL"
 
 
-def test_proof_against_nothing_fails_every_gate_without_crashing(tmp_path: Path) -> None:
-    code, status, report, output = _proof("http://127.0.0.1:9/v1", "k", tmp_path / "none.json")
+@pytest.mark.parametrize("model", [MODEL, None], ids=["model", "no-model"])
+def test_proof_against_nothing_fails_every_gate_without_crashing(tmp_path: Path, model: str | None) -> None:
+    code, status, report, output = _proof("http://127.0.0.1:9/v1", "k", tmp_path / "none.json", model=model)
     assert code == 1
     assert {s for g, s in status.items() if g != "restart"} == {"FAIL"}
     assert report["environment"]["target"]["kind"] == "unknown" and "target: unknown" in output
+    # the table is titled by the model asked for or, with none known, by the URL proved
+    title = f"proof: {model}" if model else "proof: http://127.0.0.1:9/v1 (model unknown)"
+    assert title in output and "proof: None" not in output
 
 
 def test_helpers() -> None:
@@ -175,6 +181,17 @@ def test_helpers() -> None:
     poisson = arrival_offsets(50, 10.0, seed=3)
     assert poisson == arrival_offsets(50, 10.0, seed=3) != arrival_offsets(50, 10.0, seed=4)
     assert poisson == sorted(poisson) and poisson[0] > 0 and poisson[-1] == pytest.approx(50 / 10.0)
+
+
+def test_bench_with_a_wrong_key_says_what_the_gateway_answered(target: tuple[str, str]) -> None:
+    base_url, _ = target
+    result = CliRunner().invoke(
+        qualify_app, ["bench", "--base-url", base_url, "--api-key", "dsk-" + "x" * 43], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 1
+    assert f"cannot list models at {base_url}/models: HTTP 401: Invalid API key.\n" in result.output
+    assert "target: unknown (GET /models failed: HTTP 401: Invalid API key.)" in result.output
+    assert "developer.mozilla.org" not in result.output
 
 
 def test_bench_without_a_server_exits_1(tmp_path: Path) -> None:
@@ -253,6 +270,9 @@ def test_bench_concurrency_mode_reports_vllm_metrics_and_plots(
     assert [r["workload"] for r in warm] == ["counting", "prose"] and all(r["start_s"] is None for r in warm)
     assert all(r["acceptance_source"].startswith("gateway telemetry") for r in measured)
     assert "Successful requests" in output and "p99" in output and "SIMULATOR" in output
+    # the requests' bar counts the 7 measured requests; the 2 warm-ups have a bar of their own
+    assert re.search(r"^warm-up +━+ 2/2 ", output, re.MULTILINE), output
+    assert re.search(r"^requests +━+ 7/7 ", output, re.MULTILINE), output
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
 

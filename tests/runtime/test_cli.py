@@ -35,6 +35,19 @@ def test_render_prints_env_and_the_exact_command() -> None:
     assert argv[-1] == "--headless"
 
 
+def test_render_without_the_node_file_says_it_shows_the_templates_addresses() -> None:
+    head = RUNTIME_DIR / ".env.head"
+    if head.exists():
+        pytest.skip("this checkout has its own runtime/.env.head")
+    result = runtime("render")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (
+        f"note: no {head}: this is the command with {head}.example's addresses; copy it to {head} "
+        "and set this node's\n"
+    )
+    assert result.stdout.startswith(f"# profile balanced, rank 0, node env {head}.example\n")
+
+
 def test_render_refuses_a_bad_rank() -> None:
     result = runtime("render", "--rank", "2")
     assert result.returncode == 2 and result.stderr.startswith("error: Invalid value for '--rank'")

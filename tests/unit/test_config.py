@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,8 @@ from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
 from gateway.config import Settings
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -58,3 +61,38 @@ def test_database_url_takes_a_path_a_plain_url_or_an_async_one(
 def test_a_database_url_that_is_neither_is_refused(given: str) -> None:
     with pytest.raises(ValidationError, match="database_url"):
         Settings(database_url=given)
+
+
+@pytest.mark.parametrize(
+    "given",
+    ["localhost:8000", "127.0.0.1:8000", "ftp://h:8000", "http://", "http://:8000", "http://h:port", "/v1"],
+)
+def test_an_upstream_that_is_no_http_url_is_refused(given: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Taken, ``localhost:8000`` would start a gateway whose every request is a 503."""
+    rule = r"upstream\n.*must be an absolute http:// or https:// URL with a host"
+    with pytest.raises(ValidationError, match=rule):
+        Settings(upstream=given)
+    monkeypatch.setenv("GATEWAY_UPSTREAM", given)
+    with pytest.raises(ValidationError, match=rule):
+        Settings()
+
+
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [
+        ("http://127.0.0.1:8000/", "http://127.0.0.1:8000"),
+        ("https://vllm.internal/v1", "https://vllm.internal/v1"),
+        ("http://[::1]:8000", "http://[::1]:8000"),
+    ],
+)
+def test_an_http_upstream_is_kept_without_its_trailing_slash(given: str, kept: str) -> None:
+    assert Settings(upstream=given).upstream == kept
+
+
+def test_the_metrics_token_minimum_is_documented_where_the_setting_is() -> None:
+    Settings(metrics_token="t" * 16)
+    with pytest.raises(ValidationError, match="metrics_token"):
+        Settings(metrics_token="t" * 15)
+    for doc in ("README.md", "docs/deploy.md"):
+        text = " ".join((REPO / doc).read_text().split())
+        assert re.search(r"`GATEWAY_METRICS_TOKEN`[^.]*16 characters or more", text), doc

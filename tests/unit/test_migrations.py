@@ -40,6 +40,8 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 SECRETS: list[dict[str, str]] = json.loads((DATA / "gateway-0.1.0.keys.json").read_text())
 MODEL = "deepseek-v4-flash-0731"
 UPGRADE_HINT = "run `dspark-gateway db upgrade`"
+#: How messages name this gateway's schema.
+HEAD = "0002 (0.2.0)"
 
 
 def sqlite_url(path: Path) -> str:
@@ -67,7 +69,8 @@ async def refusal(url: str) -> str:
 
 def assert_refused_as_0_1_0(message: str, shown_url: str) -> None:
     assert "\n" not in message
-    assert message == f"database {shown_url} has schema 0001 (0.1.0); this gateway needs 0002: {UPGRADE_HINT}"
+    needs = f"this gateway needs {HEAD}: {UPGRADE_HINT}"
+    assert message == f"database {shown_url} has schema 0001 (0.1.0); {needs}"
 
 
 def upgrade_and_check(url: str, tmp_path: Path) -> None:
@@ -84,9 +87,9 @@ def upgrade_and_check(url: str, tmp_path: Path) -> None:
     assert upgraded.returncode == 0, upgraded.stderr
     [line] = upgraded.stdout.splitlines()
     assert line.startswith("upgraded ")
-    assert line.endswith(" from 0001 (0.1.0) to 0002 (stamped 0001 first: it had no alembic_version)")
-    assert cli("db", "upgrade", "--database-url", url).stdout.endswith("at 0002 already: nothing to do\n")
-    assert cli("db", "current", "--database-url", url).stdout.endswith("schema 0002; this gateway's\n")
+    assert line.endswith(f" from 0001 (0.1.0) to {HEAD} (stamped 0001 first: it had no alembic_version)")
+    assert cli("db", "upgrade", "--database-url", url).stdout.endswith(f"at {HEAD} already: nothing to do\n")
+    assert cli("db", "current", "--database-url", url).stdout.endswith(f"schema {HEAD}; this gateway's\n")
 
     gateway = GatewayProcess(clean_env(database_url=url), tmp_path / "gateway.log").start()
     try:
@@ -167,10 +170,11 @@ async def test_a_fresh_database_opens_at_the_newest_revision_equal_to_the_tables
 
 def test_the_cli_creates_the_schema_of_an_empty_database(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path / "gateway.db")
-    empty = f"{url}: no schema yet (`serve` or `dspark-gateway db upgrade` creates it)\n"
-    assert cli("db", "current", "--database-url", url).stdout == empty
-    assert cli("db", "upgrade", "--database-url", url).stdout == f"created the schema 0002 in {url}\n"
-    assert cli("db", "current", "--database-url", url).stdout == f"{url}: schema 0002; this gateway's\n"
+    missing = cli("db", "current", "--database-url", url)  # a mistyped path makes no database
+    assert missing.returncode == 1 and "error: no database at" in missing.stderr
+    assert not (tmp_path / "gateway.db").exists()
+    assert cli("db", "upgrade", "--database-url", url).stdout == f"created the schema {HEAD} in {url}\n"
+    assert cli("db", "current", "--database-url", url).stdout == f"{url}: schema {HEAD}; this gateway's\n"
 
 
 async def test_concurrent_openers_of_an_empty_database_create_it_once(tmp_path: Path) -> None:
@@ -209,7 +213,7 @@ async def test_a_newer_schema_is_refused_by_the_gateway_and_the_upgrade(tmp_path
     await on_connection(url, lambda conn: conn.exec_driver_sql(newer))
     message = await refusal(url)
     assert message == (
-        f"database {url} has schema 0099, newer than this gateway's 0002: "
+        f"database {url} has schema 0099, newer than this gateway's {HEAD}: "
         "run the gateway release that made it"
     )
     refused = await asyncio.to_thread(cli, "db", "upgrade", "--database-url", url)
