@@ -31,8 +31,8 @@ from gateway.config import Settings
 from gateway.dialects.base import Context, Parsed, Prepared, text_length
 from gateway.dialects.openai import bearer_token
 from gateway.errors import GatewayError, invalid_request
+from gateway.openai_api.chunks import json_object
 from gateway.openai_api.fields import check_fields
-from gateway.openai_api.rewrite import json_object
 from gateway.openai_api.thinking import as_level, resolve_thinking, set_template_thinking
 from gateway.sse import event_name
 from gateway.telemetry.observation import Observation

@@ -17,10 +17,11 @@ from gateway.auth.authenticator import unauthorized
 from gateway.dialects.base import Context, Parsed, Prepared
 from gateway.errors import GatewayError, invalid_request
 from gateway.openai_api import InferenceRequest
+from gateway.openai_api.chunks import json_object, observation
 from gateway.openai_api.client_view import ClientView
 from gateway.openai_api.fields import check_fields
 from gateway.openai_api.normalize import Normalized
-from gateway.openai_api.rewrite import StreamRewriter, json_object, observation, rewrite_body
+from gateway.openai_api.rewrite import StreamRewriter, rewrite_body
 from gateway.reasoning import Markers
 from gateway.reasoning.policy import ReasoningPolicy, SplitMode
 from gateway.sse import DONE, KEEP_ALIVE_COMMENT
