@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 
 import typer
 from rich import box
@@ -44,6 +44,29 @@ def _read(
     if url:
         return remote(AdminClient(url, admin_key))
     return on_database(settings(database_url=database_url), local)
+
+
+class _Recent(Protocol):
+    async def recent(self, limit: int) -> list[dict[str, Any]]: ...
+
+
+def _newest(
+    path: str,
+    reader: Callable[[AsyncEngine], _Recent],
+    limit: int,
+    url: str | None,
+    admin_key: str | None,
+    database_url: str | None,
+) -> list[dict[str, Any]]:
+    """The ``limit`` newest rows of an admin listing (``/admin`` + ``path``, ``?limit=``), or of its
+    store on the database (``reader(engine).recent(limit)``: the audit trail, the usage ledger)."""
+    return _read(
+        url,
+        admin_key,
+        database_url,
+        lambda api: api.call("GET", path, params={"limit": limit})["data"],
+        lambda engine: reader(engine).recent(limit),
+    )
 
 
 def _print(rows: Any, json_out: bool, table: Callable[[Any], Table]) -> None:
@@ -142,13 +165,7 @@ def audit(
     database_url: DatabaseOpt = None,
 ) -> None:
     """The audit trail: who did what to which key, when, from where (newest first)."""
-    rows = _read(
-        url,
-        admin_key,
-        database_url,
-        lambda api: api.call("GET", "/audit", params={"limit": limit})["data"],
-        lambda engine: AuditLog(engine).recent(limit),
-    )
+    rows = _newest("/audit", AuditLog, limit, url, admin_key, database_url)
 
     def table(rows: list[dict[str, Any]]) -> Table:
         out = _table("at (UTC)", "actor", "action", "target", "client", "detail")
@@ -174,13 +191,7 @@ def requests(
     database_url: DatabaseOpt = None,
 ) -> None:
     """Recent requests' telemetry from the usage ledger (no prompt text, no keys), newest first."""
-    rows = _read(
-        url,
-        admin_key,
-        database_url,
-        lambda api: api.call("GET", "/requests", params={"limit": limit})["data"],
-        lambda engine: UsageLedger(engine).recent(limit),
-    )
+    rows = _newest("/requests", UsageLedger, limit, url, admin_key, database_url)
 
     def table(rows: list[dict[str, Any]]) -> Table:
         out = _table(
