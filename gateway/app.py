@@ -82,9 +82,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
     """
     if not settings.upstream:
         raise ValueError("settings.upstream is required (e.g. http://127.0.0.1:8000)")
-    admission = Admission(
-        settings.slots, settings.queue_max, settings.queue_timeout_s, settings.queue_max_per_key
-    )
+    admission = Admission.configured(settings)
     metrics = GatewayMetrics(admission)
     drain = Drain()
 

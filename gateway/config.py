@@ -263,8 +263,50 @@ class Settings(BaseSettings):
     kv_budget_tokens: int = Field(
         default=1_372_579,
         ge=1,
-        description="The backend's shared KV pool, tokens (balanced: 1,372,579); a request asking for more "
-        "output than the whole pool is refused at once",
+        description="The backend's shared KV pool, tokens (balanced: 1,372,579): running requests' prompt "
+        "+ output budgets together must fit it; a request that alone can't is refused at once",
+    )
+    max_model_len: int = Field(
+        default=1_048_576, ge=1, description="The backend's context window, tokens (vLLM --max-model-len)"
+    )
+    kv_output_reserve_tokens: int = Field(
+        default=32_768,
+        ge=1,
+        description="KV tokens reserved for each sequence's output when a request sets no output budget "
+        "(vLLM's own default, the rest of the context, would let only one such request run at a time)",
+    )
+    long_prompt_tokens: int = Field(
+        default=32_768,
+        ge=1,
+        description="Prompts of this many tokens or more are long: they take the long-prompt lane "
+        "(profile: 8 x MAX_NUM_BATCHED_TOKENS)",
+    )
+    express_slots: int = Field(
+        default=1,
+        ge=0,
+        description="Slots kept for short prompts while long ones run (0: no express lane; profile: 1 "
+        "with two slots or more)",
+    )
+    queue_timeout_long_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Longest wait of a long prompt: it may wait for another's whole prefill (a 950k-token "
+        "prefill took 1,058 s)",
+    )
+    bypass_limit: int = Field(
+        default=8,
+        ge=1,
+        description="Requests that may be admitted past one that waits for KV or the lane before it is "
+        "guarded (no one passes it any more)",
+    )
+    tokenize_min_bytes: int = Field(
+        default=16_384,
+        ge=0,
+        description="Bodies this large or larger have their prompt counted by the backend (/tokenize) "
+        "before admission; smaller ones are estimated (at most as many tokens as bytes: not long)",
+    )
+    tokenize_timeout_s: float = Field(
+        default=30.0, gt=0, description="Longest wait for the backend's prompt count; then it is estimated"
     )
 
     @model_validator(mode="after")
@@ -277,6 +319,16 @@ class Settings(BaseSettings):
                 self.slots = defaults["slots"]
             if "kv_budget_tokens" not in self.model_fields_set and defaults["kv_budget_tokens"]:
                 self.kv_budget_tokens = defaults["kv_budget_tokens"]
+            for name in ("max_model_len", "long_prompt_tokens", "express_slots"):
+                if name not in self.model_fields_set:
+                    setattr(self, name, defaults[name])  # type: ignore[literal-required]
+        if self.express_slots >= self.slots:
+            if "express_slots" in self.model_fields_set:
+                raise ValueError(
+                    f"express_slots ({self.express_slots}) must be below slots ({self.slots}): long "
+                    "prompts could never run"
+                )
+            self.express_slots = self.slots - 1  # one slot: no lane to keep
         if self.max_n > self.slots:
             raise ValueError(
                 f"max_n ({self.max_n}) may not exceed slots ({self.slots}): a request could never run"

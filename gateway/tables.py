@@ -93,6 +93,11 @@ class UsageRow(Base):
     upstream_ttft_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     decode_tokens_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     e2e_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    waited_for: Mapped[dict[str, float] | None] = mapped_column(JSON, nullable=True)
+    prompt_size_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    prompt_size_source: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    kv_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    lane: Mapped[str | None] = mapped_column(String(8), nullable=True)
     spec: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     spec_candidates: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
 

@@ -13,9 +13,11 @@ class UpstreamTraits:
     ``reasoning_markers``: its raw text, with thinking on, shows reasoning markers (True: one did;
     False: a whole answer had none, :class:`~gateway.reasoning.policy.ChoiceSplit`);
     ``per_request_metrics``: it sends a per-request ``metrics`` object (vLLM >= 0.32,
-    ``--enable-per-request-metrics``).
+    ``--enable-per-request-metrics``); ``counts_prompts``: it answers the prompt counts admission
+    asks for (False once one answered 404: no tokenizer route, e.g. ``--skip-tokenizer-init``).
     """
 
     splits_reasoning: bool | None = None
     reasoning_markers: bool | None = None
     per_request_metrics: bool | None = None
+    counts_prompts: bool | None = None

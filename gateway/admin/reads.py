@@ -37,12 +37,15 @@ async def usage(
 
 
 async def status(request: Request) -> dict[str, Any]:
-    traits = request.app.state.pipeline.traits
+    pipeline = request.app.state.pipeline
+    traits = pipeline.traits
     return {
         **request.app.state.admission.status(),
+        "long_prompt_tokens": pipeline.settings.long_prompt_tokens,
         "upstream": {
             "splits_reasoning": traits.splits_reasoning,
             "per_request_metrics": traits.per_request_metrics,
+            "counts_prompts": traits.counts_prompts,
         },
     }
 

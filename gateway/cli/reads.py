@@ -228,6 +228,17 @@ def status(json_out: JsonOpt = False, url: UrlOpt = None, admin_key: AdminKeyOpt
         f"slots {state['slots_in_use']}/{state['slots_total']} in use, {state['queue_depth']} waiting",
         highlight=False,
     )
+    waits = ", ".join(f"{count} for {reason}" for reason, count in state["waiting_for"].items() if count)
+    budget = state["kv_budget_tokens"]
+    console.print(
+        f"KV {state['kv_reserved_tokens']:,}/{budget:,} tokens reserved; "
+        if budget is not None
+        else f"KV {state['kv_reserved_tokens']:,} tokens reserved; ",
+        f"long prompts (>= {state['long_prompt_tokens']:,} tokens) {state['long_in_use']}/"
+        f"{state['long_slots']}" + (f"; waiting {waits}" if waits else ""),
+        sep="",
+        highlight=False,
+    )
     table = _table("key", "in flight", "waiting")
     for name, counts in state["keys"].items():
         table.add_row(name, str(counts["in_flight"]), str(counts["waiting"]))

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from gateway.auth.principal import Principal
 from gateway.config import Settings
+from gateway.dialects.prompt_count import TokenCount
 from gateway.errors import GatewayError
 from gateway.telemetry.observation import Observation
 from gateway.traits import UpstreamTraits
@@ -84,7 +85,9 @@ class Prepared:
     per sequence (None: the backend's default), named ``output_param`` in the client's API, checked
     against the KV pool; ``sequences``: how many the backend runs for it (OpenAI's ``n``), each
     taking a slot; ``previous_response_id``: a stored response it continues, which must be the
-    caller's (the Responses API).
+    caller's (the Responses API); ``count``: how the backend counts its prompt's tokens
+    (:mod:`~gateway.dialects.prompt_count`; None: it can't be asked, the size is estimated),
+    dropped once used.
     """
 
     body: bytes
@@ -94,6 +97,7 @@ class Prepared:
     sequences: int
     translator: Translator
     previous_response_id: str | None = None
+    count: TokenCount | None = None
 
 
 def text_length(value: Any) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from gateway.dialects.base import Context, Parsed, Prepared
 from gateway.dialects.openai import OpenAIDialect, finish
+from gateway.dialects.prompt_count import chat_count
 from gateway.openai_api import ChatCompletionRequest
 from gateway.openai_api.normalize import normalize_chat
 from gateway.openai_api.thinking import as_level
@@ -35,7 +36,8 @@ class ChatCompletions(OpenAIDialect):
             output = (request.max_completion_tokens, "max_completion_tokens")
         else:
             output = (request.max_tokens, "max_tokens")
-        return finish(request, payload, normalized, settings.reasoning_split, context, output)
+        count = chat_count(payload)
+        return finish(request, payload, normalized, settings.reasoning_split, context, output, count)
 
 
 CHAT = ChatCompletions()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from gateway.dialects.base import Context, Parsed, Prepared
 from gateway.dialects.openai import OpenAIDialect, finish
+from gateway.dialects.prompt_count import completion_count
 from gateway.openai_api import CompletionRequest
 from gateway.openai_api.normalize import normalize_completion
 from gateway.reasoning.policy import SplitMode
@@ -27,7 +28,8 @@ class TextCompletions(OpenAIDialect):
         payload = request.payload(parsed.body)
         normalized = normalize_completion(payload, context.settings.reasoning_start)
         mode: SplitMode = "off" if context.settings.reasoning_split == "off" else "gateway"
-        return finish(request, payload, normalized, mode, context, (request.max_tokens, "max_tokens"))
+        output = (request.max_tokens, "max_tokens")
+        return finish(request, payload, normalized, mode, context, output, completion_count(payload))
 
 
 COMPLETIONS = TextCompletions()

@@ -30,6 +30,7 @@ from gateway.auth.principal import Principal
 from gateway.config import Settings
 from gateway.dialects.base import Context, Parsed, Prepared, text_length
 from gateway.dialects.openai import bearer_token
+from gateway.dialects.prompt_count import messages_count
 from gateway.errors import GatewayError, invalid_request
 from gateway.openai_api.chunks import json_object
 from gateway.openai_api.fields import check_fields
@@ -190,7 +191,13 @@ class Messages(AnthropicDialect):
         payload = self.normalize(parsed, context.principal, context.settings)
         translator = MessagesTranslator(context)
         return Prepared(
-            json_codec.dumps(payload), request.stream, request.max_tokens, "max_tokens", 1, translator
+            json_codec.dumps(payload),
+            request.stream,
+            request.max_tokens,
+            "max_tokens",
+            1,
+            translator,
+            count=messages_count(payload),
         )
 
 

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from gateway import json_codec
 from gateway.auth.authenticator import unauthorized
 from gateway.dialects.base import Context, Parsed, Prepared
+from gateway.dialects.prompt_count import TokenCount
 from gateway.errors import GatewayError, invalid_request
 from gateway.openai_api import InferenceRequest
 from gateway.openai_api.chunks import json_object, observation
@@ -89,12 +90,14 @@ def finish(
     mode: SplitMode,
     context: Context,
     output: tuple[int | None, str],
+    count: TokenCount | None,
 ) -> Prepared:
     """The :class:`Prepared` of an OpenAI request whose ``payload`` (the body to send, as a dict) is
     normalised (``normalized``), its reasoning split by ``mode``: usage asked for on every stream
     chunk (telemetry needs it, whatever the client asked; :class:`ClientView` gives the client what
     it asked for), vLLM's per-request ``metrics`` shown only to a client that sent
-    ``include_metrics: true``. ``output``: the output budget and the name of its field."""
+    ``include_metrics: true``. ``output``: the output budget and the name of its field; ``count``:
+    how the backend counts the prompt."""
     if mode == "off" and not normalized.include_reasoning:
         payload["include_reasoning"] = False  # untouched passthrough: let vLLM drop it
     policy = ReasoningPolicy(
@@ -120,7 +123,9 @@ def finish(
     )
     budget, param = output
     translator = OpenAITranslator(policy, view, context)
-    return Prepared(json_codec.dumps(payload), request.stream, budget, param, sequences, translator)
+    return Prepared(
+        json_codec.dumps(payload), request.stream, budget, param, sequences, translator, count=count
+    )
 
 
 def callable_tools(payload: dict[str, Any]) -> frozenset[str]:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway import json_codec
 from gateway.dialects.base import Context, Parsed, Prepared, text_length
 from gateway.dialects.openai import OpenAIDialect
+from gateway.dialects.prompt_count import responses_count
 from gateway.errors import GatewayError
 from gateway.openai_api.chunks import json_object
 from gateway.openai_api.fields import check_fields
@@ -105,6 +106,7 @@ class Responses(OpenAIDialect):
             1,
             translator,
             request.previous_response_id,
+            responses_count(payload),
         )
 
 

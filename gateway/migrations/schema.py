@@ -24,7 +24,7 @@ from sqlalchemy import Connection, MetaData, inspect, text
 #: Where the revisions are: this package (``env.py``, ``versions/``), found as package data.
 SCRIPT_LOCATION = "gateway:migrations"
 #: The revision a release's schema is, as messages name it besides the revision.
-RELEASES = {"0001": "0.1.0", "0002": "0.2.0"}
+RELEASES = {"0001": "0.1.0", "0002": "0.2.0", "0003": "0.3.0"}
 #: What an unversioned database's tables must be (0.1.0 made them with ``create_all``).
 UNVERSIONED = "0001"
 UPGRADE_COMMAND = "dspark-gateway db upgrade"

@@ -19,11 +19,12 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from gateway.admission import Lease, Waiter
+from gateway.admission import Lease, Need, Waiter
 from gateway.auth.principal import Principal
 from gateway.dialects.base import Context, Dialect, Prepared
 from gateway.limits import Ticket
 from gateway.proxy.pipeline import Pipeline
+from gateway.proxy.prompt_size import estimate, prompt_size
 from gateway.proxy.upstream import UpstreamResponse
 from gateway.telemetry.record import RequestTelemetry
 from gateway.telemetry.recorder import RequestRecorder
@@ -70,8 +71,9 @@ class Exchange:
         self.complete = False
         self.client_gone = False
         self._before: dict[str, float] | None = None
-        self._prompt_estimate = 0
-        self._sequences = 1
+        self._size = 0
+        self._prompt_tokens = 0
+        self._need = Need()
 
     async def __aenter__(self) -> Exchange:
         return self
@@ -100,9 +102,10 @@ class Exchange:
         """Validate the parsed body (400, 404 / 403 for the model — an alias means the served one —,
         400 ``context_length_exceeded``, 404 for a ``previous_response_id`` not the key's) and
         normalise it for the backend, in the exchange's dialect. ``size``: the body's bytes, the
-        prompt estimate's base (~4 bytes of JSON a token)."""
+        prompt size's estimate's base."""
         pipeline, record = self.pipeline, self.recorder.record
-        self._prompt_estimate = max(1, size // 4)
+        self._size = size
+        self._prompt_tokens = estimate(size).tokens
         pipeline.resolve_model(self.principal, body)
         parsed = self.dialect.parse(body)
         served = parsed.model == pipeline.settings.served_model
@@ -123,8 +126,21 @@ class Exchange:
         pipeline.check_budget(prepared.output_budget, prepared.output_param)
         if prepared.previous_response_id is not None:
             await pipeline.check_owner(self.principal, prepared.previous_response_id, "previous_response_id")
-        self._sequences = prepared.sequences
         return prepared
+
+    async def measure(self, prepared: Prepared) -> None:
+        """Size the prompt (the backend's count for a large body, else the estimate:
+        :func:`~gateway.proxy.prompt_size.prompt_size`) and so what the request needs of the backend
+        (400 ``context_length_exceeded`` when no idle backend could hold it)."""
+        pipeline, record = self.pipeline, self.recorder.record
+        size = await prompt_size(
+            pipeline.upstream, pipeline.traits, pipeline.settings, prepared.count, self._size, self._headers
+        )
+        prepared.count = None  # it holds the prompt's tree; the request waits with its bytes only
+        self._prompt_tokens = size.tokens
+        self._need = pipeline.need(prepared, size.tokens)
+        record.prompt_size_tokens, record.prompt_size_source = size.tokens, size.source
+        record.kv_tokens, record.lane = self._need.kv_tokens, "long" if self._need.long else "short"
 
     def _claim(self, response_id: str) -> None:
         if self.pipeline.owners is not None:
@@ -136,23 +152,21 @@ class Exchange:
         self.ticket = await self.pipeline.limits.count(self.principal)
 
     async def reserve(self, prepared: Prepared) -> dict[str, str]:
-        """Reserve the request's prompt estimate and whole output budget of its key's tokens per minute
+        """Reserve the request's prompt size and whole output budget of its key's tokens per minute
         (``GATEWAY_TPM_OUTPUT_RESERVE_TOKENS`` a sequence when it sets none; 429 when they don't fit);
         the ticket's headers."""
         assert self.ticket is not None
         if self.principal.tpm:
             output = prepared.output_budget or self.pipeline.settings.tpm_output_reserve_tokens
-            await self.pipeline.limits.reserve(
-                self.ticket, self._prompt_estimate + prepared.sequences * output
-            )
+            await self.pipeline.limits.reserve(self.ticket, self._prompt_tokens + prepared.sequences * output)
         return self.ticket.headers
 
     def enqueue(self) -> bool:
-        """Take a slot now if fairness allows, else a place in the key's queue (429 ``queue_full``);
-        True if the slot is held."""
+        """Be admitted now if the request fits and fairness allows, else take a place in the key's
+        queue (429 ``queue_full``); True if admitted."""
         principal = self.principal
         entry = self.pipeline.admission.enqueue(
-            principal.name, principal.priority, principal.max_concurrency, self._sequences
+            principal.name, principal.priority, principal.max_concurrency, self._need
         )
         if isinstance(entry, Lease):
             self._admitted(entry)
@@ -161,21 +175,21 @@ class Exchange:
         return False
 
     async def wait(self) -> None:
-        """Wait for the queued slot (429 ``queue_timeout``; cancellation gives the place up)."""
+        """Wait for admission (429 ``queue_timeout``; cancellation gives the place up)."""
         assert self.waiter is not None
         self._admitted(await self.pipeline.admission.wait(self.waiter))
 
-    def position(self) -> int:
-        """Grants before this request's (1 = next; 0 once it holds its slot)."""
-        return (
-            0
-            if self.waiter is None or self.lease is not None
-            else self.pipeline.admission.position(self.waiter)
-        )
+    def position(self) -> tuple[int, str]:
+        """Grants before this request's (1 = next; 0 once admitted) and what it waits for (``slot``,
+        ``kv``, ``lane``, ...: :class:`~gateway.admission.Reason`)."""
+        waiter = self.waiter
+        if waiter is None or self.lease is not None:
+            return 0, ""
+        return self.pipeline.admission.position(waiter), waiter.reason.value if waiter.reason else "slot"
 
     def _admitted(self, lease: Lease) -> None:
         self.lease = lease
-        self.recorder.admitted(lease.queue_wait_s)
+        self.recorder.admitted(lease.queue_wait_s, lease.waited_for)
 
     async def open(self, prepared: Prepared) -> UpstreamResponse:
         """Send the request upstream once the slot is held; return when its headers arrive (503 / 504 /
@@ -228,4 +242,4 @@ class Exchange:
             return used
         if not record.stream:
             return max(used, self.ticket.reserved)
-        return max(used, record.completion_tokens + self._prompt_estimate)
+        return max(used, record.completion_tokens + self._prompt_tokens)

@@ -12,10 +12,11 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.admission import Admission
+from gateway.admission import Admission, Need
 from gateway.aliases import ModelAliases
 from gateway.auth.principal import Principal
 from gateway.config import Settings
+from gateway.dialects.base import Prepared
 from gateway.errors import GatewayError
 from gateway.limits import RateLimiter
 from gateway.proxy.upstream import Upstream
@@ -93,11 +94,35 @@ class Pipeline:
             )
 
     def check_budget(self, budget: int | None, param: str) -> None:
-        """400 ``context_length_exceeded`` for an output budget no KV pool of this backend could hold."""
+        """400 ``context_length_exceeded`` for an output budget no KV pool of this backend could hold
+        (before the prompt is counted)."""
         kv = self.settings.kv_budget_tokens
         if budget is not None and budget > kv:
             message = f"{param} {budget} exceeds the backend's KV cache ({kv} tokens)."
             raise GatewayError("context_length_exceeded", message, param=param)
+
+    def need(self, prepared: Prepared, prompt_tokens: int) -> Need:
+        """What the request holds while it runs: its sequences, ``sequences x (prompt + output)`` KV
+        tokens — the output budget capped at what the context leaves, ``GATEWAY_KV_OUTPUT_RESERVE_TOKENS``
+        when it sets none — and the lane if the prompt is long. 400 ``context_length_exceeded`` when that
+        is more than the whole pool."""
+        settings = self.settings
+        room = max(0, settings.max_model_len - prompt_tokens)
+        output = min(room, prepared.output_budget or settings.kv_output_reserve_tokens)
+        need = Need(
+            sequences=prepared.sequences,
+            kv_tokens=prepared.sequences * (prompt_tokens + output),
+            long=prompt_tokens >= settings.long_prompt_tokens,
+        )
+        if need.kv_tokens > settings.kv_budget_tokens:
+            message = (
+                f"This request needs {need.kv_tokens} tokens of KV cache ({prepared.sequences} x "
+                f"({prompt_tokens} prompt + {output} output)); the backend's holds "
+                f"{settings.kv_budget_tokens}."
+            )
+            param = prepared.output_param if prepared.output_budget else None
+            raise GatewayError("context_length_exceeded", message, param=param)
+        return need
 
     def wants_counters(self) -> bool:
         """Whether to scrape vLLM's spec-decode counters around a request (``metrics_delta``)."""

@@ -7,11 +7,12 @@ through the request's life in order, answering through one :class:`~gateway.prox
 1. count the request against its key's requests per minute (429), read the body (413 past
    ``GATEWAY_MAX_BODY_BYTES``, 408 when it stalls), parse and normalise it in the route's dialect
    (400, 404/403 model);
-2. reserve its tokens per minute (429), then take a slot or a place in the key's queue (429
+2. size its prompt (the backend's ``/tokenize`` for a large body; 400 when no KV pool could hold it),
+   reserve its tokens per minute (429), then be admitted or take a place in the key's queue (429
    ``queue_full``);
 3. non-stream, or a stream admitted at once: wait for the slot and open the upstream before any byte,
    so a down upstream is still a 503; a stream that has to wait is answered 200 at once with
-   ``: queued N`` comments while it waits (so idle-timeout proxies don't cut it and the client sees
+   ``: queued N REASON`` comments while it waits (so idle-timeout proxies don't cut it and the client sees
    its place), and a failure after that point is an error event;
 4. relay the stream (:func:`~gateway.proxy.relay.relay_events`) or answer the whole body.
 
@@ -101,8 +102,9 @@ class ExchangeResponse(Response):
 
 
 async def _serve(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
-    """The tokens' reservation, then steps 2 to 4 of the module doc; sets ``exchange.status`` (a
-    failure raises)."""
+    """The prompt's size and the tokens' reservation, then steps 2 to 4 of the module doc; sets
+    ``exchange.status`` (a failure raises)."""
+    await exchange.measure(prepared)
     headers = await exchange.reserve(prepared)
     admitted = exchange.enqueue()
     if not prepared.stream:
@@ -127,11 +129,13 @@ async def _serve(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
 
 
 async def _wait_in_queue(exchange: Exchange, reply: Reply) -> None:
-    """Wait for the slot, sending ``: queued N`` every :data:`QUEUE_COMMENT_INTERVAL_S` seconds."""
+    """Wait for admission, sending ``: queued N REASON`` (its place, what it waits for: ``slot``,
+    ``kv``, ``lane``, ...) every :data:`QUEUE_COMMENT_INTERVAL_S` seconds."""
     waiting = asyncio.ensure_future(exchange.wait())
     try:
         while not waiting.done():
-            await reply.events(b": queued %d\n\n" % exchange.position())
+            place, reason = exchange.position()
+            await reply.events(b": queued %d %s\n\n" % (place, reason.encode()))
             await asyncio.wait({waiting}, timeout=QUEUE_COMMENT_INTERVAL_S)
     finally:
         if not waiting.done():

@@ -23,7 +23,7 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from gateway.admission import Admission
+from gateway.admission import Admission, Reason
 from gateway.metric_series import BoundSeries
 from gateway.telemetry.record import RequestTelemetry
 
@@ -56,6 +56,28 @@ class GatewayMetrics:
         Gauge("gateway_queue_depth", "Requests waiting for a slot", registry=registry).set_function(
             lambda: admission.queue_depth
         )
+        Gauge(
+            "gateway_kv_budget_tokens", "The KV pool admission shares out, tokens", registry=registry
+        ).set_function(lambda: admission.capacity.kv_budget_tokens)
+        Gauge(
+            "gateway_kv_reserved_tokens",
+            "KV tokens reserved by admitted requests (prompt + output budget)",
+            registry=registry,
+        ).set_function(lambda: admission.kv_reserved_tokens)
+        Gauge(
+            "gateway_long_slots", "Long-prompt requests allowed at once (the lane)", registry=registry
+        ).set_function(lambda: admission.capacity.long_slots)
+        Gauge("gateway_long_in_use", "Long-prompt requests admitted now", registry=registry).set_function(
+            lambda: admission.long_in_use
+        )
+        waiting = Gauge(
+            "gateway_queue_waiting",
+            "Requests waiting now, by what they wait for: slot|kv|lane|key_concurrency|reserved",
+            ("reason",),
+            registry=registry,
+        )
+        for reason in Reason:
+            waiting.labels(reason.value).set_function(lambda r=reason.value: admission.waiting_for()[r])
         # by (model, key, api): bounded by the key table times the dialects
         self._series: dict[tuple[str, str, str], BoundSeries] = {}
         self.requests = Counter(
@@ -75,6 +97,12 @@ class GatewayMetrics:
             "Time waiting for a slot",
             labels,
             buckets=_SECONDS,
+            registry=registry,
+        )
+        self.queue_wait_reason = Counter(
+            "gateway_queue_wait_reason_seconds",
+            "Seconds admitted requests waited, by what they waited for",
+            ("reason",),
             registry=registry,
         )
         self.decode = Histogram(
@@ -152,6 +180,8 @@ class GatewayMetrics:
         ):
             if value is not None:
                 bound(histogram).observe(value)
+        for reason, seconds in record.waited_for.items():
+            self.queue_wait_reason.labels(reason).inc(seconds)
         spec = record.spec
         if spec is not None:
             if spec.acceptance_rate is not None:

@@ -2,7 +2,8 @@
 
 Formulas (all times in seconds, from the gateway's monotonic clock):
 
-- ``queue_wait_s`` = admission − arrival;
+- ``queue_wait_s`` = admission − arrival, split by what it waited for in ``waited_for``
+  (``{"slot": s, "kv": s, "lane": s, ...}``, :class:`~gateway.admission.Reason`);
 - ``upstream_ttft_s`` = first non-empty reasoning/content/tool-call delta − admission (the role chunk
   does not count); ``ttft_s`` = the same event − arrival;
 - ``decode_tokens_per_s`` = (completion_tokens − 1) / (t_last − t_first), tokens from upstream usage,
@@ -53,6 +54,14 @@ class RequestTelemetry:
     arrived_at: datetime
     status: int = 0
     queue_wait_s: float | None = None
+    waited_for: dict[str, float] = field(default_factory=dict)
+    #: Admission's view of the request: the prompt's tokens and where the figure came from
+    #: (``tokenize``: the backend's count; ``estimate``: from the body's bytes), the KV tokens
+    #: reserved (prompt + output budget, per sequence), and its lane (``long`` or ``short`` prompt).
+    prompt_size_tokens: int = 0
+    prompt_size_source: str | None = None
+    kv_tokens: int = 0
+    lane: str | None = None
     upstream_ttft_s: float | None = None
     ttft_s: float | None = None
     decode_tokens_per_s: float | None = None

@@ -81,10 +81,12 @@ class RequestRecorder:
         """True once the upstream sent a per-request ``metrics`` object."""
         return self._backend is not None
 
-    def admitted(self, queue_wait_s: float) -> None:
-        """The request got its slot after waiting ``queue_wait_s`` seconds."""
+    def admitted(self, queue_wait_s: float, waited_for: dict[str, float]) -> None:
+        """The request was admitted after waiting ``queue_wait_s`` seconds, split by what it waited for
+        (``{"kv": 12.0, "slot": 0.5}``)."""
         self._t_admit = self._clock()
         self.record.queue_wait_s = queue_wait_s
+        self.record.waited_for = {reason: round(s, 6) for reason, s in waited_for.items()}
 
     def observe(self, seen: Observation) -> None:
         """One upstream stream chunk's facts (:class:`Observation`, reported by the dialect)."""

@@ -127,7 +127,7 @@ def test_max_concurrency_and_fair_queue_visible_to_streams_and_admins(
                           headers={"Authorization": f"Bearer {greedy}"}) as second:  # fmt: skip
             assert second.status_code == 200  # answered at once, told it is queued
             second_lines = second.iter_lines()
-            assert next(second_lines) == ": queued 1"
+            assert next(second_lines) == ": queued 1 key_concurrency"  # its key is at its bound
             state = status()
             assert state["slots_in_use"] == 1  # a free slot, but greedy is at its max concurrency
             assert state["keys"]["greedy"] == {"in_flight": 1, "waiting": 1}

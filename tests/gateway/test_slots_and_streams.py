@@ -215,7 +215,7 @@ def test_a_queued_stream_that_times_out_gets_an_error_event(start_sim, start_gat
         next(events)
         with httpx.stream("POST", url, json=chat("wait", stream=True), headers=auth) as queued:
             lines = list(queued.iter_lines())
-    assert lines[0] == ": queued 1"
+    assert lines[0] == ": queued 1 slot"
     error = json.loads(lines[-2].removeprefix("data: "))["error"]
     assert error["code"] == "queue_timeout" and error["type"] == "rate_limit_error"
     wait_until(lambda: idle(gateway, sim), what="idle")

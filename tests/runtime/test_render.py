@@ -111,6 +111,13 @@ def test_render_needs_a_node_and_a_valid_rank(balanced_head: RuntimeProfile) -> 
 
 
 def test_gateway_defaults() -> None:
-    assert gateway_defaults(load_profile("balanced")) == {"slots": 2, "kv_budget_tokens": 1_372_579}
+    assert gateway_defaults(load_profile("balanced")) == {
+        "slots": 2,
+        "kv_budget_tokens": 1_372_579,
+        "max_model_len": 1_048_576,
+        "long_prompt_tokens": 32_768,
+        "express_slots": 1,
+    }
     throughput = load_profile("throughput", HEAD_TEMPLATE)  # its empty KV_CAPACITY_TOKENS wins
-    assert gateway_defaults(throughput) == {"slots": 6, "kv_budget_tokens": None}
+    defaults = gateway_defaults(throughput)
+    assert (defaults["slots"], defaults["kv_budget_tokens"]) == (6, None)

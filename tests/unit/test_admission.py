@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.admission import Admission, QueueFullError, QueueTimeoutError, Waiter
+from gateway.admission import Admission, Need, QueueFullError, QueueTimeoutError, Reason, Waiter
 
 
 async def test_never_more_than_slots_and_fifo_order() -> None:
@@ -248,18 +248,20 @@ async def test_two_keys_at_their_bounds_leave_room_for_the_others() -> None:
 
 
 async def test_a_request_of_n_sequences_holds_n_slots() -> None:
-    """n answers are n sequences: a request of 2 waits for both slots, and the single one behind it
-    keeps its turn (no barging past the head of the queue)."""
+    """n answers are n sequences: a request of 2 waits for both slots; a single one behind it that fits
+    runs meanwhile (no head-of-line blocking), and the request of 2 gets the slots once they are free."""
     admission = Admission(slots=2, queue_max=4, queue_timeout_s=5)
     one = await admission.acquire("a")
-    two = admission.enqueue("b", sequences=2)
-    three = admission.enqueue("c")
-    assert isinstance(two, Waiter) and isinstance(three, Waiter) and admission.in_use == 1
+    two = admission.enqueue("b", need=Need(sequences=2))
+    assert isinstance(two, Waiter) and two.reason is Reason.SLOT
+    three = await admission.acquire("c")  # the free slot, past the request of two
+    assert admission.in_use == 2 and two.passes == 1
     granted = asyncio.create_task(admission.wait(two))
-    assert one.release() and admission.in_use == 2  # both slots to the request of two
+    one.release()
+    assert admission.in_use == 1 and not two.future.done()  # one slot free: not enough yet
+    three.release()
     lease = await granted
-    assert lease.sequences == 2 and not three.future.done()
+    assert lease.sequences == 2 and admission.in_use == 2
     lease.release()
-    assert (await admission.wait(three)).sequences == 1 and admission.in_use == 1
     with pytest.raises(ValueError):
-        admission.enqueue("d", sequences=3)
+        admission.enqueue("d", need=Need(sequences=3))

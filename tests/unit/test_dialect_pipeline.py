@@ -232,7 +232,7 @@ async def test_a_queued_stream_is_kept_alive_in_its_dialect(script: Script) -> N
     await upstream.arrived.wait()
     waiting = call(pipeline, script, script.body(True), rid="r2").start()
     await waiting.wait_for(lambda c: script.keep_alive in c.body)
-    assert waiting.body.startswith(b": queued 1\n\n") and waiting.status == 200
+    assert waiting.body.startswith(b": queued 1 slot\n\n") and waiting.status == 200
     holding.disconnect()
     await holding.done()
     await waiting.wait_for(lambda _: len(upstream.sent) == 2)

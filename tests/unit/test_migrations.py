@@ -41,7 +41,8 @@ SECRETS: list[dict[str, str]] = json.loads((DATA / "gateway-0.1.0.keys.json").re
 MODEL = "deepseek-v4-flash-0731"
 UPGRADE_HINT = "run `dspark-gateway db upgrade`"
 #: How messages name this gateway's schema.
-HEAD = "0002 (0.2.0)"
+HEAD_REVISION = "0003"
+HEAD = f"{HEAD_REVISION} (0.3.0)"
 
 
 def sqlite_url(path: Path) -> str:
@@ -163,7 +164,7 @@ async def test_a_fresh_database_opens_at_the_newest_revision_equal_to_the_tables
     for _ in range(2):  # created, then opened as it is
         engine = await open_engine(url)
         async with engine.connect() as conn:
-            assert (await conn.execute(text("SELECT version_num FROM alembic_version"))).all() == [("0002",)]
+            assert (await conn.execute(text("SELECT version_num FROM alembic_version"))).all() == [(HEAD_REVISION,)]
             assert await conn.run_sync(schema.compare, Base.metadata) == []
         await engine.dispose()
 
@@ -182,7 +183,7 @@ async def test_concurrent_openers_of_an_empty_database_create_it_once(tmp_path: 
     engines = await asyncio.gather(*(open_engine(url) for _ in range(4)))
     for engine in engines:
         await engine.dispose()
-    assert (await on_connection(url, schema.find)).revision == "0002"
+    assert (await on_connection(url, schema.find)).revision == HEAD_REVISION
 
 
 def test_a_0_1_0_sqlite_database_is_refused_then_upgraded_keeping_every_key_and_row(tmp_path: Path) -> None:
@@ -220,7 +221,7 @@ async def test_a_newer_schema_is_refused_by_the_gateway_and_the_upgrade(tmp_path
     assert refused.returncode == 1 and refused.stderr.strip() == f"error: {message}"
 
 
-async def test_0002_downgrades_to_exactly_0_1_0s_tables(tmp_path: Path) -> None:
+async def test_the_head_downgrades_to_exactly_0_1_0s_tables(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path / "gateway.db")
     await (await open_engine(url)).dispose()
     await on_connection(url, lambda conn: command.downgrade(schema.config(conn), "0001"))
@@ -252,7 +253,7 @@ async def test_a_fresh_postgresql_database_opens_at_the_newest_revision_equal_to
     engines = await asyncio.gather(*(open_engine(pg_database) for _ in range(4)))
     for engine in engines:
         await engine.dispose()
-    assert (await on_connection(pg_database, schema.find)).revision == "0002"
+    assert (await on_connection(pg_database, schema.find)).revision == HEAD_REVISION
     assert await on_connection(pg_database, lambda conn: schema.compare(conn, Base.metadata)) == []
 
 

@@ -47,7 +47,7 @@ def build(
     (learnt from an earlier one), so a thinking request's text streams as it arrives instead of
     waiting for a marker to say whether it is reasoning."""
     config = Settings(upstream="http://fake", spec_counters="never", slots=slots, **settings)
-    admission = Admission(config.slots, config.queue_max, config.queue_timeout_s, config.queue_max_per_key)
+    admission = Admission.configured(config)
     records = Records()
     backend = BackendMonitor(upstream, GatewayMetrics(admission), 3600)
     limits = RateLimiter(storage_for("memory://"))
@@ -201,7 +201,7 @@ async def test_a_stream_that_must_wait_is_told_its_place_then_relayed() -> None:
     holding = call(pipeline, chat(True), "req-1").start()
     await upstream.arrived.wait()
     waiting = call(pipeline, chat(True), "req-2").start()
-    await waiting.wait_for(lambda c: b": queued 1\n\n" in c.body)
+    await waiting.wait_for(lambda c: b": queued 1 slot\n\n" in c.body)
     assert waiting.status == 200 and len(upstream.sent) == 1
     first.send(chunk(1, content="a", finish="stop"), DONE).end()
     await holding.done()
@@ -209,7 +209,7 @@ async def test_a_stream_that_must_wait_is_told_its_place_then_relayed() -> None:
     second.send(chunk(1, content="b", finish="stop"), DONE).end()
     await waiting.done()
     await settled(pipeline)
-    assert waiting.body.startswith(b": queued 1\n\n") and waiting.body.endswith(DONE)
+    assert waiting.body.startswith(b": queued 1 slot\n\n") and waiting.body.endswith(DONE)
     assert sorted(r.status for r in records.published) == [200, 200]
     assert records.published[1].queue_wait_s is not None and records.published[1].queue_wait_s > 0
     assert_nothing_held(pipeline)

@@ -46,7 +46,7 @@ def test_timing_and_stream_acceptance() -> None:
     clock = Clock()
     rec = recorder(clock)
     clock.now = 101.0
-    rec.admitted(1.0)
+    rec.admitted(1.0, {"slot": 1.0})
     clock.now = 101.5
     seen(rec, chunk(0), 0, 0)  # role chunk: not the first token
     clock.now = 102.0

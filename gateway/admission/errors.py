@@ -1,0 +1,29 @@
+"""The two refusals of admission, both 429 with ``Retry-After``."""
+
+from __future__ import annotations
+
+from gateway.errors import GatewayError
+
+
+class QueueFullError(GatewayError):
+    """The wait queue (total or this key's) is at capacity: 429 with ``Retry-After``."""
+
+    def __init__(self, retry_after_s: int, per_key: bool = False) -> None:
+        what = "this key's queue" if per_key else "its queue"
+        super().__init__(
+            "queue_full",
+            f"The server is at capacity and {what} is full; retry later.",
+            headers={"Retry-After": str(retry_after_s)},
+        )
+
+
+class QueueTimeoutError(GatewayError):
+    """The request waited its queue timeout without being admitted: 429 with ``Retry-After``."""
+
+    def __init__(self, waited_s: float, retry_after_s: int, waited_for: str = "slot") -> None:
+        what = {"kv": "room in the KV cache", "lane": "the long-prompt lane"}.get(waited_for, "a slot")
+        super().__init__(
+            "queue_timeout",
+            f"Waited {waited_s:.0f} s for {what} without being admitted; retry later.",
+            headers={"Retry-After": str(retry_after_s)},
+        )

@@ -1,0 +1,479 @@
+"""Admission: what may run on the backend now, and who waits, in per-key queues served fairly.
+
+The backend runs ``--max-num-seqs`` sequences (2 on the DGX Spark pair) over one shared KV pool; a
+request sent beyond either only waits inside vLLM (or is preempted and recomputed there), out of the
+gateway's sight and fairness. So the gateway holds the queue itself and admits a request only when its
+:class:`~gateway.admission.capacity.Need` — slots, KV tokens, the long-prompt lane — fits beside the
+running ones (:class:`~gateway.admission.capacity.Capacity`).
+
+Fairness: each key has its own FIFO queue; keys with waiters take turns (round robin), a key with
+``priority`` p getting up to p grants per turn (weighted round robin). A key flooding 100 requests
+therefore delays another key's single request by at most one turn, and no key starves. A key at its
+``max_concurrency`` is skipped until one of its requests ends. The queue keeps room for keys with
+nothing waiting: a key that already waits may not take the last :attr:`Admission.reserve` places.
+
+No head-of-line blocking: when the request whose turn it is does not fit (a 900k-token prompt waiting
+for KV, a second long prompt waiting for the lane), the next one in turn order that fits runs instead.
+Each pass over a waiter counts; one passed ``bypass_limit`` times is *guarded*: from then on a request
+is admitted ahead of it only if that leaves the guarded one able to run as soon as the holders it
+waits for have left (:meth:`Capacity.spares`), and it is admitted first whenever it fits. So a long
+request behind a stream of short ones waits at most ``bypass_limit`` grants plus the end of the
+requests running when it was guarded.
+
+Invariants (tested):
+- the running requests' needs fit the capacity at every instant; a freed slot goes straight to a
+  waiter that fits (no barging);
+- every grant is released exactly once, whatever path the request leaves by: a waiter that is
+  cancelled (client gone) or times out leaves its queue, and one cancelled in the same tick it was
+  granted gives the grant back.
+
+Pure asyncio: no web framework, no HTTP client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from gateway.admission.capacity import Capacity, Held, Need, Reason
+from gateway.admission.errors import QueueFullError, QueueTimeoutError
+from gateway.config import Settings
+
+#: The need of a plain request: one sequence, no KV accounted, not long.
+ONE = Need()
+#: Weight of the newest hold time in the moving average behind ``Retry-After``.
+_EWMA_ALPHA = 0.2
+
+
+@dataclass(eq=False, slots=True)
+class Waiter:
+    """One queued request of ``key``; ``future`` resolves when it is admitted. ``settled`` turns True
+    once the waiter became a :class:`Lease` or was given up (:meth:`Admission.abandon`).
+
+    ``reason``: what it waits for now (since ``reason_since``, monotonic s); ``waited_for``: seconds
+    it waited for each reason before; ``passes``: grants that went past it while it did not fit."""
+
+    key: str
+    priority: int
+    max_concurrency: int | None
+    future: asyncio.Future[None]
+    need: Need
+    timeout_s: float
+    enqueued_at: float = field(default_factory=time.monotonic)
+    settled: bool = False
+    grant: int | None = None
+    passes: int = 0
+    reason: Reason | None = None
+    reason_since: float = 0.0
+    waited_for: dict[str, float] = field(default_factory=dict)
+
+    def note(self, reason: Reason | None, now: float) -> None:
+        """It waits for ``reason`` from ``now`` on (None: no longer waits)."""
+        if reason is self.reason:
+            return
+        if self.reason is not None:
+            name = self.reason.value
+            self.waited_for[name] = self.waited_for.get(name, 0.0) + now - self.reason_since
+        self.reason, self.reason_since = reason, now
+
+
+class Lease:
+    """One admitted request. :meth:`release` is idempotent; ``queue_wait_s`` is the time spent queued
+    (s), ``waited_for`` that time split by :class:`Reason` (``{"kv": 12.5, "slot": 0.3}``).
+
+    ``overlapped`` turns True if another lease was held at any moment while this one was: counters the
+    backend keeps for all requests (vLLM's spec-decode totals) are then not this request's alone.
+    """
+
+    __slots__ = (
+        "_admission", "_released", "grant", "granted_at", "key", "need", "overlapped", "queue_wait_s",
+        "waited_for",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        admission: Admission,
+        key: str,
+        grant: int,
+        need: Need,
+        queue_wait_s: float = 0.0,
+        waited_for: dict[str, float] | None = None,
+    ) -> None:
+        self._admission = admission
+        self._released = False
+        self.key = key
+        self.grant = grant
+        self.need = need
+        self.queue_wait_s = queue_wait_s
+        self.waited_for = waited_for or {}
+        self.granted_at = time.monotonic()
+        self.overlapped = False
+        admission._hold(self)
+
+    @property
+    def sequences(self) -> int:
+        return self.need.sequences
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self) -> bool:
+        """Give the grant back (to the waiters). Safe to call more than once.
+
+        Returns True if this call admitted a waiting request (whose task resumes in the next
+        event-loop step), False if nothing was waiting that fits, or it was already released.
+        """
+        if self._released:
+            return False
+        self._released = True
+        admission = self._admission
+        grants = admission.grants
+        admission._unhold(self, time.monotonic() - self.granted_at)
+        return admission.grants > grants
+
+
+class Admission:
+    """Slots, KV pool and lane, with bounded, fair per-key wait queues.
+
+    Args:
+        slots: sequences allowed upstream at once (vLLM ``--max-num-seqs``).
+        queue_max: requests allowed to wait in total; one more gets :class:`QueueFullError`.
+        queue_timeout_s: longest wait in seconds before :class:`QueueTimeoutError`.
+        queue_max_per_key: requests one key may have waiting (None: only the total bound).
+        kv_budget_tokens: the KV pool the running requests' ``kv_tokens`` share (None: no bound).
+        long_slots: long-prompt requests allowed at once (None: ``slots``, no express lane).
+        long_queue_timeout_s: the queue timeout of a long-prompt request (None: ``queue_timeout_s``);
+            it may wait for another one's whole prefill.
+        bypass_limit: passes after which a waiter is guarded (see the module doc).
+
+    ``in_use`` counts sequences holding slots, ``kv_reserved_tokens`` their KV, ``long_in_use`` the
+    long requests running; ``grants`` counts every grant to a waiter so far; ``reserve`` is the queue
+    room kept for keys with nothing waiting (a quarter of ``queue_max``).
+    """
+
+    def __init__(
+        self,
+        slots: int,
+        queue_max: int,
+        queue_timeout_s: float,
+        queue_max_per_key: int | None = None,
+        *,
+        kv_budget_tokens: int | None = None,
+        long_slots: int | None = None,
+        long_queue_timeout_s: float | None = None,
+        bypass_limit: int = 8,
+    ) -> None:
+        if slots < 1:
+            raise ValueError("slots must be >= 1")
+        long_slots = slots if long_slots is None else long_slots
+        if not 1 <= long_slots <= slots:
+            raise ValueError("long_slots must be within 1..slots")
+        budget = math.inf if kv_budget_tokens is None else kv_budget_tokens
+        self.capacity = Capacity(slots, budget, long_slots)
+        self.queue_max = queue_max
+        self.queue_timeout_s = queue_timeout_s
+        self.long_queue_timeout_s = long_queue_timeout_s or queue_timeout_s
+        self.queue_max_per_key = queue_max_per_key
+        self.bypass_limit = bypass_limit
+        self.grants = 0
+        self.reserve = max(1, queue_max // 4)
+        self.held = Held()
+        self._holders: dict[int, Need] = {}  # grant id -> need, oldest grant first
+        self._next_grant = 0
+        self._queues: dict[str, deque[Waiter]] = {}
+        self._turns: deque[str] = deque()  # keys with waiters, in serving order
+        self._credit: dict[str, int] = {}  # grants left in the current turn of each key with waiters
+        self._active: set[Lease] = set()
+        self._active_per_key: Counter[str] = Counter()
+        self._waiting = 0
+        self._guarded: Waiter | None = None
+        self._mean_hold_s = 10.0
+
+    @classmethod
+    def configured(cls, settings: Settings) -> Admission:
+        """The admission ``settings`` describe (``GATEWAY_SLOTS``, ``GATEWAY_KV_BUDGET_TOKENS``, ...)."""
+        return cls(
+            settings.slots,
+            settings.queue_max,
+            settings.queue_timeout_s,
+            settings.queue_max_per_key,
+            kv_budget_tokens=settings.kv_budget_tokens,
+            long_slots=settings.slots - settings.express_slots,
+            long_queue_timeout_s=settings.queue_timeout_long_s,
+            bypass_limit=settings.bypass_limit,
+        )
+
+    @property
+    def slots(self) -> int:
+        return self.capacity.slots
+
+    @property
+    def in_use(self) -> int:
+        """Sequences holding slots now."""
+        return self.held.sequences
+
+    @property
+    def kv_reserved_tokens(self) -> int:
+        """KV tokens the running requests have reserved."""
+        return self.held.kv_tokens
+
+    @property
+    def long_in_use(self) -> int:
+        """Long-prompt requests running now."""
+        return self.held.long
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting now."""
+        return self._waiting
+
+    def waiting_for(self) -> dict[str, int]:
+        """Requests waiting now, by what they wait for (every :class:`Reason`, zeros included)."""
+        counts = Counter(w.reason for queue in self._queues.values() for w in queue if w.reason)
+        return {reason.value: counts[reason] for reason in Reason}
+
+    def retry_after_s(self) -> int:
+        """Seconds a client should wait before retrying: the queue ahead drained at the mean hold time."""
+        return max(1, math.ceil(self._mean_hold_s * (self._waiting + 1) / self.slots))
+
+    def status(self) -> dict[str, object]:
+        """Live view for ``/admin/status``: slots, KV reserved vs budget, the lane, what the waiting
+        requests wait for, and per key its requests in flight and waiting."""
+        keys = set(self._queues) | set(self._active_per_key)
+        budget = self.capacity.kv_budget_tokens
+        return {
+            "slots_total": self.slots,
+            "slots_in_use": self.in_use,
+            "queue_depth": self._waiting,
+            "kv_budget_tokens": budget if budget != math.inf else None,
+            "kv_reserved_tokens": self.kv_reserved_tokens,
+            "long_slots": self.capacity.long_slots,
+            "long_in_use": self.long_in_use,
+            "waiting_for": self.waiting_for(),
+            "keys": {
+                key: {"in_flight": self._active_per_key[key], "waiting": len(self._queues.get(key, ()))}
+                for key in sorted(keys)
+            },
+        }
+
+    def position(self, waiter: Waiter) -> int:
+        """Estimated grants before ``waiter`` (1 = next), from its place in its key's queue and its key's
+        place in the rotation (priorities and passing ignored)."""
+        queue = self._queues.get(waiter.key)
+        if not queue or waiter not in queue:
+            return 0
+        index = next(i for i, w in enumerate(queue) if w is waiter)
+        return index * max(1, len(self._turns)) + self._turns.index(waiter.key) + 1
+
+    def enqueue(
+        self, key: str = "", priority: int = 1, max_concurrency: int | None = None, need: Need = ONE
+    ) -> Lease | Waiter:
+        """Admit ``need`` now if it fits and nobody waits, else join ``key``'s queue (and be admitted at
+        once if it fits where the waiters don't). Raises :class:`QueueFullError` (the queue, the key's
+        bound, or the reserve a key that waits already may not take), ``ValueError`` for a need no idle
+        backend could hold (:meth:`Capacity.never_fits`)."""
+        if (why := self.capacity.never_fits(need)) is not None:
+            raise ValueError(why)
+        if not self._turns and self._key_free(key, max_concurrency) and self._fits(need):
+            return Lease(self, key, self._take(key, need), need)
+        waits = len(self._queues.get(key, ()))
+        if self._waiting >= self.queue_max - (self.reserve if waits else 0):
+            raise QueueFullError(self.retry_after_s(), per_key=waits > 0)
+        if self.queue_max_per_key is not None and waits >= self.queue_max_per_key:
+            raise QueueFullError(self.retry_after_s(), per_key=True)
+        timeout = self.long_queue_timeout_s if need.long else self.queue_timeout_s
+        future = asyncio.get_running_loop().create_future()
+        waiter = Waiter(key, max(1, priority), max_concurrency, future, need, timeout)
+        self._queues.setdefault(key, deque()).append(waiter)
+        self._waiting += 1
+        if key not in self._credit:
+            self._turns.append(key)
+            self._credit[key] = waiter.priority
+        self._dispatch()
+        return waiter
+
+    async def wait(self, waiter: Waiter) -> Lease:
+        """Wait for ``waiter``'s admission. Raises :class:`QueueTimeoutError`; cancellation leaks nothing."""
+        try:
+            async with asyncio.timeout(waiter.timeout_s - (time.monotonic() - waiter.enqueued_at)):
+                # not through asyncio.shield: that resumes the task a loop step after the grant, and a
+                # cancel that cancels the future itself is just what the handler below expects
+                await waiter.future
+        except BaseException as exc:
+            reason = waiter.reason
+            self.abandon(waiter)
+            if isinstance(exc, TimeoutError):
+                waited = time.monotonic() - waiter.enqueued_at
+                raise QueueTimeoutError(waited, self.retry_after_s(), reason or Reason.SLOT) from None
+            raise
+        waiter.settled = True
+        assert waiter.grant is not None
+        waited = time.monotonic() - waiter.enqueued_at
+        return Lease(self, waiter.key, waiter.grant, waiter.need, waited, waiter.waited_for)
+
+    def abandon(self, waiter: Waiter) -> None:
+        """Give up ``waiter``'s place: out of its queue, or, if it was granted what no :class:`Lease`
+        holds, the grant back. Idempotent; nothing for a waiter that became a lease."""
+        if waiter.settled:
+            return
+        waiter.settled = True
+        waiter.note(None, time.monotonic())
+        if waiter.grant is not None:
+            self._give_back(waiter.key, waiter.grant)  # granted in the tick it was given up: hand it on
+            return
+        waiter.future.cancel()
+        self._discard(waiter)
+        self._dispatch()  # a guarded waiter leaving may let others in
+
+    async def acquire(
+        self, key: str = "", priority: int = 1, max_concurrency: int | None = None, need: Need = ONE
+    ) -> Lease:
+        """Wait for admission and return the lease (:meth:`enqueue` then :meth:`wait`)."""
+        entry = self.enqueue(key, priority, max_concurrency, need)
+        return entry if isinstance(entry, Lease) else await self.wait(entry)
+
+    def _fits(self, need: Need) -> bool:
+        return self.capacity.blocker(self.held, need) is None
+
+    def _key_free(self, key: str, max_concurrency: int | None) -> bool:
+        return max_concurrency is None or self._active_per_key[key] < max_concurrency
+
+    def _discard(self, waiter: Waiter) -> None:
+        queue = self._queues.get(waiter.key)
+        if queue is None or waiter not in queue:
+            return
+        queue.remove(waiter)
+        self._waiting -= 1
+        if waiter is self._guarded:
+            self._guarded = None
+        if not queue:
+            self._drop_key(waiter.key)
+
+    def _drop_key(self, key: str) -> None:
+        del self._queues[key]
+        self._credit.pop(key, None)
+        if key in self._turns:
+            self._turns.remove(key)
+
+    def _dispatch(self) -> None:
+        """Admit waiters while one fits: the guarded one first, then in weighted round-robin order
+        (passing the ones that don't fit); then note what each one left waits for."""
+        while self._waiting and self.held.sequences < self.slots:
+            guarded = self._guard()
+            if (
+                guarded is not None
+                and self._key_free(guarded.key, guarded.max_concurrency)
+                and self._fits(guarded.need)
+            ):
+                self._admit(guarded)
+                continue
+            chosen = self._pick(guarded)
+            if chosen is None:
+                break
+            self._admit(chosen)
+        self._note_reasons()
+
+    def _pick(self, guarded: Waiter | None) -> Waiter | None:
+        """The first waiter in turn order that fits (and spares ``guarded``); each one passed that did
+        not fit gets a pass."""
+        passed: list[Waiter] = []
+        gone: list[Waiter] = []
+        chosen: Waiter | None = None
+        holders = self._holders.values()
+        for key in self._turns:
+            queue = self._queues[key]
+            if not self._key_free(key, queue[0].max_concurrency):
+                continue
+            for waiter in queue:
+                if waiter.future.done():  # cancelled (client gone, queue timeout), its task not yet run
+                    gone.append(waiter)
+                elif waiter is guarded or not self._fits(waiter.need):
+                    passed.append(waiter)
+                elif guarded is None or self.capacity.spares(self.held, holders, guarded.need, waiter.need):
+                    chosen = waiter
+                    break
+            if chosen is not None:
+                break
+        for waiter in gone:
+            self._discard(waiter)
+        if chosen is not None:
+            for waiter in passed:
+                waiter.passes += 1
+        return chosen
+
+    def _guard(self) -> Waiter | None:
+        """The guarded waiter: the one guarded already, else the oldest passed ``bypass_limit`` times."""
+        if self._guarded is None:
+            over = [w for q in self._queues.values() for w in q if w.passes >= self.bypass_limit]
+            if over:
+                self._guarded = min(over, key=lambda w: w.enqueued_at)
+        return self._guarded
+
+    def _admit(self, waiter: Waiter) -> None:
+        key = waiter.key
+        queue = self._queues[key]
+        queue.remove(waiter)
+        self._waiting -= 1
+        if waiter is self._guarded:
+            self._guarded = None
+        waiter.grant = self._take(key, waiter.need)
+        waiter.note(None, time.monotonic())
+        self.grants += 1
+        waiter.future.set_result(None)
+        self._credit[key] -= 1
+        if not queue:
+            self._drop_key(key)
+        elif self._credit[key] <= 0:
+            self._credit[key] = queue[0].priority
+            self._turns.remove(key)
+            self._turns.append(key)
+
+    def _note_reasons(self) -> None:
+        now = time.monotonic()
+        guarded = self._guarded
+        holders = self._holders.values()
+        for key, queue in self._queues.items():
+            for waiter in queue:
+                if not self._key_free(key, waiter.max_concurrency):
+                    reason: Reason | None = Reason.KEY
+                else:
+                    reason = self.capacity.blocker(self.held, waiter.need)
+                if (
+                    reason is None
+                    and guarded is not None
+                    and waiter is not guarded
+                    and not self.capacity.spares(self.held, holders, guarded.need, waiter.need)
+                ):
+                    reason = Reason.RESERVED
+                waiter.note(reason or Reason.SLOT, now)
+
+    def _take(self, key: str, need: Need) -> int:
+        # counted at grant, so max_concurrency and the capacity hold before the waiter's Lease exists
+        grant = self._next_grant
+        self._next_grant += 1
+        self._holders[grant] = need
+        self.held = self.held.plus(need)
+        self._active_per_key[key] += 1
+        return grant
+
+    def _hold(self, lease: Lease) -> None:
+        self._active.add(lease)
+        if len(self._active) > 1:
+            for held in self._active:
+                held.overlapped = True
+
+    def _unhold(self, lease: Lease, held_s: float) -> None:
+        self._active.discard(lease)
+        self._mean_hold_s += _EWMA_ALPHA * (held_s - self._mean_hold_s)
+        self._give_back(lease.key, lease.grant)
+
+    def _give_back(self, key: str, grant: int) -> None:
+        self.held = self.held.minus(self._holders.pop(grant))
+        self._active_per_key[key] -= 1
+        if self._active_per_key[key] <= 0:
+            del self._active_per_key[key]
+        self._dispatch()

@@ -1,0 +1,201 @@
+"""How the backend counts a request's prompt in tokens, per client API, before admission.
+
+vLLM counts for itself, exactly as it will render the prompt: ``POST /tokenize`` applies the chat
+template to ``messages`` (with ``tools`` and the template's keyword arguments) or tokenizes a text
+``prompt``, answering ``{"count", "max_model_len", "tokens"}``; ``POST /v1/messages/count_tokens``
+converts an Anthropic body the way ``/v1/messages`` does, answering ``{"input_tokens"}``. Clients can't
+reach either on the gateway's side of the door; the gateway asks them over loopback.
+
+Each builder takes the body about to be sent (a dict) and returns the :class:`TokenCount` to make, or
+None where the backend can't be asked faithfully (a list of prompts, a Responses request that
+continues a stored one, an input item this module doesn't know): the caller then estimates.
+
+Pure: no web framework, no HTTP client. The bodies share the request's values; nothing is copied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: Keyword arguments vLLM's chat completions merge into the template's from the request's own
+#: fields (``ChatCompletionRequest.build_chat_params``, vLLM 0.32); ``/tokenize`` only merges its
+#: ``chat_template_kwargs``, so they go there.
+_CHAT_TEMPLATE_FIELDS = ("add_generation_prompt", "continue_final_message", "documents", "reasoning_effort")
+
+
+#: Responses content parts that are text.
+_TEXT_PARTS = ("input_text", "output_text", "text")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenCount:
+    """POST ``body`` to ``path``; the prompt's tokens are the integer ``field`` of the answer."""
+
+    path: str
+    body: dict[str, Any]
+    field: str
+
+
+def chat_count(payload: dict[str, Any]) -> TokenCount | None:
+    """``/tokenize`` in its chat form for a chat completions body."""
+    messages = payload.get("messages")
+    if not isinstance(messages, list):
+        return None
+    kwargs = dict(payload.get("chat_template_kwargs") or {})
+    effort = payload.get("reasoning_effort")
+    if effort is not None and "enable_thinking" not in kwargs:
+        kwargs["enable_thinking"] = effort != "none"
+    kwargs.update({name: payload[name] for name in _CHAT_TEMPLATE_FIELDS if payload.get(name) is not None})
+    return _tokenize_messages(payload.get("model"), messages, payload.get("tools"), kwargs)
+
+
+def completion_count(payload: dict[str, Any]) -> TokenCount | None:
+    """``/tokenize`` in its text form for a completions body with one text prompt."""
+    prompt = payload.get("prompt")
+    if not isinstance(prompt, str):
+        return None
+    body = {"model": payload.get("model"), "prompt": prompt}
+    if isinstance(payload.get("add_special_tokens"), bool):
+        body["add_special_tokens"] = payload["add_special_tokens"]
+    return TokenCount("/tokenize", body, "count")
+
+
+def messages_count(payload: dict[str, Any]) -> TokenCount:
+    """vLLM's ``/v1/messages/count_tokens`` for an Anthropic Messages body (it ignores the fields
+    that are not counted: ``max_tokens``, ``stream``, sampling)."""
+    return TokenCount("/v1/messages/count_tokens", payload, "input_tokens")
+
+
+def responses_count(payload: dict[str, Any]) -> TokenCount | None:
+    """``/tokenize`` in its chat form for a Responses body, its input turned into chat messages as
+    vLLM's Responses API does (``construct_input_messages``, vLLM 0.32): ``instructions`` a system
+    message, a string ``input`` a user message, each input item a message — function calls merged
+    into the assistant message before them, their outputs tool messages, reasoning the assistant's
+    ``reasoning``, other messages with their text parts. None for a request continuing a stored response (the
+    gateway can't see its turns)."""
+    if payload.get("previous_response_id") is not None or payload.get("conversation") is not None:
+        return None
+    messages: list[dict[str, Any]] = []
+    if isinstance(payload.get("instructions"), str) and payload["instructions"]:
+        messages.append({"role": "system", "content": payload["instructions"]})
+    items = payload.get("input")
+    if isinstance(items, str):
+        messages.append({"role": "user", "content": items})
+    elif isinstance(items, list):
+        for item in items:
+            if not isinstance(item, dict) or not _add_item(messages, item):
+                return None
+    else:
+        return None
+    tools = payload.get("tools")
+    chat_tools = None
+    if isinstance(tools, list) and tools:  # tool_choice "none" too: vLLM renders them by default
+        chat_tools = [_chat_tool(tool) for tool in tools]
+        if None in chat_tools:
+            return None
+    kwargs = dict(payload.get("chat_template_kwargs") or {})
+    reasoning = payload.get("reasoning")
+    effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+    if effort is not None:
+        kwargs.setdefault("enable_thinking", effort != "none")
+        kwargs["reasoning_effort"] = effort
+    return _tokenize_messages(payload.get("model"), messages, chat_tools, kwargs)
+
+
+def _tokenize_messages(model: Any, messages: list[Any], tools: Any, kwargs: dict[str, Any]) -> TokenCount:
+    body: dict[str, Any] = {"model": model, "messages": messages}
+    if isinstance(tools, list) and tools:
+        body["tools"] = tools
+    if kwargs.get("continue_final_message"):
+        kwargs.setdefault("add_generation_prompt", False)
+    for name in ("add_generation_prompt", "continue_final_message"):
+        if name in kwargs:
+            body[name] = kwargs.pop(name)
+    if kwargs:
+        body["chat_template_kwargs"] = kwargs
+    return TokenCount("/tokenize", body, "count")
+
+
+def _add_item(messages: list[dict[str, Any]], item: dict[str, Any]) -> bool:
+    """Append (or merge) one Responses input item as chat messages; False for an item of a kind this
+    module does not convert."""
+    kind = item.get("type", "message")
+    previous = messages[-1] if messages and messages[-1].get("role") == "assistant" else None
+    role = item.get("role")
+    if kind == "message" and role == "assistant":
+        content = _first_text(item.get("content"))
+        if content is None:
+            return False
+        if previous is not None and previous.get("content") is None:
+            previous["content"] = content
+        else:
+            messages.append({"role": "assistant", "content": content})
+        return True
+    if kind == "message" and isinstance(role, str):
+        content = _chat_content(item.get("content"))
+        if content is None:
+            return False
+        messages.append({"role": role, "content": content})
+        return True
+    if kind == "function_call":
+        call = {
+            "id": item.get("call_id"),
+            "type": "function",
+            "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+        }
+        if previous is not None:
+            previous.setdefault("tool_calls", []).append(call)
+        else:
+            messages.append({"role": "assistant", "tool_calls": [call]})
+        return True
+    if kind == "function_call_output":
+        messages.append({"role": "tool", "content": item.get("output"), "tool_call_id": item.get("call_id")})
+        return True
+    if kind == "reasoning":
+        parts = item.get("content") or item.get("summary") or []
+        text = parts[0].get("text", "") if parts and isinstance(parts[0], dict) else ""
+        if previous is not None and previous.get("reasoning") is None:
+            previous["reasoning"] = text
+        else:
+            messages.append({"role": "assistant", "reasoning": text})
+        return True
+    return False
+
+
+def _chat_content(content: Any) -> str | list[dict[str, str]] | None:
+    """A Responses message's content as chat content: the string, or its text parts
+    (``input_text``, ``output_text``) as chat ``text`` parts, which vLLM renders alike; None for
+    content with other parts (images, files)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    parts = []
+    for part in content:
+        if (
+            not isinstance(part, dict)
+            or part.get("type") not in _TEXT_PARTS
+            or not isinstance(part.get("text"), str)
+        ):
+            return None
+        parts.append({"type": "text", "text": part["text"]})
+    return parts
+
+
+def _first_text(content: Any) -> str | None:
+    """An assistant message's text as vLLM takes it: the string, or its first part's ``text``."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        text = content[0].get("text")
+        return text if isinstance(text, str) else None
+    return None
+
+
+def _chat_tool(tool: Any) -> dict[str, Any] | None:
+    """A Responses function tool ``{type, name, description, parameters, strict}`` as a chat tool
+    (vLLM's ``convert_tool_responses_to_completions_format``)."""
+    if not isinstance(tool, dict) or tool.get("type") != "function":
+        return None
+    return {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}

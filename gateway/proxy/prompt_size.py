@@ -1,0 +1,77 @@
+"""A request's prompt size in tokens before admission: counted by the backend when it matters,
+estimated when it doesn't or can't be.
+
+The backend's count (:mod:`gateway.dialects.prompt_count`) is exact but costs a loopback round trip
+and a tokenization (seconds for a 1M-token prompt), so it is asked only for bodies of at least
+``GATEWAY_TOKENIZE_MIN_BYTES``: a smaller body holds at most as many tokens as bytes, too few to be a
+long prompt or to matter to the KV pool. Otherwise, and whenever the backend can't answer (no
+tokenizer route, an error, ``GATEWAY_TOKENIZE_TIMEOUT_S`` passed), the size is estimated at 4 bytes
+of JSON a token, and the record says so. Nothing is cached: a count's request holds prompt text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+from gateway import json_codec
+from gateway.config import Settings
+from gateway.dialects.prompt_count import TokenCount
+from gateway.errors import GatewayError
+from gateway.proxy.upstream import Upstream
+from gateway.traits import UpstreamTraits
+
+log = logging.getLogger("gateway.admission")
+
+#: Bytes of request JSON per token of the estimate.
+BYTES_PER_TOKEN = 4
+
+
+@dataclass(frozen=True, slots=True)
+class PromptSize:
+    """``tokens`` of prompt, and where the figure comes from: ``tokenize`` (the backend counted it)
+    or ``estimate`` (:data:`BYTES_PER_TOKEN`)."""
+
+    tokens: int
+    source: Literal["tokenize", "estimate"]
+
+
+def estimate(size: int) -> PromptSize:
+    """The estimate for a body of ``size`` bytes (at least 1 token)."""
+    return PromptSize(max(1, size // BYTES_PER_TOKEN), "estimate")
+
+
+async def prompt_size(
+    upstream: Upstream,
+    traits: UpstreamTraits,
+    settings: Settings,
+    count: TokenCount | None,
+    size: int,
+    headers: dict[str, str],
+) -> PromptSize:
+    """The prompt's size: the backend's count of ``count`` for a body of ``size`` bytes at least
+    ``settings.tokenize_min_bytes``, else (or if it can't be had) the estimate. Never raises a
+    :class:`GatewayError`: the request itself will meet whatever the backend has to say."""
+    if count is None or size < settings.tokenize_min_bytes or traits.counts_prompts is False:
+        return estimate(size)
+    try:
+        async with asyncio.timeout(settings.tokenize_timeout_s):
+            response = await upstream.open("POST", count.path, json_codec.dumps(count.body), headers)
+            try:
+                answer = json_codec.loads(await response.read())
+            finally:
+                response.close()
+    except GatewayError as error:
+        if error.status == 404:
+            traits.counts_prompts = False
+            log.warning("the backend has no %s route: prompt sizes are estimated", count.path)
+        return estimate(size)
+    except (TimeoutError, ValueError):
+        return estimate(size)
+    tokens = answer.get(count.field) if isinstance(answer, dict) else None
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+        return estimate(size)
+    traits.counts_prompts = True
+    return PromptSize(tokens, "tokenize")
