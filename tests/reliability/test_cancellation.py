@@ -4,6 +4,7 @@ in use, no one queued, nothing running on the backend, and exactly one usage row
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import socket
 import sqlite3
@@ -47,16 +48,24 @@ async def _crowd(url: str, keys: list[str], seed: int) -> list[Outcome]:
             await http.aclose()
 
 
+#: The second run's pool holds one or two of these requests' KV (prompt ~30 + 8-32 output tokens) and
+#: about half their prompts are long: they also wait for KV and the lane, and pass each other.
+KV_TIGHT = {"kv_budget_tokens": 90, "long_prompt_tokens": 33}
+
+
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("admission", [{}, KV_TIGHT], ids=["slots", "kv-and-lane"])
 def test_two_thousand_clients_giving_up_anywhere_leave_no_slot_queue_or_lost_row(
     start_sim: Callable[..., ThreadedServer],
     make_key: Callable[..., str],
     database_url: str,
     tmp_path: Path,
+    admission: dict[str, int],
 ) -> None:
     """Clients finish or give up while queued, waiting for upstream headers, mid-stream or during the
-    usage chunk. Afterwards: slots in use 0 and queue 0 (admin status), the simulator runs and waits
-    for nothing, every request the gateway received has exactly one ledger row and no row is extra."""
+    usage chunk. Afterwards: slots in use 0, no KV reserved, no long request running and queue 0
+    (admin status), the simulator runs and waits for nothing, every request the gateway received has
+    exactly one ledger row and no row is extra."""
     sim = start_sim(decode_tps=5000.0)
     keys = [make_key(f"crowd-{n}") for n in range(KEYS)]
     admin = make_key("ops", scopes=["admin"])
@@ -66,6 +75,7 @@ def test_two_thousand_clients_giving_up_anywhere_leave_no_slot_queue_or_lost_row
         queue_max=CLIENTS,
         queue_max_per_key=CLIENTS,
         ledger_flush_s=0.5,
+        **admission,
     )
     gateway = GatewayProcess(env, tmp_path / "gateway.log").start()
     try:
@@ -82,7 +92,10 @@ def test_two_thousand_clients_giving_up_anywhere_leave_no_slot_queue_or_lost_row
 
         def idle() -> bool:
             status = httpx.get(gateway.url + "/admin/status", headers=admin_headers, timeout=5).json()
-            return status["slots_in_use"] == 0 and status["queue_depth"] == 0
+            held = (
+                status[name] for name in ("slots_in_use", "queue_depth", "kv_reserved_tokens", "long_in_use")
+            )
+            return not any(held)
 
         wait_until(idle, timeout_s=30, what="gateway slots and queue back to 0")
         backend = scrape(sim.url)
@@ -101,6 +114,14 @@ def test_two_thousand_clients_giving_up_anywhere_leave_no_slot_queue_or_lost_row
         issued = {o.request_id for o in outcomes}
         # a client that gave up as its body went out may not have seen it sent, yet have a row
         assert sent <= set(ids) <= issued, (sorted(sent - set(ids))[:5], sorted(set(ids) - issued)[:5])
+        with sqlite3.connect(path) as db:
+            waits = Counter(
+                reason
+                for (row,) in db.execute("SELECT waited_for FROM usage_ledger")
+                for reason in json.loads(row or "{}")
+            )
+        print(f"waited for: {dict(waits)}")
+        assert {"kv", "lane"} <= set(waits) if admission else "kv" not in waits
     finally:
         gateway.stop()
 
