@@ -133,10 +133,10 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any]) -> bool:
             messages.append({"role": "assistant", "content": content})
         return True
     if kind == "message" and isinstance(role, str):
-        content = _chat_content(item.get("content"))
-        if content is None:
+        parts = _chat_content(item.get("content"))
+        if parts is None:
             return False
-        messages.append({"role": role, "content": content})
+        messages.append({"role": role, "content": parts})
         return True
     if kind == "function_call":
         call = {

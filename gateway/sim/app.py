@@ -40,6 +40,7 @@ ROUTES = (
     ("/v1/responses/{response_id}/cancel", handlers.stored_response, ["POST"]),
     ("/v1/messages", handlers.messages, ["POST"]),
     ("/v1/messages/count_tokens", handlers.count_tokens, ["POST"]),
+    ("/tokenize", handlers.tokenize, ["POST"]),
     ("/v1/models", handlers.list_models, ["GET"]),
     ("/health", handlers.health, ["GET"]),
     ("/version", handlers.version, ["GET"]),
@@ -74,7 +75,11 @@ def create_sim_app(config: SimConfig | None = None) -> Starlette:
             _app.state.sim.close()
 
     app = Starlette(
-        routes=[_route(path, endpoint, methods) for path, endpoint, methods in ROUTES],
+        routes=[
+            _route(path, endpoint, methods)
+            for path, endpoint, methods in ROUTES
+            if config.tokenize_route or path != "/tokenize"
+        ],
         middleware=[Middleware(SimulatorMiddleware)],
         exception_handlers={SimError: sim_error_handler, HTTPException: http_error_handler},
         lifespan=lifespan,

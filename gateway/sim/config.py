@@ -31,14 +31,23 @@ class SimConfig:
     """Probability (0..1) that each draft position is accepted, given all earlier ones were."""
     seed: int = 0
     """Mixed into every request's RNGs; same seed + same request -> same text and same chunking."""
-    prefill_tps: float = 8000.0
-    """Prefill speed, prompt tokens/s. TTFT after admission = ttft_base_s + prompt_tokens / prefill_tps."""
+    prefill_tps: float = 1641.0
+    """Prefill speed, prompt tokens/s, shared by the sequences prefilling at once. The default is the
+    DSpark Graph-8 recipe's production uncached-retrieval qualification: 159,979 prompt tokens to the
+    first token in 97.50 s. Alone, TTFT after admission = ttft_base_s + prompt_tokens / prefill_tps."""
+    prefill_chunk_tokens: int = 4096
+    """Tokens prefilled per chunk (vLLM's chunked prefill, ``--max-num-batched-tokens 4096``): the KV a
+    prefill takes grows by a chunk at a time, and a waiting sequence needs room for its first one."""
     ttft_base_s: float = 0.02
     """Fixed part of the time to first token after admission, seconds."""
     max_model_len: int = 1_048_576
     """Context window, tokens: prompt (+ max_tokens when given) beyond it -> 400."""
     kv_cache_tokens: int = 1_372_579
-    """KV pool size, tokens; ``vllm:kv_cache_usage_perc`` = tokens of running sequences / this."""
+    """KV pool size, tokens (the balanced profile's at startup); running sequences that outgrow it are
+    preempted (``gateway.sim.scheduler``); ``vllm:kv_cache_usage_perc`` = tokens held / this."""
+    tokenize_route: bool = True
+    """Serve ``POST /tokenize`` (vLLM does unless ``--skip-tokenizer-init``); False: 404, as a backend
+    without a tokenizer route."""
     reasoning_parser: bool = True
     """True: split reasoning into the ``reasoning`` field (``--reasoning-parser deepseek_v4``).
     False: raw ``...reasoning...</think>answer`` in ``content``."""
@@ -61,6 +70,7 @@ class SimConfig:
             "slots must be >= 1": self.slots >= 1,
             "decode_tps must be > 0": self.decode_tps > 0,
             "prefill_tps must be > 0": self.prefill_tps > 0,
+            "prefill_chunk_tokens must be >= 1": self.prefill_chunk_tokens >= 1,
             "ttft_base_s must be >= 0": self.ttft_base_s >= 0,
             "k must be >= 0": self.k >= 0,
             "acceptance must be within 0..1": 0.0 <= self.acceptance <= 1.0,

@@ -1,14 +1,18 @@
-"""The simulated engine: a FIFO slot scheduler and a speculative-decoding step model.
+"""The simulated engine: chunked prefill, a speculative-decoding step model, and the scheduler's
+preemption (``gateway.sim.scheduler``) seen from a sequence's task.
 
 Invariants:
-- at most ``slots`` sequences are *running* (admitted, prefilling or decoding); the rest are *waiting*
-  in arrival order, like vLLM's waiting queue;
 - a sequence leaves the scheduler exactly once, in ``finally``, whether it finished, was cancelled
-  while waiting, or was aborted mid-decode (client disconnect);
-- step 0 (the prefill) emits 1 token and drafts nothing; every later step drafts ``k`` tokens and
-  emits ``1 + accepted`` tokens (``accepted``: draft positions accepted in order, each with probability
-  ``acceptance``, stopping at the first rejection), cut to what the output has left;
-- a step of n tokens is emitted n / decode_tps seconds after the previous one (per sequence).
+  while waiting (first time or preempted), or was aborted mid-prefill or mid-decode (client disconnect);
+- a prefill of n tokens (prompt, + tokens generated so far when recomputing) runs in chunks of
+  ``prefill_chunk_tokens``; a chunk of c tokens takes c / (prefill_tps / sequences prefilling when it
+  starts) s, as vLLM's chunked prefill shares one token budget per step between them;
+- step 0 emits 1 token ``ttft_base_s`` after the prefill and drafts nothing; every later step drafts
+  ``k`` tokens and emits ``1 + accepted`` tokens (``accepted``: draft positions accepted in order, each
+  with probability ``acceptance``, stopping at the first rejection), cut to what the output has left;
+- a step of n tokens is emitted n / decode_tps seconds after the previous one (per sequence);
+- preemption loses no output and duplicates none: the step being computed is kept and emitted after
+  the recompute, so the steps (and the text) are those of a run without preemption.
 """
 
 from __future__ import annotations
@@ -16,58 +20,12 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator
 from typing import Protocol
 
 from .config import SimConfig
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One engine step of one sequence: output tokens ``[start, end)``."""
-
-    start: int
-    end: int
-    drafted: int
-    """Draft tokens proposed in this step (0 for the prefill step, else k)."""
-    accepted: int
-    """Draft tokens accepted and emitted in this step."""
-
-    @property
-    def tokens(self) -> int:
-        """Tokens emitted in this step (1..k+1)."""
-        return self.end - self.start
-
-
-@dataclass(slots=True)
-class Sequence:
-    """One request inside the engine, with the timings its per-request metrics need (monotonic s)."""
-
-    request_id: str
-    prompt_tokens: int
-    output_tokens: int
-    """Tokens this sequence will emit if not aborted."""
-    finish_reason: str
-    """Reason reported when all ``output_tokens`` are emitted ("stop" or "length")."""
-    rng: random.Random
-    decode_tps: float | None = None
-    """This sequence's decode speed, tokens/s (None: the server's ``SimConfig.decode_tps``)."""
-    arrival: float = field(default_factory=time.monotonic)
-    scheduled: float | None = None
-    first_token: float | None = None
-    last_token: float | None = None
-    generated: int = 0
-    steps: list[Step] = field(default_factory=list)
-    step_times: list[float] = field(default_factory=list)
-    """Monotonic time each step in ``steps`` was emitted, s."""
-
-    @property
-    def kv_tokens(self) -> int:
-        """Tokens this sequence holds in the KV cache while running."""
-        return self.prompt_tokens + self.generated
+from .scheduler import Preempted, Scheduler
+from .sequence import Sequence, Step
 
 
 class EngineObserver(Protocol):
@@ -75,6 +33,7 @@ class EngineObserver(Protocol):
 
     def on_prefill(self, seq: Sequence) -> None: ...
     def on_step(self, seq: Sequence, step: Step) -> None: ...
+    def on_preempt(self, seq: Sequence) -> None: ...
     def on_finish(self, seq: Sequence, reason: str) -> None: ...
 
 
@@ -103,63 +62,6 @@ def _next_step(rng: random.Random, position: int, total: int, k: int, acceptance
     return Step(position, position + emitted, drafted=k, accepted=emitted - 1)
 
 
-class Scheduler:
-    """At most ``slots`` running sequences; the others wait in FIFO order."""
-
-    def __init__(self, slots: int) -> None:
-        self.slots = slots
-        self._running: dict[str, Sequence] = {}
-        self._waiting: deque[tuple[Sequence, asyncio.Future[None]]] = deque()
-
-    @property
-    def num_running(self) -> int:
-        """Sequences holding a slot."""
-        return len(self._running)
-
-    @property
-    def num_waiting(self) -> int:
-        """Sequences queued for a slot."""
-        return len(self._waiting)
-
-    @property
-    def kv_tokens(self) -> int:
-        """KV cache tokens held by running sequences (prompt + generated)."""
-        return sum(seq.kv_tokens for seq in self._running.values())
-
-    @asynccontextmanager
-    async def slot(self, seq: Sequence) -> AsyncIterator[None]:
-        """Hold a slot for ``seq``; waits FIFO; always gives it back (or leaves the queue) on exit."""
-        await self._acquire(seq)
-        try:
-            yield
-        finally:
-            self._release(seq)
-
-    async def _acquire(self, seq: Sequence) -> None:
-        if not self._waiting and len(self._running) < self.slots:
-            self._running[seq.request_id] = seq
-            return
-        entry = (seq, asyncio.get_running_loop().create_future())
-        self._waiting.append(entry)
-        try:
-            await entry[1]
-        except BaseException:
-            if entry[1].done() and not entry[1].cancelled():
-                self._release(seq)  # granted just as we were cancelled: hand the slot on
-            elif entry in self._waiting:
-                self._waiting.remove(entry)
-            raise
-
-    def _release(self, seq: Sequence) -> None:
-        self._running.pop(seq.request_id, None)
-        while self._waiting and len(self._running) < self.slots:
-            waiter, granted = self._waiting.popleft()
-            if granted.cancelled():
-                continue
-            self._running[waiter.request_id] = waiter
-            granted.set_result(None)
-
-
 class SimEngine:
     """Runs sequences through the scheduler and the step model, reporting to an observer."""
 
@@ -169,38 +71,88 @@ class SimEngine:
         self._observer = observer
 
     async def run(self, seq: Sequence) -> AsyncGenerator[Step, None]:
-        """Queue, prefill and decode ``seq``, yielding each step when it is due.
+        """Queue, prefill and decode ``seq``, yielding each step when it is due; a preempted sequence
+        waits again, then recomputes (prefills prompt + generated tokens) and decodes on.
 
         Consumers must close the iterator (``contextlib.aclosing``) so an abort frees the slot at once;
         a sequence that stops early is reported as finished with reason "abort".
         """
-        config = self.config
+        config, scheduler = self.config, self.scheduler
         decode_tps = seq.decode_tps or config.decode_tps
+        step: Step | None = None  # drawn, not yet emitted: kept across a preemption
         try:
-            async with self.scheduler.slot(seq):
-                seq.scheduled = time.monotonic()
-                due = seq.scheduled + config.ttft_base_s + seq.prompt_tokens / config.prefill_tps
-                while seq.generated < seq.output_tokens:
-                    step = _next_step(seq.rng, seq.generated, seq.output_tokens, config.k, config.acceptance)
-                    if step.start > 0:
-                        due += step.tokens / decode_tps
-                    await _sleep_until(due)
-                    now = time.monotonic()
-                    if step.start == 0:
-                        seq.first_token = now
-                        self._observer.on_prefill(seq)
-                    seq.last_token = now
-                    seq.generated = step.end
-                    seq.steps.append(step)
-                    seq.step_times.append(now)
-                    self._observer.on_step(seq, step)
-                    yield step
+            while seq.generated < seq.output_tokens:
+                await scheduler.acquire(seq)
+                if seq.scheduled is None:
+                    seq.scheduled = time.monotonic()
+                try:
+                    await self._prefill(seq)
+                    due = time.monotonic() + (config.ttft_base_s if seq.generated == 0 else 0.0)
+                    while seq.generated < seq.output_tokens:
+                        if step is None:
+                            step = _next_step(
+                                seq.rng, seq.generated, seq.output_tokens, config.k, config.acceptance
+                            )
+                        if step.start > 0:
+                            due += step.tokens / decode_tps
+                        scheduler.grow(seq, step.tokens)
+                        await _nap(seq, due)
+                        self._emit(seq, step)
+                        emitted, step = step, None
+                        yield emitted
+                except Preempted:
+                    seq.preempted = False  # waiting again (or already rescheduled): recompute
         finally:
+            scheduler.release(seq)
             complete = seq.generated >= seq.output_tokens
             self._observer.on_finish(seq, seq.finish_reason if complete else "abort")
 
+    async def _prefill(self, seq: Sequence) -> None:
+        """Prefill prompt + generated tokens in chunks of ``prefill_chunk_tokens``; a chunk of c
+        tokens takes c / (prefill_tps / sequences prefilling now) s (the compute is shared)."""
+        config, scheduler = self.config, self.scheduler
+        left = seq.prompt_tokens + seq.generated
+        seq.prefilling = True
+        try:
+            while left > 0:
+                chunk = min(config.prefill_chunk_tokens, left)
+                scheduler.grow(seq, chunk)
+                await _nap(seq, time.monotonic() + chunk * scheduler.num_prefilling / config.prefill_tps)
+                left -= chunk
+        finally:
+            seq.prefilling = False
 
-async def _sleep_until(deadline: float) -> None:
-    """Sleep until the monotonic clock reaches ``deadline`` (s); absolute, so steps don't drift."""
+    def _emit(self, seq: Sequence, step: Step) -> None:
+        now = time.monotonic()
+        if step.start == 0:
+            seq.first_token = now
+            self._observer.on_prefill(seq)
+        seq.last_token = now
+        seq.generated = step.end
+        seq.steps.append(step)
+        seq.step_times.append(now)
+        self._observer.on_step(seq, step)
+
+
+async def _nap(seq: Sequence, deadline: float) -> None:
+    """Wait until the monotonic clock reaches ``deadline`` (s; absolute, so steps don't drift);
+    raise :class:`Preempted` if ``seq`` is preempted before or while it waits."""
     delay = deadline - time.monotonic()
-    await asyncio.sleep(delay if delay > 0 else 0)
+    if delay <= 0:
+        await asyncio.sleep(0)
+    else:
+        loop = asyncio.get_running_loop()
+        seq.nap = nap = loop.create_future()
+        wake = loop.call_later(delay, _wake, nap)
+        try:
+            await nap
+        finally:
+            wake.cancel()
+            seq.nap = None
+    if seq.preempted:
+        raise Preempted
+
+
+def _wake(nap: asyncio.Future[None]) -> None:
+    if not nap.done():
+        nap.set_result(None)

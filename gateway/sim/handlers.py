@@ -24,12 +24,12 @@ from gateway.asgi import ClientDisconnectedError, ClosingStreamingResponse, unle
 
 from . import render, render_messages, render_responses, streams
 from .config import SimConfig
-from .engine import Sequence
 from .errors import SimError
 from .faults import Faults, parse_faults
-from .protocol import ChatRequest, CompletionRequest, Prompt, parse_body
+from .protocol import ChatRequest, CompletionRequest, Prompt, TokenizeRequest, parse_body
 from .protocol_messages import CountTokensRequest, MessagesRequest
 from .protocol_responses import ResponsesRequest
+from .sequence import Sequence
 from .state import SimState
 from .text import build_output, derive_seed
 from .tools import new_call_id, scripted_call
@@ -88,6 +88,18 @@ async def _count_tokens(request: Request, body: CountTokensRequest) -> Response:
     prompt = body.to_prompt()
     _check_length(config, prompt.tokens, None)
     return FastJSONResponse(render_messages.count_tokens_body(prompt.tokens))
+
+
+async def tokenize(request: Request) -> Response:
+    """``POST /tokenize``: ``{"count", "max_model_len", "tokens"}`` (token ids are placeholders)."""
+    return await _answer(request, TokenizeRequest, _tokenize)
+
+
+async def _tokenize(request: Request, body: TokenizeRequest) -> Response:
+    config = request.app.state.sim.config
+    _check_model(config, body.model)
+    count = body.count()
+    return FastJSONResponse({"count": count, "max_model_len": config.max_model_len, "tokens": [0] * count})
 
 
 BodyT = TypeVar("BodyT", bound=BaseModel)

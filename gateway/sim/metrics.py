@@ -15,7 +15,8 @@ from prometheus_client.registry import Collector
 
 from gateway.metric_series import BoundSeries
 
-from .engine import Scheduler, Sequence, Step
+from .scheduler import Scheduler
+from .sequence import Sequence, Step
 
 FINISH_REASONS = ("stop", "length", "abort")
 _LATENCY_BUCKETS = (
@@ -123,6 +124,9 @@ class SimMetrics:
             "Simulator only: requests aborted by their client (disconnect while waiting or decoding).",
         )
         self._queue = histogram("vllm:request_queue_time_seconds", "Time spent in WAITING phase, seconds.")
+        self._preemptions = counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine."
+        )
 
     def render(self) -> bytes:
         """Prometheus text exposition of everything above."""
@@ -148,6 +152,10 @@ class SimMetrics:
             self._accepted_tokens.inc(step.accepted)
             for position in range(step.accepted):
                 self._bound(self._per_pos_family, str(position)).inc()
+
+    def on_preempt(self, seq: Sequence) -> None:
+        """The sequence was preempted (it lost its KV; it will recompute)."""
+        self._preemptions.inc()
 
     def on_finish(self, seq: Sequence, reason: str) -> None:
         """The sequence left the engine (``reason``: stop, length or abort)."""

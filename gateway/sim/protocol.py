@@ -235,6 +235,29 @@ class CompletionRequest(_GenerationRequest):
         )
 
 
+class TokenizeRequest(BaseModel):
+    """``POST /tokenize`` body (vLLM's chat form, ``messages`` with the chat template applied, or its
+    text form, ``prompt``); counted as the chat and completions routes count their prompts."""
+
+    model_config = OPEN
+    model: str | None = None
+    messages: list[ChatMessage] | None = None
+    tools: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> TokenizeRequest:
+        if (self.messages is None) == (self.prompt is None):
+            raise ValueError("give either messages or prompt")
+        return self
+
+    def count(self) -> int:
+        """The prompt's tokens: what ``usage.prompt_tokens`` of the same chat or completion request is."""
+        if self.messages is not None:
+            return ChatRequest(messages=self.messages, tools=self.tools).to_prompt().tokens
+        return CompletionRequest(prompt=self.prompt or "").to_prompt().tokens
+
+
 RequestT = TypeVar("RequestT", bound=BaseModel)
 
 

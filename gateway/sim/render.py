@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway import json_codec
 
-from .engine import Sequence, Step
+from .sequence import Sequence, Step
 from .text import Output
 
 ROLE_DELTA = {"role": "assistant", "content": ""}

@@ -27,8 +27,8 @@ import json
 import uuid
 from typing import Any
 
-from .engine import Step
 from .errors import SimError
+from .sequence import Step
 from .streams import Generation
 from .text import Output
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from .engine import Step
 from .protocol_responses import ResponsesRequest
 from .render import Envelope
+from .sequence import Step
 from .streams import Generation
 
 

@@ -6,8 +6,9 @@ import time
 from dataclasses import dataclass, field
 
 from .config import SimConfig
-from .engine import EngineObserver, Scheduler, SimEngine
+from .engine import EngineObserver, SimEngine
 from .metrics import SimMetrics
+from .scheduler import Scheduler
 from .trace import Observers, SequenceTrace
 
 
@@ -26,10 +27,11 @@ class SimState:
     def build(cls, config: SimConfig) -> SimState:
         """Wire a scheduler, metrics that read it, and an engine that reports to the metrics (and to
         the trace file when ``config.trace_file`` is set)."""
-        scheduler = Scheduler(config.slots)
+        scheduler = Scheduler(config.slots, config.kv_cache_tokens, config.prefill_chunk_tokens)
         metrics = SimMetrics(config.served_model_name, scheduler, config.kv_cache_tokens)
         trace = SequenceTrace(config.trace_file) if config.trace_file else None
         observer: EngineObserver = metrics if trace is None else Observers(metrics, trace)
+        scheduler.on_preempt = observer.on_preempt
         engine = SimEngine(config, scheduler, observer)
         return cls(config=config, engine=engine, metrics=metrics, trace=trace)
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from . import render
-from .engine import Sequence, SimEngine, Step
+from .engine import SimEngine
 from .errors import SimulatedCrash
+from .sequence import Sequence, Step
 from .text import Output
 
 DONE = "[DONE]"

@@ -4,14 +4,15 @@ For benchmarks that must see what happened *at the slot*, e.g. how long a slot s
 sequence finishing and the next one arriving. Each line::
 
     {"request_id":"chatcmpl-<x-request-id>-<8 hex>","arrival":1234.5,"scheduled":1234.5,
-     "first_token":1234.5,"finish":1234.6,"prompt_tokens":20,"output_tokens":4,"reason":"length"}
+     "first_token":1234.5,"finish":1234.6,"prompt_tokens":20,"output_tokens":4,"preemptions":0,
+     "reason":"length"}
 
 Times are ``time.monotonic()`` seconds of the simulator process, i.e. Linux ``CLOCK_MONOTONIC``, which
 every process on the machine shares (comparable with another process's ``time.monotonic()``):
 
 - ``arrival``: the request was parsed and validated and its sequence built (before it waits for a slot);
-- ``scheduled``: it took a slot; ``first_token``: the engine emitted its first token (None when it never
-  got one);
+- ``scheduled``: it first took a slot (``preemptions``: times it lost it again); ``first_token``: the
+  engine emitted its first token (None when it never got one);
 - ``finish``: it left the engine, its slot already given back (after its last token, or on abort).
 
 ``output_tokens`` is what was emitted; ``reason`` is "stop", "length" or "abort" (client gone).
@@ -30,7 +31,8 @@ from typing import IO
 
 from gateway import json_codec
 
-from .engine import EngineObserver, Sequence, Step
+from .engine import EngineObserver
+from .sequence import Sequence, Step
 
 
 class SequenceTrace:
@@ -49,6 +51,9 @@ class SequenceTrace:
     def on_step(self, seq: Sequence, step: Step) -> None:
         """Nothing: only the end of a sequence is traced."""
 
+    def on_preempt(self, seq: Sequence) -> None:
+        """Nothing: the sequence's line counts its preemptions."""
+
     def on_finish(self, seq: Sequence, reason: str) -> None:
         """Buffer the line of ``seq``; schedule a flush (or flush now when no event loop runs)."""
         if self._file is None:
@@ -61,6 +66,7 @@ class SequenceTrace:
             "finish": time.monotonic(),
             "prompt_tokens": seq.prompt_tokens,
             "output_tokens": seq.generated,
+            "preemptions": seq.preemptions,
             "reason": reason,
         }
         self._pending.append(json_codec.dumps_text(line) + "\n")
@@ -104,6 +110,10 @@ class Observers:
     def on_step(self, seq: Sequence, step: Step) -> None:
         for observer in self._observers:
             observer.on_step(seq, step)
+
+    def on_preempt(self, seq: Sequence) -> None:
+        for observer in self._observers:
+            observer.on_preempt(seq)
 
     def on_finish(self, seq: Sequence, reason: str) -> None:
         for observer in self._observers:

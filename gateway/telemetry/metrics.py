@@ -12,6 +12,8 @@ add one whose value is only its creation time, doubling the series a scrape stor
 
 from __future__ import annotations
 
+import functools
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -33,6 +35,10 @@ _RATE = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
 _LENGTH = (1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5, 6)
 #: The per-request token counts of a record, by ``gateway_tokens_total``'s ``kind``.
 _TOKEN_KINDS = ("prompt", "completion", "cached", "reasoning")
+
+
+def _waiting(admission: Admission, reason: str) -> int:
+    return admission.waiting_for()[reason]
 
 
 class GatewayMetrics:
@@ -77,7 +83,7 @@ class GatewayMetrics:
             registry=registry,
         )
         for reason in Reason:
-            waiting.labels(reason.value).set_function(lambda r=reason.value: admission.waiting_for()[r])
+            waiting.labels(reason.value).set_function(functools.partial(_waiting, admission, reason.value))
         # by (model, key, api): bounded by the key table times the dialects
         self._series: dict[tuple[str, str, str], BoundSeries] = {}
         self.requests = Counter(

@@ -71,7 +71,11 @@ def test_reads_through_the_admin_api_and_from_the_database(
     assert "KV 0/1,372,579 tokens reserved; long prompts (>= 32,768 tokens) 0/1" in shown
     # the simulator sends reasoning fields and, like vLLM without --enable-per-request-metrics, no
     # metrics object: the second trait is not learnt yet
-    assert status["upstream"] == {"splits_reasoning": True, "per_request_metrics": None, "counts_prompts": None}
+    assert status["upstream"] == {
+        "splits_reasoning": True,
+        "per_request_metrics": None,
+        "counts_prompts": None,
+    }
     assert "upstream: splits reasoning yes, per request metrics unknown" in shown
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from gateway.sim import SimConfig, SimServer
-from gateway.sim.engine import Sequence
+from gateway.sim.sequence import Sequence
 from gateway.sim.state import SimState
 from gateway.sim.trace import SequenceTrace
 from tests.sim.helpers import FAST, chat_body, wait_for
@@ -48,6 +48,7 @@ def test_one_line_per_sequence_with_ordered_monotonic_times(tmp_path):
             "scheduled",
             "first_token",
             "finish",
+            "preemptions",
             "prompt_tokens",
             "output_tokens",
             "reason",

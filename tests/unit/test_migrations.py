@@ -164,7 +164,9 @@ async def test_a_fresh_database_opens_at_the_newest_revision_equal_to_the_tables
     for _ in range(2):  # created, then opened as it is
         engine = await open_engine(url)
         async with engine.connect() as conn:
-            assert (await conn.execute(text("SELECT version_num FROM alembic_version"))).all() == [(HEAD_REVISION,)]
+            assert (await conn.execute(text("SELECT version_num FROM alembic_version"))).all() == [
+                (HEAD_REVISION,)
+            ]
             assert await conn.run_sync(schema.compare, Base.metadata) == []
         await engine.dispose()
 
