@@ -14,9 +14,10 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
+from redis.asyncio import Redis
 
 from gateway import routes
-from gateway.admission import Admission
+from gateway.admission import Admission, SharedAdmission
 from gateway.auth import Authenticator, KeyStore
 from gateway.auth.audit import AuditLog
 from gateway.auth.tokens import TokenConfig
@@ -72,6 +73,17 @@ def aiohttp_upstream(settings: Settings) -> Upstream:
     return AiohttpUpstream(settings.upstream, session)
 
 
+def admission_for(settings: Settings) -> Admission | SharedAdmission:
+    """This process's admission (``GATEWAY_ADMISSION_STORE=memory://``), or the one every replica
+    shares in Redis (``redis://...``)."""
+    store = settings.admission_store
+    if store.startswith(("redis://", "rediss://", "unix://")):
+        return SharedAdmission.configured(settings, Redis.from_url(store))
+    if store != "memory://":
+        raise ValueError(f"GATEWAY_ADMISSION_STORE must be memory:// or a redis:// URL, not {store!r}")
+    return Admission.configured(settings)
+
+
 def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_upstream) -> FastAPI:
     """Build the gateway ASGI app. ``settings.upstream`` must be set (the CLI fills it with the simulator);
     ``upstream_factory`` makes the client to it (tests pass an in-memory one).
@@ -82,7 +94,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
     """
     if not settings.upstream:
         raise ValueError("settings.upstream is required (e.g. http://127.0.0.1:8000)")
-    admission = Admission.configured(settings)
+    admission = admission_for(settings)
     metrics = GatewayMetrics(admission)
     drain = Drain()
 
@@ -92,6 +104,8 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         upstream = upstream_factory(settings)
         ledger = UsageLedger(engine, flush_interval_s=settings.ledger_flush_s)
         ledger.start()
+        if isinstance(admission, SharedAdmission):
+            await admission.start()
         monitor = BackendMonitor(upstream, metrics, settings.backend_poll_s)
         poller = asyncio.create_task(monitor.run())
         app.state.ledger = ledger
@@ -132,6 +146,8 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             await owners.aclose()
             await ledger.close()
             await upstream.aclose()
+            if isinstance(admission, SharedAdmission):
+                await admission.aclose()
             await engine.dispose()
 
     # /docs and /redoc load Swagger UI and ReDoc from the gateway itself (fastapi-offline ships them),

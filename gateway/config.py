@@ -293,6 +293,23 @@ class Settings(BaseSettings):
         description="Longest wait of a long prompt: it may wait for another's whole prefill (a 950k-token "
         "prefill took 1,058 s)",
     )
+    admission_store: str = Field(
+        default="memory://",
+        description="Where slots, KV reservations and the fair queue live: memory:// (this process) or "
+        "redis://host:port/db (shared by the replicas in front of one backend)",
+    )
+    admission_backend: str = Field(
+        default="default",
+        pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+        description="The backend's name in the shared admission store: replicas in front of the same "
+        "backend use the same name",
+    )
+    admission_lease_ttl_s: float = Field(
+        default=10.0,
+        ge=1.0,
+        description="Shared admission: a lease or a queued place outlives its replica's last renewal "
+        "this long, s (a replica killed with -9 gives its slots back within it)",
+    )
     bypass_limit: int = Field(
         default=8,
         ge=1,

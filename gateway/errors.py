@@ -60,6 +60,7 @@ CATALOGUE: Mapping[str, ErrorKind] = {
     "queue_full": ErrorKind(429, "rate_limit_error", _WARNING),
     "queue_timeout": ErrorKind(429, "rate_limit_error", _WARNING),
     "draining": ErrorKind(503, "service_unavailable_error", _INFO),
+    "admission_unavailable": ErrorKind(503, "service_unavailable_error", _ERROR),  # Redis, when shared
     # the backend
     "upstream_rejected": ErrorKind(400, _INVALID, _INFO),  # its own 4xx: status as it answered
     "upstream_error": ErrorKind(502, _UPSTREAM, _WARNING),  # its own 5xx: status as it answered

@@ -2,13 +2,20 @@
 
 - :mod:`~gateway.admission.capacity`: what a request needs and whether it fits (pure arithmetic);
 - :mod:`~gateway.admission.scheduler`: the fair per-key queues, passing and the starvation guard;
-- :mod:`~gateway.admission.errors`: the 429s.
+- :mod:`~gateway.admission.shared`: the same in Redis, for several replicas (its Lua in
+  :mod:`~gateway.admission.shared_scripts`);
+- :mod:`~gateway.admission.lease`, :mod:`~gateway.admission.gate`: what the pipeline holds and calls;
+- :mod:`~gateway.admission.errors`: the 429s, and the 503 of an unreachable shared store.
 """
 
 from gateway.admission.capacity import Capacity, Need, Reason
-from gateway.admission.errors import QueueFullError, QueueTimeoutError
-from gateway.admission.scheduler import Admission, Lease, Waiter
+from gateway.admission.errors import AdmissionUnavailableError, QueueFullError, QueueTimeoutError
+from gateway.admission.gate import Gate
+from gateway.admission.lease import Lease, Waiter
+from gateway.admission.scheduler import Admission
+from gateway.admission.shared import SharedAdmission
 
 __all__ = [
-    "Admission", "Capacity", "Lease", "Need", "QueueFullError", "QueueTimeoutError", "Reason", "Waiter",
+    "Admission", "AdmissionUnavailableError", "Capacity", "Gate", "Lease", "Need", "QueueFullError",
+    "QueueTimeoutError", "Reason", "SharedAdmission", "Waiter",
 ]  # fmt: skip

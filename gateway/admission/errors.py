@@ -1,4 +1,5 @@
-"""The two refusals of admission, both 429 with ``Retry-After``."""
+"""The refusals of admission: two 429s with ``Retry-After``, and the 503 of a shared admission whose
+store (Redis) can't be reached."""
 
 from __future__ import annotations
 
@@ -26,4 +27,15 @@ class QueueTimeoutError(GatewayError):
             "queue_timeout",
             f"Waited {waited_s:.0f} s for {what} without being admitted; retry later.",
             headers={"Retry-After": str(retry_after_s)},
+        )
+
+
+class AdmissionUnavailableError(GatewayError):
+    """A shared admission's store did not answer, or lost the request's place: 503 with ``Retry-After``."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            "admission_unavailable",
+            f"The gateway could not reach its admission store ({what}); retry shortly.",
+            headers={"Retry-After": "1"},
         )

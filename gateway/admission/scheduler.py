@@ -36,104 +36,16 @@ import asyncio
 import math
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
 
 from gateway.admission.capacity import Capacity, Held, Need, Reason
 from gateway.admission.errors import QueueFullError, QueueTimeoutError
+from gateway.admission.lease import Lease, Waiter
 from gateway.config import Settings
 
 #: The need of a plain request: one sequence, no KV accounted, not long.
 ONE = Need()
 #: Weight of the newest hold time in the moving average behind ``Retry-After``.
 _EWMA_ALPHA = 0.2
-
-
-@dataclass(eq=False, slots=True)
-class Waiter:
-    """One queued request of ``key``; ``future`` resolves when it is admitted. ``settled`` turns True
-    once the waiter became a :class:`Lease` or was given up (:meth:`Admission.abandon`).
-
-    ``reason``: what it waits for now (since ``reason_since``, monotonic s); ``waited_for``: seconds
-    it waited for each reason before; ``passes``: grants that went past it while it did not fit."""
-
-    key: str
-    priority: int
-    max_concurrency: int | None
-    future: asyncio.Future[None]
-    need: Need
-    timeout_s: float
-    enqueued_at: float = field(default_factory=time.monotonic)
-    settled: bool = False
-    grant: int | None = None
-    passes: int = 0
-    reason: Reason | None = None
-    reason_since: float = 0.0
-    waited_for: dict[str, float] = field(default_factory=dict)
-
-    def note(self, reason: Reason | None, now: float) -> None:
-        """It waits for ``reason`` from ``now`` on (None: no longer waits)."""
-        if reason is self.reason:
-            return
-        if self.reason is not None:
-            name = self.reason.value
-            self.waited_for[name] = self.waited_for.get(name, 0.0) + now - self.reason_since
-        self.reason, self.reason_since = reason, now
-
-
-class Lease:
-    """One admitted request. :meth:`release` is idempotent; ``queue_wait_s`` is the time spent queued
-    (s), ``waited_for`` that time split by :class:`Reason` (``{"kv": 12.5, "slot": 0.3}``).
-
-    ``overlapped`` turns True if another lease was held at any moment while this one was: counters the
-    backend keeps for all requests (vLLM's spec-decode totals) are then not this request's alone.
-    """
-
-    __slots__ = (
-        "_admission", "_released", "grant", "granted_at", "key", "need", "overlapped", "queue_wait_s",
-        "waited_for",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        admission: Admission,
-        key: str,
-        grant: int,
-        need: Need,
-        queue_wait_s: float = 0.0,
-        waited_for: dict[str, float] | None = None,
-    ) -> None:
-        self._admission = admission
-        self._released = False
-        self.key = key
-        self.grant = grant
-        self.need = need
-        self.queue_wait_s = queue_wait_s
-        self.waited_for = waited_for or {}
-        self.granted_at = time.monotonic()
-        self.overlapped = False
-        admission._hold(self)
-
-    @property
-    def sequences(self) -> int:
-        return self.need.sequences
-
-    @property
-    def released(self) -> bool:
-        return self._released
-
-    def release(self) -> bool:
-        """Give the grant back (to the waiters). Safe to call more than once.
-
-        Returns True if this call admitted a waiting request (whose task resumes in the next
-        event-loop step), False if nothing was waiting that fits, or it was already released.
-        """
-        if self._released:
-            return False
-        self._released = True
-        admission = self._admission
-        grants = admission.grants
-        admission._unhold(self, time.monotonic() - self.granted_at)
-        return admission.grants > grants
 
 
 class Admission:
@@ -295,6 +207,12 @@ class Admission:
             self._credit[key] = waiter.priority
         self._dispatch()
         return waiter
+
+    async def admit(
+        self, key: str = "", priority: int = 1, max_concurrency: int | None = None, need: Need = ONE
+    ) -> Lease | Waiter:
+        """:meth:`enqueue`, as the request pipeline calls every :class:`~gateway.admission.gate.Gate`."""
+        return self.enqueue(key, priority, max_concurrency, need)
 
     async def wait(self, waiter: Waiter) -> Lease:
         """Wait for ``waiter``'s admission. Raises :class:`QueueTimeoutError`; cancellation leaks nothing."""
@@ -460,13 +378,15 @@ class Admission:
         self._active_per_key[key] += 1
         return grant
 
-    def _hold(self, lease: Lease) -> None:
+    def hold(self, lease: Lease) -> None:
+        """Lease bookkeeping: ``lease`` is held (the others it overlaps are marked)."""
         self._active.add(lease)
         if len(self._active) > 1:
             for held in self._active:
                 held.overlapped = True
 
-    def _unhold(self, lease: Lease, held_s: float) -> None:
+    def unhold(self, lease: Lease, held_s: float) -> None:
+        """Lease bookkeeping: ``lease``, held ``held_s`` s, is released; its grant goes to the waiters."""
         self._active.discard(lease)
         self._mean_hold_s += _EWMA_ALPHA * (held_s - self._mean_hold_s)
         self._give_back(lease.key, lease.grant)

@@ -161,11 +161,11 @@ class Exchange:
             await self.pipeline.limits.reserve(self.ticket, self._prompt_tokens + prepared.sequences * output)
         return self.ticket.headers
 
-    def enqueue(self) -> bool:
+    async def enqueue(self) -> bool:
         """Be admitted now if the request fits and fairness allows, else take a place in the key's
         queue (429 ``queue_full``); True if admitted."""
         principal = self.principal
-        entry = self.pipeline.admission.enqueue(
+        entry = await self.pipeline.admission.admit(
             principal.name, principal.priority, principal.max_concurrency, self._need
         )
         if isinstance(entry, Lease):

@@ -12,7 +12,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.admission import Admission, Need
+from gateway.admission import Gate, Need
 from gateway.aliases import ModelAliases
 from gateway.auth.principal import Principal
 from gateway.config import Settings
@@ -55,7 +55,7 @@ class Pipeline:
     in-memory test pipelines that serve no Responses API)."""
 
     upstream: Upstream
-    admission: Admission
+    admission: Gate
     settings: Settings
     sink: Sink
     backend: Scraper

@@ -106,7 +106,7 @@ async def _serve(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
     ``exchange.status`` (a failure raises)."""
     await exchange.measure(prepared)
     headers = await exchange.reserve(prepared)
-    admitted = exchange.enqueue()
+    admitted = await exchange.enqueue()
     if not prepared.stream:
         if not admitted:
             await exchange.wait()

@@ -2,7 +2,7 @@
 
 Names follow ``gateway_<noun>_<unit>``; labels carry the key *name*, never the key. HTTP metrics are
 recorded on the same registry by the edge middleware (:mod:`gateway.http.http_metrics`); slot and queue gauges
-are read live from the :class:`~gateway.admission.Admission` at scrape time; backend gauges are set by
+are read live from the :class:`~gateway.admission.Gate` at scrape time; backend gauges are set by
 the :class:`~gateway.telemetry.backend.BackendMonitor`. The registry also carries what
 prometheus-client's default registry would — ``process_*`` (CPU, memory, open files, start time),
 ``python_info`` and ``python_gc_*`` — and no ``_created`` series: each counter and histogram would
@@ -25,7 +25,7 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from gateway.admission import Admission, Reason
+from gateway.admission import Gate, Reason
 from gateway.metric_series import BoundSeries
 from gateway.telemetry.record import RequestTelemetry
 
@@ -37,14 +37,14 @@ _LENGTH = (1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5, 6)
 _TOKEN_KINDS = ("prompt", "completion", "cached", "reasoning")
 
 
-def _waiting(admission: Admission, reason: str) -> int:
+def _waiting(admission: Gate, reason: str) -> int:
     return admission.waiting_for()[reason]
 
 
 class GatewayMetrics:
     """The gateway's metric families, registered on their own :class:`CollectorRegistry`."""
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Gate) -> None:
         disable_created_metrics()
         self.registry = registry = CollectorRegistry()
         ProcessCollector(registry=registry)

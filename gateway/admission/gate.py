@@ -1,0 +1,60 @@
+"""What the request pipeline, ``/metrics`` and ``/admin/status`` need of an admission, whichever it is:
+:class:`~gateway.admission.scheduler.Admission` (this process, the default) or
+:class:`~gateway.admission.shared.SharedAdmission` (every replica's requests, in Redis)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from gateway.admission.capacity import Capacity, Need
+from gateway.admission.lease import Lease, Waiter
+
+
+class Gate(Protocol):
+    """Admit, wait, give up; and the live figures (sequences in use, requests waiting, KV reserved
+    tokens, long requests running) of the backend it guards."""
+
+    capacity: Capacity
+
+    @property
+    def slots(self) -> int: ...
+
+    @property
+    def in_use(self) -> int: ...
+
+    @property
+    def queue_depth(self) -> int: ...
+
+    @property
+    def kv_reserved_tokens(self) -> int: ...
+
+    @property
+    def long_in_use(self) -> int: ...
+
+    async def admit(self, key: str, priority: int, max_concurrency: int | None, need: Need) -> Lease | Waiter:
+        """A lease now, or a place in the queue (:class:`~gateway.admission.errors.QueueFullError`)."""
+        ...
+
+    async def wait(self, waiter: Waiter) -> Lease:
+        """The lease, once granted (:class:`~gateway.admission.errors.QueueTimeoutError`)."""
+        ...
+
+    def abandon(self, waiter: Waiter) -> None:
+        """Give the place (or a grant no lease holds yet) up; idempotent."""
+        ...
+
+    def position(self, waiter: Waiter) -> int:
+        """Grants before ``waiter`` (1 = next), an estimate."""
+        ...
+
+    def waiting_for(self) -> dict[str, int]:
+        """Requests waiting, by :class:`~gateway.admission.capacity.Reason` value."""
+        ...
+
+    def retry_after_s(self) -> int:
+        """Seconds a refused client should wait."""
+        ...
+
+    def status(self) -> dict[str, object]:
+        """The ``/admin/status`` view (see :meth:`Admission.status`)."""
+        ...

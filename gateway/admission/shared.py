@@ -1,0 +1,340 @@
+"""Admission shared by every gateway replica in front of one backend: its holders and its fair queue
+live in Redis (:mod:`~gateway.admission.shared_scripts`), so the backend never sees more than its
+slots and KV budget from all replicas together, and one key flooding one replica can't starve another
+key's request on another.
+
+- A grant is a *lease* in Redis with a TTL (``GATEWAY_ADMISSION_LEASE_TTL_S``) that the holding replica
+  renews every third of it; a replica killed with -9 stops renewing, and its slots come back within
+  the TTL (so do its queued tickets). Each lease carries a fencing token: a release after expiry is a
+  no-op, never another holder's capacity.
+- Grants reach the waiting replica by pub/sub (``grant:<replica>``); a missed message is found at
+  the next renewal. A release is sent in the background: the caller's path does no Redis I/O on the
+  way out, and a lost release still ends within the TTL.
+- What each waiter waits for and its place are the scripts' answer at enqueue and at every renewal;
+  the totals ``/metrics`` and ``/admin/status`` show are the last answer's, at most a renewal old.
+
+Each replica must be configured with the same capacity (slots, KV budget, lane) for a backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import Awaitable
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from gateway.admission.capacity import Capacity, Held, Need, Reason
+from gateway.admission.errors import AdmissionUnavailableError, QueueFullError, QueueTimeoutError
+from gateway.admission.lease import Lease, Waiter
+from gateway.admission.shared_scripts import ABANDON, ENQUEUE, RELEASE, RENEW
+from gateway.config import Settings
+
+log = logging.getLogger("gateway.admission.shared")
+
+
+class SharedAdmission:
+    """One backend's admission in Redis (``client``), under ``dspark:admission:{backend}:``.
+
+    Args as :class:`~gateway.admission.scheduler.Admission`'s, plus ``lease_ttl_s``: how long a
+    lease or a queued ticket outlives its replica's last renewal, s.
+    """
+
+    def __init__(
+        self,
+        client: Redis,
+        backend: str,
+        capacity: Capacity,
+        queue_max: int,
+        queue_timeout_s: float,
+        queue_max_per_key: int | None = None,
+        *,
+        long_queue_timeout_s: float | None = None,
+        bypass_limit: int = 8,
+        lease_ttl_s: float = 10.0,
+    ) -> None:
+        self.capacity = capacity
+        self.queue_max = queue_max
+        self.queue_timeout_s = queue_timeout_s
+        self.long_queue_timeout_s = long_queue_timeout_s or queue_timeout_s
+        self.queue_max_per_key = queue_max_per_key
+        self.reserve = max(1, queue_max // 4)
+        self.lease_ttl_s = lease_ttl_s
+        self.replica = uuid.uuid4().hex
+        self.grants = 0
+        self.held = Held()
+        self._client = client
+        self._prefix = f"dspark:admission:{{{backend}}}:"
+        kv = capacity.kv_budget_tokens
+        self._capacity_args = [
+            capacity.slots, -1 if kv == math.inf else int(kv), capacity.long_slots,
+            int(lease_ttl_s * 1000), bypass_limit,
+        ]  # fmt: skip
+        self._enqueue = client.register_script(ENQUEUE)
+        self._release = client.register_script(RELEASE)
+        self._abandon = client.register_script(ABANDON)
+        self._renew = client.register_script(RENEW)
+        self._waiters: dict[str, Waiter] = {}
+        self._leases: dict[int, Lease] = {}  # fence -> lease held by this replica
+        self._waiting = 0
+        self._in_flight: dict[str, int] = {}
+        self._queued: dict[str, int] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loops: list[asyncio.Task[None]] = []
+        self._mean_hold_s = 10.0
+
+    @classmethod
+    def configured(cls, settings: Settings, client: Redis) -> SharedAdmission:
+        """The admission ``settings`` describe, shared through ``client``."""
+        budget = math.inf if settings.kv_budget_tokens is None else settings.kv_budget_tokens
+        return cls(
+            client,
+            settings.admission_backend,
+            Capacity(settings.slots, budget, settings.slots - settings.express_slots),
+            settings.queue_max,
+            settings.queue_timeout_s,
+            settings.queue_max_per_key,
+            long_queue_timeout_s=settings.queue_timeout_long_s,
+            bypass_limit=settings.bypass_limit,
+            lease_ttl_s=settings.admission_lease_ttl_s,
+        )
+
+    # -- lifecycle
+
+    async def start(self) -> None:
+        """Subscribe to this replica's grants and start renewing (call once, in the app's lifespan)."""
+        pubsub = self._client.pubsub()
+        await pubsub.subscribe(f"{self._prefix}grant:{self.replica}")
+        self._loops = [asyncio.create_task(self._listen(pubsub)), asyncio.create_task(self._renewing())]
+
+    async def aclose(self) -> None:
+        """Stop renewing, send the releases still pending, close the client."""
+        for task in self._loops:
+            task.cancel()
+        for task in self._loops:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=5)
+        await self._client.aclose()
+
+    # -- the Gate
+
+    @property
+    def slots(self) -> int:
+        return self.capacity.slots
+
+    @property
+    def in_use(self) -> int:
+        """Sequences holding the backend, all replicas (as of the last script's answer)."""
+        return self.held.sequences
+
+    @property
+    def kv_reserved_tokens(self) -> int:
+        return self.held.kv_tokens
+
+    @property
+    def long_in_use(self) -> int:
+        return self.held.long
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting, all replicas."""
+        return self._waiting
+
+    async def admit(self, key: str, priority: int, max_concurrency: int | None, need: Need) -> Lease | Waiter:
+        """Queue a ticket in Redis and dispatch: a :class:`Lease` if it was granted at once, else the
+        :class:`Waiter` (:class:`QueueFullError`; ``ValueError`` for a need that never fits)."""
+        if (why := self.capacity.never_fits(need)) is not None:
+            raise ValueError(why)
+        timeout = self.long_queue_timeout_s if need.long else self.queue_timeout_s
+        future = asyncio.get_running_loop().create_future()
+        waiter = Waiter(key, max(1, priority), max_concurrency, future, need, timeout)
+        waiter.ticket = f"{self.replica}:{uuid.uuid4().hex[:12]}"
+        fields = {
+            "key": key, "prio": waiter.priority, "maxc": -1 if max_concurrency is None else max_concurrency,
+            "seq": need.sequences, "kv": need.kv_tokens, "long": int(need.long), "replica": self.replica,
+        }  # fmt: skip
+        self._waiters[waiter.ticket] = waiter
+        try:
+            result = await self._call(
+                self._enqueue,
+                waiter.ticket,
+                json.dumps(fields),
+                self.queue_max,
+                -1 if self.queue_max_per_key is None else self.queue_max_per_key,
+                self.reserve,
+            )
+        except BaseException as exc:
+            self._waiters.pop(waiter.ticket, None)
+            self._spawn(self._call(self._abandon, waiter.ticket))
+            if isinstance(exc, (RedisError, OSError)):
+                raise AdmissionUnavailableError(type(exc).__name__) from exc
+            raise
+        if "full" in result:
+            self._waiters.pop(waiter.ticket, None)
+            raise QueueFullError(self.retry_after_s(), per_key=result["full"] == "key")
+        if "fence" in result:
+            self._granted(waiter, result["fence"])
+            waiter.settled = True
+            self._waiters.pop(waiter.ticket, None)
+            return Lease(self, key, waiter.grant or 0, need)
+        self._describe(waiter, result["queued"])
+        return waiter
+
+    async def wait(self, waiter: Waiter) -> Lease:
+        """Wait for the grant's message (or the renewal that finds it); :class:`QueueTimeoutError`."""
+        try:
+            async with asyncio.timeout(waiter.timeout_s - (time.monotonic() - waiter.enqueued_at)):
+                await waiter.future
+        except BaseException as exc:
+            reason = waiter.reason
+            self.abandon(waiter)
+            if isinstance(exc, TimeoutError):
+                waited = time.monotonic() - waiter.enqueued_at
+                raise QueueTimeoutError(waited, self.retry_after_s(), reason or Reason.SLOT) from None
+            raise
+        waiter.settled = True
+        self._waiters.pop(waiter.ticket, None)
+        assert waiter.grant is not None
+        waited = time.monotonic() - waiter.enqueued_at
+        return Lease(self, waiter.key, waiter.grant, waiter.need, waited, waiter.waited_for)
+
+    def abandon(self, waiter: Waiter) -> None:
+        """Give the ticket up (or the grant it got, if no lease holds it yet), in the background."""
+        if waiter.settled:
+            return
+        waiter.settled = True
+        waiter.note(None, time.monotonic())
+        self._waiters.pop(waiter.ticket, None)
+        if not waiter.future.done():
+            waiter.future.cancel()
+        self._spawn(self._call(self._abandon, waiter.ticket))
+
+    def position(self, waiter: Waiter) -> int:
+        return waiter.place
+
+    def waiting_for(self) -> dict[str, int]:
+        """This replica's waiters, by what they wait for (the others' are their replicas')."""
+        counts = {reason.value: 0 for reason in Reason}
+        for waiter in self._waiters.values():
+            if waiter.reason is not None:
+                counts[waiter.reason.value] += 1
+        return counts
+
+    def retry_after_s(self) -> int:
+        return max(1, math.ceil(self._mean_hold_s * (self._waiting + 1) / self.slots))
+
+    def status(self) -> dict[str, object]:
+        """As :meth:`Admission.status`, for all replicas (``waiting_for``: this replica's), plus the
+        ``replica`` id and ``shared: true``."""
+        budget = self.capacity.kv_budget_tokens
+        keys = set(self._in_flight) | set(self._queued)
+        return {
+            "slots_total": self.slots,
+            "slots_in_use": self.in_use,
+            "queue_depth": self._waiting,
+            "kv_budget_tokens": budget if budget != math.inf else None,
+            "kv_reserved_tokens": self.kv_reserved_tokens,
+            "long_slots": self.capacity.long_slots,
+            "long_in_use": self.long_in_use,
+            "waiting_for": self.waiting_for(),
+            "keys": {
+                key: {"in_flight": self._in_flight.get(key, 0), "waiting": self._queued.get(key, 0)}
+                for key in sorted(keys)
+            },
+            "shared": True,
+            "replica": self.replica,
+        }
+
+    # -- lease bookkeeping (LeaseOwner)
+
+    def hold(self, lease: Lease) -> None:
+        # the backend's spec-decode counters are every replica's: never this request's alone
+        lease.overlapped = True
+        self._leases[lease.grant] = lease
+
+    def unhold(self, lease: Lease, held_s: float) -> None:
+        self._leases.pop(lease.grant, None)
+        self._mean_hold_s += 0.2 * (held_s - self._mean_hold_s)
+        self._spawn(self._call(self._release, lease.grant))
+
+    # -- Redis
+
+    async def _call(self, script: Any, *args: object) -> Any:
+        """Run ``script`` with the capacity and ``args``; take the totals it answers; its ``result``."""
+        raw = await script(keys=[self._prefix], args=[*self._capacity_args, *args])
+        answer = json.loads(raw)
+        self.held = Held(answer["seq"], answer["kv"], answer["long"])
+        self._waiting = answer["waiting"]
+        self._in_flight, self._queued = answer["in_flight"] or {}, answer["queued"] or {}
+        return answer["result"]
+
+    def _spawn(self, work: Awaitable[Any]) -> None:
+        async def logged() -> None:
+            try:
+                await work
+            except Exception as exc:  # the lease's TTL gives back what this call could not
+                log.warning("admission store call failed (%s); leases end in %.0f s", exc, self.lease_ttl_s)
+
+        task = asyncio.ensure_future(logged())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _granted(self, waiter: Waiter, fence: int) -> None:
+        if waiter.grant is None and not waiter.future.done():
+            waiter.grant = fence
+            waiter.note(None, time.monotonic())
+            self.grants += 1
+            waiter.future.set_result(None)
+
+    def _describe(self, waiter: Waiter, described: list[Any]) -> None:
+        reason, place = described
+        waiter.note(Reason(reason), time.monotonic())
+        waiter.place = int(place)
+
+    async def _listen(self, pubsub: Any) -> None:
+        """Resolve the waiters this replica's grant messages name (``"<ticket> <fence>"``)."""
+        async with pubsub:
+            async for message in pubsub.listen():
+                if message.get("type") != "message":
+                    continue
+                ticket, fence = message["data"].decode().split()
+                waiter = self._waiters.get(ticket)
+                if waiter is not None and not waiter.settled:
+                    self._granted(waiter, int(fence))
+
+    async def _renewing(self) -> None:
+        """Every third of the TTL: extend this replica's leases and tickets, learn the grants it
+        missed and what its waiters wait for (and so give the expired holders' slots on)."""
+        while True:
+            await asyncio.sleep(self.lease_ttl_s / 3)
+            try:
+                await self.renew()
+            except Exception as exc:
+                log.warning("admission lease renewal failed: %s", exc)
+
+    async def renew(self) -> None:
+        """One renewal (see :meth:`_renewing`)."""
+        fences = list(self._leases)
+        tickets = [t for t, w in self._waiters.items() if not w.settled]
+        result = await self._call(self._renew, len(fences), *fences, *tickets)
+        for fence in result["lost"] or []:
+            log.warning("admission lease %s expired before its release", fence)
+        for ticket, fence in (result["granted"] or {}).items():
+            if (waiter := self._waiters.get(ticket)) is not None:
+                self._granted(waiter, int(fence))
+        for ticket, described in (result["queued"] or {}).items():
+            if (waiter := self._waiters.get(ticket)) is not None:
+                self._describe(waiter, described)
+        for ticket in result["gone"] or []:  # expired unrenewed (the store was out of reach too long)
+            waiter = self._waiters.get(ticket)
+            if waiter is not None and not waiter.future.done():
+                waiter.future.set_exception(AdmissionUnavailableError("the request's place expired"))

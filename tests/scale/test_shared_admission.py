@@ -1,0 +1,167 @@
+"""The shared admission against a real Redis: two :class:`SharedAdmission` on their own connections
+stand for two replicas in front of one backend (the process-level tests are in
+``test_replicas.py``). Each test names a backend of its own, so the session's Redis is shared safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from redis.asyncio import Redis
+
+from gateway.admission import Capacity, Lease, Need, QueueFullError, SharedAdmission
+
+pytestmark = pytest.mark.uvloop_too
+
+Make = Callable[..., SharedAdmission]
+
+
+@pytest.fixture
+async def replicas(redis_url: str) -> AsyncIterator[Make]:
+    """Factory: ``make(slots=2, kv=inf, long_slots=None, ttl=10, **kwargs)`` -> a started replica of
+    this test's backend; all closed, and the backend's keys deleted, at the end."""
+    backend = f"test-{uuid.uuid4().hex[:10]}"
+    made: list[SharedAdmission] = []
+
+    def make(slots: int = 2, kv: float = math.inf, long_slots: int | None = None, ttl: float = 10.0, **kw):
+        capacity = Capacity(slots, kv, long_slots or slots)
+        replica = SharedAdmission(
+            Redis.from_url(redis_url),
+            backend,
+            capacity,
+            kw.pop("queue_max", 100),
+            30.0,
+            lease_ttl_s=ttl,
+            **kw,
+        )
+        made.append(replica)
+        return replica
+
+    yield make
+    for replica in made:
+        await replica.aclose()
+    client = Redis.from_url(redis_url)
+    keys = [key async for key in client.scan_iter(f"dspark:admission:{{{backend}}}:*")]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
+
+
+async def started(make: Make, **kwargs) -> SharedAdmission:
+    replica = make(**kwargs)
+    await replica.start()
+    return replica
+
+
+async def test_two_replicas_never_grant_more_than_the_slots(replicas: Make):
+    one, two = await started(replicas), await started(replicas)
+    held: list[Lease] = []
+    peak = 0
+
+    async def request(replica: SharedAdmission, key: str) -> None:
+        nonlocal peak
+        entry = await replica.admit(key, 1, None, Need())
+        lease = entry if isinstance(entry, Lease) else await replica.wait(entry)
+        held.append(lease)
+        peak = max(peak, len(held))
+        await asyncio.sleep(0.01)
+        held.remove(lease)
+        lease.release()
+
+    await asyncio.gather(*(request(one if i % 2 else two, f"k{i % 3}") for i in range(30)))
+    assert peak == 2
+    await asyncio.sleep(0.1)  # the last releases run in the background
+    await one.renew()
+    assert (one.in_use, one.queue_depth) == (0, 0)
+
+
+async def test_a_key_flooding_one_replica_does_not_starve_another_keys_request_on_another(replicas: Make):
+    one, two = await started(replicas, slots=1), await started(replicas, slots=1)
+    first = await one.admit("flood", 1, None, Need())
+    assert isinstance(first, Lease)
+    flood = [await one.admit("flood", 1, None, Need()) for _ in range(20)]
+    other = await two.admit("other", 1, None, Need())
+    assert not isinstance(other, Lease) and other.place == 2  # after the flood's head, in its turn
+    order: list[str] = []
+
+    async def serve(replica: SharedAdmission, waiter, name: str) -> None:
+        lease = await replica.wait(waiter)
+        order.append(name)
+        await asyncio.sleep(0.005)
+        lease.release()
+
+    tasks = [asyncio.create_task(serve(one, w, "flood")) for w in flood]
+    tasks.append(asyncio.create_task(serve(two, other, "other")))
+    first.release()
+    await asyncio.gather(*tasks)
+    assert order.index("other") <= 1  # at most one flood request before it
+
+
+async def test_a_replica_that_dies_gives_its_slots_back_within_the_ttl(replicas: Make):
+    dying = replicas(slots=1, ttl=1.0)  # never started: it never renews, as after a kill -9
+    alive = await started(replicas, slots=1, ttl=1.0)
+    lease = await dying.admit("a", 1, None, Need())
+    assert isinstance(lease, Lease)
+    waiter = await alive.admit("b", 1, None, Need())
+    assert not isinstance(waiter, Lease)
+    loop = asyncio.get_running_loop()
+    started_at = loop.time()
+    granted = await asyncio.wait_for(alive.wait(waiter), 5)
+    assert loop.time() - started_at < 1.0 + 1.0 / 3 + 0.5  # TTL + one renewal of the survivor
+    lease.release()  # the dead lease's fence: a no-op, not the survivor's slot
+    await asyncio.sleep(0.1)
+    await alive.renew()
+    assert alive.in_use == 1
+    granted.release()
+
+
+async def test_kv_budget_holds_across_replicas_and_short_requests_pass_a_long_one(replicas: Make):
+    one, two = await started(replicas, kv=1000), await started(replicas, kv=1000)
+    big = await one.admit("a", 1, None, Need(kv_tokens=700))
+    assert isinstance(big, Lease)
+    waits = await two.admit("b", 1, None, Need(kv_tokens=700))
+    assert not isinstance(waits, Lease) and waits.reason is not None and waits.reason.value == "kv"
+    small = await two.admit("c", 1, None, Need(kv_tokens=200))
+    assert isinstance(small, Lease)  # passes the one waiting for KV
+    assert one.kv_reserved_tokens == 900 or two.kv_reserved_tokens == 900
+    small.release()
+    big.release()
+    granted = await asyncio.wait_for(two.wait(waits), 5)
+    assert granted.need.kv_tokens == 700
+    granted.release()
+
+
+async def test_queue_bounds_and_giving_a_place_up(replicas: Make):
+    one = await started(replicas, slots=1, queue_max=4, queue_max_per_key=2)
+    lease = await one.admit("a", 1, None, Need())
+    assert isinstance(lease, Lease)
+    queued = [await one.admit("a", 1, None, Need()) for _ in range(2)]
+    with pytest.raises(QueueFullError):
+        await one.admit("a", 1, None, Need())  # its key's bound
+    for waiter in queued:
+        one.abandon(waiter)
+    await asyncio.sleep(0.1)
+    await one.renew()
+    assert one.queue_depth == 0
+    lease.release()
+    await asyncio.sleep(0.1)
+    await one.renew()
+    assert one.in_use == 0
+
+
+async def test_a_grant_given_up_before_it_became_a_lease_goes_on(replicas: Make):
+    one, two = await started(replicas, slots=1), await started(replicas, slots=1)
+    lease = await one.admit("a", 1, None, Need())
+    assert isinstance(lease, Lease)
+    gives_up = await two.admit("b", 1, None, Need())
+    then = await two.admit("c", 1, None, Need())
+    lease.release()
+    await asyncio.wait({gives_up.future}, timeout=5)  # granted; no task has taken it as a lease yet
+    assert gives_up.grant is not None
+    two.abandon(gives_up)  # e.g. its client left in that tick: the grant must go on to "c"
+    granted = await asyncio.wait_for(two.wait(then), 5)
+    granted.release()
