@@ -4,13 +4,16 @@ PostgreSQL and Redis servers of the session."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 import uvloop
+from sqlalchemy import make_url, text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from gateway.app import create_app
 from gateway.auth import KeyStore
@@ -69,6 +72,21 @@ def redis_url() -> Iterator[str]:
     """A Redis server, ``redis://host:port/db`` (tests/support/services.py says which). Shared by the
     session and never flushed: a test keeps to keys of its own (rate limits are per key id, unique)."""
     yield from _service(redis_server)
+
+
+@pytest.fixture
+async def pg_database(postgres_url: str) -> AsyncIterator[str]:
+    """An empty database of this test's own on the session's server (dropped after), its URL with a
+    password the server's trust auth ignores: messages must not show it."""
+    name = "gw_migrations_" + uuid.uuid4().hex[:12]
+    server = create_async_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    async with server.connect() as conn:
+        await conn.execute(text(f"CREATE DATABASE {name}"))
+    url = make_url(postgres_url).set(database=name)
+    yield url.set(password=url.password or "never-shown").render_as_string(hide_password=False)
+    async with server.connect() as conn:
+        await conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
+    await server.dispose()
 
 
 @pytest.fixture

@@ -12,8 +12,6 @@ import asyncio
 import json
 import sqlite3
 import subprocess
-import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,6 @@ import pytest
 from alembic import command
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from gateway.auth import KeyStore
 from gateway.auth.audit import AuditLog
@@ -232,21 +229,6 @@ async def test_the_head_downgrades_to_exactly_0_1_0s_tables(tmp_path: Path) -> N
 
 
 # PostgreSQL
-
-
-@pytest.fixture
-async def pg_database(postgres_url: str) -> AsyncIterator[str]:
-    """An empty database of this test's own on the session's server (dropped after), its URL with a
-    password the server's trust auth ignores: messages must not show it."""
-    name = "gw_migrations_" + uuid.uuid4().hex[:12]
-    server = create_async_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    async with server.connect() as conn:
-        await conn.execute(text(f"CREATE DATABASE {name}"))
-    url = make_url(postgres_url).set(database=name)
-    yield url.set(password=url.password or "never-shown").render_as_string(hide_password=False)
-    async with server.connect() as conn:
-        await conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
-    await server.dispose()
 
 
 async def test_a_fresh_postgresql_database_opens_at_the_newest_revision_equal_to_the_tables(

@@ -1,0 +1,201 @@
+"""Several gateway replicas (real ``dspark-gateway serve`` processes) in front of one simulator, sharing
+a real PostgreSQL (keys, ledger) and a real Redis (admission, rate limits): the backend never sees
+more than its slots from all of them, a replica killed with -9 gives its slots back within the
+lease TTL, fairness holds across replicas, a revocation reaches every replica, and the ledger has
+each request once.
+
+What ran on the backend at once comes from the simulator's sequence trace (``arrival`` .. ``finish``
+of every sequence, on its clock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from gateway.auth import KeyStore
+from tests.support.probes import wait_until
+from tests.support.replicas import ADMIN_KEY, Replicas
+
+MODEL = "deepseek-v4-flash-0731"
+TTL_S = 2.0
+
+
+def create_key(database_url: str, name: str, **kwargs) -> str:
+    async def run() -> str:
+        store = await KeyStore.open(database_url)
+        try:
+            return (await store.create(name, **kwargs))[1]
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+def chat(url: str, key: str, max_tokens: int = 8, **extra) -> httpx.Response:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens}
+    return httpx.post(
+        url + "/v1/chat/completions",
+        json={**body, "ignore_eos": True, **extra},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+    )
+
+
+def trace(path: Path, count: int) -> list[dict]:
+    wait_until(lambda: path.exists() and len(path.read_text().splitlines()) >= count, what="trace lines")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def peak_running(lines: list[dict]) -> int:
+    """Most sequences inside the backend at once (arrival .. finish), from its trace."""
+    events = sorted([(line["arrival"], 1) for line in lines] + [(line["finish"], -1) for line in lines])
+    peak = running = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def status(url: str) -> dict:
+    return httpx.get(url + "/admin/status", headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()
+
+
+@pytest.fixture
+def cluster(start_sim, pg_database, redis_url, tmp_path) -> Iterator[Callable[..., tuple[Replicas, Path]]]:
+    """``cluster(sim={SimConfig fields}, **settings)`` -> (replicas not yet started, the sim's trace)."""
+    made: list[Replicas] = []
+
+    def make(sim: dict | None = None, **settings) -> tuple[Replicas, Path]:
+        path = tmp_path / "trace.jsonl"
+        backend = start_sim(trace_file=str(path), **(sim or {}))
+        replicas = Replicas(
+            backend.url, pg_database, redis_url, tmp_path, admission_lease_ttl_s=TTL_S, **settings
+        )
+        made.append(replicas)
+        return replicas, path
+
+    yield make
+    for replicas in made:
+        replicas.stop()
+
+
+def test_a_flood_through_three_replicas_never_runs_more_than_the_slots(cluster, pg_database):
+    replicas, path = cluster(sim={"decode_tps": 400.0}, slots=2, queue_max=64)
+    gateways = replicas.start(3)
+    keys = [create_key(pg_database, f"flood-{i}") for i in range(4)]
+    with ThreadPoolExecutor(24) as pool:
+        answers = list(pool.map(lambda i: chat(gateways[i % 3].url, keys[i % 4], max_tokens=20), range(24)))
+    assert [a.status_code for a in answers] == [200] * 24
+    assert peak_running(trace(path, 24)) == 2
+    wait_until(lambda: status(gateways[0].url)["slots_in_use"] == 0, what="every lease released")
+
+
+def test_a_replica_killed_mid_stream_gives_its_slot_back_within_the_ttl(cluster, pg_database):
+    replicas, path = cluster(sim={"decode_tps": 20.0}, slots=1)
+    dying, alive = replicas.start(2)
+    key = create_key(pg_database, "kill")
+    stream = httpx.stream(
+        "POST",
+        dying.url + "/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2000,
+              "stream": True, "ignore_eos": True},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+    )  # fmt: skip
+    with stream as response:
+        lines = response.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))  # it streams: it holds the slot
+        waiting: list[httpx.Response] = []
+        second = threading.Thread(target=lambda: waiting.append(chat(alive.url, key)))
+        second.start()
+        wait_until(lambda: status(alive.url)["queue_depth"] == 1, what="the second request queued")
+        dying.kill()
+    killed = trace(path, 1)[0]["finish"]
+    second.join(timeout=30)
+    assert waiting and waiting[0].status_code == 200
+    served = trace(path, 2)[1]
+    # the backend saw the killed replica's connection close at once; the lease ended with its TTL
+    assert served["arrival"] - killed <= TTL_S + TTL_S / 3 + 1.0
+
+
+def test_fairness_holds_across_replicas(cluster, pg_database):
+    replicas, _ = cluster(sim={"decode_tps": 100.0}, slots=1, queue_max=64, queue_max_per_key=32)
+    one, two = replicas.start(2)
+    flood, single = create_key(pg_database, "flood"), create_key(pg_database, "single")
+    finished: list[str] = []
+    lock = threading.Lock()
+
+    def run(url: str, key: str, name: str) -> None:
+        assert chat(url, key, max_tokens=40).status_code == 200
+        with lock:
+            finished.append(name)
+
+    threads = [threading.Thread(target=run, args=(one.url, flood, f"f{i}")) for i in range(10)]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: status(one.url)["queue_depth"] >= 6, what="the flood to queue")
+    lone = threading.Thread(target=run, args=(two.url, single, "single"))
+    lone.start()
+    for thread in [*threads, lone]:
+        thread.join()
+    assert finished.index("single") <= finished.index("f0") + 3  # within about one slot turn
+
+
+def test_a_revocation_on_one_replica_is_refused_by_every_replica(cluster, pg_database):
+    replicas, _ = cluster(key_cache_ttl_s=1.0)
+    one, two = replicas.start(2)
+    key = create_key(pg_database, "revoked")
+    clients = [openai.OpenAI(base_url=g.url + "/v1", api_key=key, max_retries=0) for g in (one, two)]
+    for client in clients:
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
+    keys = httpx.get(one.url + "/admin/keys", headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()
+    key_id = next(k["id"] for k in keys["data"] if k["name"] == "revoked")
+    revoked = httpx.post(
+        one.url + f"/admin/keys/{key_id}/revoke", headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+    )
+    assert revoked.status_code == 200
+
+    def refused(client: openai.OpenAI) -> bool:
+        try:
+            client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+        except openai.AuthenticationError:
+            return True
+        return False
+
+    for client in clients:
+        wait_until(lambda client=client: refused(client), timeout_s=3.0, what="the revocation seen")
+
+
+def test_the_ledger_has_each_request_once_whichever_replica_served_it(cluster, pg_database):
+    replicas, _ = cluster(ledger_flush_s=0.2)
+    gateways = replicas.start(2)
+    key = create_key(pg_database, "ledger")
+    ids = []
+    for i in range(10):
+        answer = chat(gateways[i % 2].url, key, max_tokens=2)
+        assert answer.status_code == 200
+        ids.append(answer.headers["x-request-id"])
+
+    def rows() -> list[dict]:
+        data = httpx.get(
+            gateways[0].url + "/admin/requests",
+            params={"limit": 100},
+            headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        ).json()["data"]
+        return [row for row in data if row["key_name"] == "ledger"]
+
+    wait_until(lambda: len(rows()) >= 10, what="ten ledger rows")
+    assert sorted(row["request_id"] for row in rows()) == sorted(ids)
