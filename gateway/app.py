@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -17,7 +18,7 @@ from fastapi_offline import FastAPIOffline
 from redis.asyncio import Redis
 
 from gateway import routes
-from gateway.admission import Admission, SharedAdmission
+from gateway.admission import Admission, Gate, SharedAdmission
 from gateway.auth import Authenticator, KeyStore
 from gateway.auth.audit import AuditLog
 from gateway.auth.tokens import TokenConfig
@@ -31,6 +32,7 @@ from gateway.http.openapi import DOCS_ASSETS
 from gateway.http.throttle import AddressThrottle
 from gateway.limits import RateLimiter, storage_for
 from gateway.proxy.aiohttp_upstream import AiohttpUpstream, build_session
+from gateway.proxy.backends import Backend, Backends
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.upstream import Upstream
 from gateway.response_owners import ResponseOwners
@@ -39,8 +41,8 @@ from gateway.telemetry.backend import BackendMonitor
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.sinks import TelemetrySinks
 
-#: Makes the upstream client from the settings (the lifespan closes it with ``aclose``).
-UpstreamFactory = Callable[[Settings], Upstream]
+#: Makes the client to one backend's base URL (the lifespan closes it with ``aclose``).
+UpstreamFactory = Callable[[Settings, str], Upstream]
 
 log = logging.getLogger("gateway.app")
 #: At shutdown, longest wait for cancelled requests' clean-up before the ledger's last flush, seconds.
@@ -62,26 +64,40 @@ def token_config(settings: Settings) -> TokenConfig | None:
     )
 
 
-def aiohttp_upstream(settings: Settings) -> Upstream:
-    """The production upstream: :class:`AiohttpUpstream` at ``settings.upstream``, pooled for the slots."""
-    assert settings.upstream is not None
+def aiohttp_upstream(settings: Settings, url: str) -> Upstream:
+    """The production upstream: :class:`AiohttpUpstream` at ``url``, pooled for the slots."""
     session = build_session(
         settings.upstream_connect_timeout_s,
         settings.upstream_read_timeout_s,
         max_connections=settings.slots + 8,
     )
-    return AiohttpUpstream(settings.upstream, session)
+    return AiohttpUpstream(url, session)
 
 
-def admission_for(settings: Settings) -> Admission | SharedAdmission:
-    """This process's admission (``GATEWAY_ADMISSION_STORE=memory://``), or the one every replica
-    shares in Redis (``redis://...``)."""
+def admission_for(settings: Settings, backend: str) -> Admission | SharedAdmission:
+    """Backend ``backend``'s admission: this process's (``GATEWAY_ADMISSION_STORE=memory://``), or the
+    one every replica shares in Redis (``redis://...``)."""
     store = settings.admission_store
     if store.startswith(("redis://", "rediss://", "unix://")):
-        return SharedAdmission.configured(settings, Redis.from_url(store))
+        return SharedAdmission.configured(settings, Redis.from_url(store), backend)
     if store != "memory://":
         raise ValueError(f"GATEWAY_ADMISSION_STORE must be memory:// or a redis:// URL, not {store!r}")
     return Admission.configured(settings)
+
+
+def backend_pairs(
+    settings: Settings,
+    upstream_factory: UpstreamFactory,
+    admissions: Mapping[str, Gate],
+    metrics: GatewayMetrics,
+) -> list[Backend]:
+    """One :class:`Backend` per ``GATEWAY_UPSTREAM`` entry: its client, admission and monitor."""
+    backends = []
+    for name, url in settings.upstreams:
+        upstream = upstream_factory(settings, url)
+        monitor = BackendMonitor(upstream, metrics, settings.backend_poll_s, name)
+        backends.append(Backend(name, upstream, admissions[name], monitor))
+    return backends
 
 
 def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_upstream) -> FastAPI:
@@ -94,20 +110,25 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
     """
     if not settings.upstream:
         raise ValueError("settings.upstream is required (e.g. http://127.0.0.1:8000)")
-    admission = admission_for(settings)
-    metrics = GatewayMetrics(admission)
+    admissions = {name: admission_for(settings, name) for name, _ in settings.upstreams}
+    shared = [a for a in admissions.values() if isinstance(a, SharedAdmission)]
+    metrics = GatewayMetrics()
     drain = Drain()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = await open_engine(settings.database_url)
-        upstream = upstream_factory(settings)
+        backends = Backends(backend_pairs(settings, upstream_factory, admissions, metrics), settings.affinity)
+        metrics.watch(backends)
+        monitors = []
+        for backend in backends.all:
+            metrics.watch_backend(backend.name, backend.admission)
+            backend.monitor.on_health = functools.partial(backends.mark, backend)
+            monitors.append(asyncio.create_task(backend.monitor.run()))
+        for admission in shared:
+            await admission.start()
         ledger = UsageLedger(engine, flush_interval_s=settings.ledger_flush_s)
         ledger.start()
-        if isinstance(admission, SharedAdmission):
-            await admission.start()
-        monitor = BackendMonitor(upstream, metrics, settings.backend_poll_s)
-        poller = asyncio.create_task(monitor.run())
         app.state.ledger = ledger
         app.state.store = store = KeyStore(engine)
         app.state.audit = AuditLog(engine)
@@ -117,11 +138,9 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         limits_storage = storage_for(settings.limits_storage)
         owners = ResponseOwners(engine)
         app.state.pipeline = pipeline = Pipeline(
-            upstream,
-            admission,
+            backends,
             settings,
             TelemetrySinks(metrics, ledger),
-            monitor,
             RateLimiter(limits_storage, settings.limits_window_s),
             owners,
         )
@@ -138,15 +157,18 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
                     "%d request(s) still cleaning up at shutdown: their usage rows may be lost",
                     drain.in_flight,
                 )
-            poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
+            for task in monitors:
+                task.cancel()
+            for task in monitors:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await app.state.authenticator.aclose()
             await pipeline.settled()
             await owners.aclose()
             await ledger.close()
-            await upstream.aclose()
-            if isinstance(admission, SharedAdmission):
+            for backend in backends.all:
+                await backend.upstream.aclose()
+            for admission in shared:
                 await admission.aclose()
             await engine.dispose()
 
@@ -165,7 +187,6 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
-    app.state.admission = admission
     app.state.metrics = metrics
     app.state.drain = drain
     install_error_handlers(app, routes.dialect_for)

@@ -7,6 +7,7 @@ Every field can be set as ``GATEWAY_<FIELD>`` (e.g. ``GATEWAY_SLOTS=2``) or pass
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -74,6 +75,30 @@ def http_base_url(value: str) -> str:
     return value
 
 
+def upstream_list(value: str) -> tuple[tuple[str, str], ...]:
+    """``GATEWAY_UPSTREAM`` -> ``((name, base URL), ...)``: ``url``, or ``name=url`` items separated by
+    commas. An unnamed URL is ``default`` when it is the only one, else its ``host:port``. Each URL as
+    :func:`http_base_url` wants it (without a trailing ``/``); ``ValueError`` for a repeated name, or
+    a name not of ``[A-Za-z0-9_.:-]`` (it keys the shared admission's Redis keys and metric labels)."""
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    named: list[tuple[str, str]] = []
+    for item in items:
+        name, _, url = item.partition("=") if "=" in item.split("://", 1)[0] else ("", "", item)
+        url = http_base_url(url).rstrip("/")
+        if not name:
+            parts = urlsplit(url)
+            name = "default" if len(items) == 1 else f"{parts.hostname}:{parts.port or 80}"
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", name):
+            raise ValueError(f"a backend name must be 1-64 of A-Z a-z 0-9 _ . : -, not {name!r}")
+        named.append((name, url))
+    names = [name for name, _ in named]
+    if len(set(names)) != len(names):
+        raise ValueError(f"backend names must differ: {', '.join(names)}")
+    if not named:
+        raise ValueError("no upstream URL given")
+    return tuple(named)
+
+
 def comma_list(value: object) -> object:
     """A comma-separated string (an environment variable's value) as a tuple of its stripped parts;
     anything else as it is."""
@@ -94,7 +119,8 @@ class Settings(BaseSettings):
     port: int = 8080
     upstream: str | None = Field(
         default=None,
-        description="Base URL of the vLLM OpenAI server (e.g. http://127.0.0.1:8000). "
+        description="Base URL of the vLLM OpenAI server (e.g. http://127.0.0.1:8000), or several "
+        "comma-separated, one per backend pair, each optionally named (spark1=http://10.0.0.2:8000). "
         "None: `serve` starts the built-in simulator on loopback.",
     )
     served_model: str = Field(default="deepseek-v4-flash-0731", description="vLLM --served-model-name")
@@ -298,11 +324,16 @@ class Settings(BaseSettings):
         description="Where slots, KV reservations and the fair queue live: memory:// (this process) or "
         "redis://host:port/db (shared by the replicas in front of one backend)",
     )
-    admission_backend: str = Field(
-        default="default",
+    affinity: bool = Field(
+        default=True,
+        description="With several backends, keep a conversation on one (its x-session-affinity header, "
+        "prompt_cache_key, user or metadata.user_id) for vLLM's prefix cache; false: least loaded always",
+    )
+    admission_namespace: str = Field(
+        default="dspark",
         pattern=r"^[A-Za-z0-9_.-]{1,64}$",
-        description="The backend's name in the shared admission store: replicas in front of the same "
-        "backend use the same name",
+        description="Prefix of the shared admission's Redis keys: the replicas of one deployment use "
+        "the same, another deployment on the same Redis another",
     )
     admission_lease_ttl_s: float = Field(
         default=10.0,
@@ -378,5 +409,13 @@ class Settings(BaseSettings):
 
     @field_validator("upstream")
     @classmethod
-    def _http_base_url(cls, value: str | None) -> str | None:
-        return http_base_url(value).rstrip("/") if value else None
+    def _http_base_urls(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        upstream_list(value)  # checked now: a bad URL would fail every request
+        return value.strip().rstrip("/")
+
+    @property
+    def upstreams(self) -> tuple[tuple[str, str], ...]:
+        """``(name, base URL)`` of each backend pair (:func:`upstream_list`); () with no upstream."""
+        return upstream_list(self.upstream) if self.upstream else ()

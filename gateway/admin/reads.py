@@ -40,7 +40,7 @@ async def status(request: Request) -> dict[str, Any]:
     pipeline = request.app.state.pipeline
     traits = pipeline.traits
     return {
-        **request.app.state.admission.status(),
+        **pipeline.backends.status(),
         "long_prompt_tokens": pipeline.settings.long_prompt_tokens,
         "upstream": {
             "splits_reasoning": traits.splits_reasoning,

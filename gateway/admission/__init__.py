@@ -10,12 +10,12 @@
 
 from gateway.admission.capacity import Capacity, Need, Reason
 from gateway.admission.errors import AdmissionUnavailableError, QueueFullError, QueueTimeoutError
-from gateway.admission.gate import Gate
+from gateway.admission.gate import Gate, Load
 from gateway.admission.lease import Lease, Waiter
 from gateway.admission.scheduler import Admission
 from gateway.admission.shared import SharedAdmission
 
 __all__ = [
-    "Admission", "AdmissionUnavailableError", "Capacity", "Gate", "Lease", "Need", "QueueFullError",
+    "Admission", "AdmissionUnavailableError", "Capacity", "Gate", "Lease", "Load", "Need", "QueueFullError",
     "QueueTimeoutError", "Reason", "SharedAdmission", "Waiter",
 ]  # fmt: skip

@@ -10,11 +10,12 @@ from gateway.admission.capacity import Capacity, Need
 from gateway.admission.lease import Lease, Waiter
 
 
-class Gate(Protocol):
-    """Admit, wait, give up; and the live figures (sequences in use, requests waiting, KV reserved
-    tokens, long requests running) of the backend it guards."""
+class Load(Protocol):
+    """The live figures of a backend's admission (or the sums over several): its capacity, sequences
+    in use, requests waiting (by what for), KV reserved tokens, long requests running."""
 
-    capacity: Capacity
+    @property
+    def capacity(self) -> Capacity: ...
 
     @property
     def slots(self) -> int: ...
@@ -31,6 +32,14 @@ class Gate(Protocol):
     @property
     def long_in_use(self) -> int: ...
 
+    def waiting_for(self) -> dict[str, int]:
+        """Requests waiting, by :class:`~gateway.admission.capacity.Reason` value."""
+        ...
+
+
+class Gate(Load, Protocol):
+    """Admit, wait, give up, for one backend; the ``/admin/status`` view."""
+
     async def admit(self, key: str, priority: int, max_concurrency: int | None, need: Need) -> Lease | Waiter:
         """A lease now, or a place in the queue (:class:`~gateway.admission.errors.QueueFullError`)."""
         ...
@@ -43,12 +52,12 @@ class Gate(Protocol):
         """Give the place (or a grant no lease holds yet) up; idempotent."""
         ...
 
-    def position(self, waiter: Waiter) -> int:
-        """Grants before ``waiter`` (1 = next), an estimate."""
+    def fail_waiting(self, error: Exception) -> None:
+        """Fail every request of this process waiting here with ``error`` (their backend went down)."""
         ...
 
-    def waiting_for(self) -> dict[str, int]:
-        """Requests waiting, by :class:`~gateway.admission.capacity.Reason` value."""
+    def position(self, waiter: Waiter) -> int:
+        """Grants before ``waiter`` (1 = next), an estimate."""
         ...
 
     def retry_after_s(self) -> int:

@@ -247,6 +247,14 @@ class Admission:
         self._discard(waiter)
         self._dispatch()  # a guarded waiter leaving may let others in
 
+    def fail_waiting(self, error: Exception) -> None:
+        """Fail every waiter with ``error`` (their backend went down): each one's :meth:`wait` raises it
+        and gives its place up."""
+        for queue in self._queues.values():
+            for waiter in queue:
+                if not waiter.future.done():
+                    waiter.future.set_exception(error)
+
     async def acquire(
         self, key: str = "", priority: int = 1, max_concurrency: int | None = None, need: Need = ONE
     ) -> Lease:

@@ -41,7 +41,8 @@ log = logging.getLogger("gateway.admission.shared")
 
 
 class SharedAdmission:
-    """One backend's admission in Redis (``client``), under ``dspark:admission:{backend}:``.
+    """One backend's admission in Redis (``client``), its keys under ``prefix``
+    (``<GATEWAY_ADMISSION_NAMESPACE>:admission:{<backend>}:``).
 
     Args as :class:`~gateway.admission.scheduler.Admission`'s, plus ``lease_ttl_s``: how long a
     lease or a queued ticket outlives its replica's last renewal, s.
@@ -50,7 +51,7 @@ class SharedAdmission:
     def __init__(
         self,
         client: Redis,
-        backend: str,
+        prefix: str,
         capacity: Capacity,
         queue_max: int,
         queue_timeout_s: float,
@@ -71,7 +72,7 @@ class SharedAdmission:
         self.grants = 0
         self.held = Held()
         self._client = client
-        self._prefix = f"dspark:admission:{{{backend}}}:"
+        self._prefix = prefix
         kv = capacity.kv_budget_tokens
         self._capacity_args = [
             capacity.slots, -1 if kv == math.inf else int(kv), capacity.long_slots,
@@ -91,13 +92,12 @@ class SharedAdmission:
         self._mean_hold_s = 10.0
 
     @classmethod
-    def configured(cls, settings: Settings, client: Redis) -> SharedAdmission:
-        """The admission ``settings`` describe, shared through ``client``."""
-        budget = math.inf if settings.kv_budget_tokens is None else settings.kv_budget_tokens
+    def configured(cls, settings: Settings, client: Redis, backend: str) -> SharedAdmission:
+        """Backend ``backend``'s admission as ``settings`` describe it, shared through ``client``."""
         return cls(
             client,
-            settings.admission_backend,
-            Capacity(settings.slots, budget, settings.slots - settings.express_slots),
+            f"{settings.admission_namespace}:admission:{{{backend}}}:",
+            Capacity(settings.slots, settings.kv_budget_tokens, settings.slots - settings.express_slots),
             settings.queue_max,
             settings.queue_timeout_s,
             settings.queue_max_per_key,
@@ -217,6 +217,12 @@ class SharedAdmission:
         if not waiter.future.done():
             waiter.future.cancel()
         self._spawn(self._call(self._abandon, waiter.ticket))
+
+    def fail_waiting(self, error: Exception) -> None:
+        """Fail this replica's waiters with ``error``; each one's :meth:`wait` gives its ticket up."""
+        for waiter in self._waiters.values():
+            if not waiter.settled and not waiter.future.done():
+                waiter.future.set_exception(error)
 
     def position(self, waiter: Waiter) -> int:
         return waiter.place

@@ -15,8 +15,8 @@ async def health() -> dict[str, str]:
 
 
 async def ready(request: Request) -> JSONResponse:
-    """Readiness: the model server answers its ``/health`` (503 while draining: the edge refuses it)."""
+    """Readiness: a model server answers its ``/health`` (503 while draining: the edge refuses it)."""
     settings = request.app.state.settings
-    if await probe(request.app.state.pipeline.upstream, settings.ready_timeout_s):
+    if await probe(request.app.state.pipeline.backends.first_up().upstream, settings.ready_timeout_s):
         return JSONResponse({"status": "ready"})
     raise GatewayError("upstream_unavailable", "The model server is not reachable.")

@@ -46,7 +46,7 @@ async def forward(
 ) -> Response:
     """``method path`` sent upstream; its JSON answer returned with its status and ``answer_headers``
     (an error status raises :class:`GatewayError`, answered in the route's dialect)."""
-    upstream = await pipeline.upstream.open(method, path, body, headers)
+    upstream = await pipeline.backends.first_up().upstream.open(method, path, body, headers)
     try:
         data = await upstream.read()
     finally:
@@ -99,7 +99,7 @@ async def get_model(request: Request) -> dict[str, Any]:
 
 
 async def _models(pipeline: Pipeline) -> dict[str, Any]:
-    response = await pipeline.upstream.open("GET", "/v1/models")
+    response = await pipeline.backends.first_up().upstream.open("GET", "/v1/models")
     try:
         listing = await response.read()
     finally:

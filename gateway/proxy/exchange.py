@@ -15,6 +15,7 @@ one whose body never arrived or was invalid too.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
@@ -23,6 +24,7 @@ from gateway.admission import Lease, Need, Waiter
 from gateway.auth.principal import Principal
 from gateway.dialects.base import Context, Dialect, Prepared
 from gateway.limits import Ticket
+from gateway.proxy.backends import Backend, BackendDown, affinity_key
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.prompt_size import estimate, prompt_size
 from gateway.proxy.upstream import UpstreamResponse
@@ -47,6 +49,7 @@ class Exchange:
         request_id: str,
         telemetry: bool,
         forwarded: Mapping[str, str],
+        session: str | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.dialect = dialect
@@ -64,6 +67,7 @@ class Exchange:
         self._telemetry = telemetry
         self._headers = {**forwarded, "x-request-id": request_id}
         self.ticket: Ticket | None = None
+        self.backend: Backend | None = None
         self.waiter: Waiter | None = None
         self.lease: Lease | None = None
         self.upstream: UpstreamResponse | None = None
@@ -74,6 +78,11 @@ class Exchange:
         self._size = 0
         self._prompt_tokens = 0
         self._need = Need()
+        self._session = session
+        self._affinity: str | None = None
+        self._left: list[Backend] = []  # backends that went down while it waited for them
+        self._waited_s = 0.0  # waited before on those
+        self._waited_for: dict[str, float] = {}
 
     async def __aenter__(self) -> Exchange:
         return self
@@ -88,8 +97,8 @@ class Exchange:
             try:
                 if self.lease is not None:
                     self.lease.release()
-                elif self.waiter is not None:
-                    self.pipeline.admission.abandon(self.waiter)
+                elif self.waiter is not None and self.backend is not None:
+                    self.backend.admission.abandon(self.waiter)
             finally:
                 self.pipeline.in_background(self._record())
 
@@ -105,6 +114,7 @@ class Exchange:
         prompt size's estimate's base."""
         pipeline, record = self.pipeline, self.recorder.record
         self._size = size
+        self._affinity = affinity_key(body, self._session)
         self._prompt_tokens = estimate(size).tokens
         pipeline.resolve_model(self.principal, body)
         parsed = self.dialect.parse(body)
@@ -134,7 +144,12 @@ class Exchange:
         (400 ``context_length_exceeded`` when no idle backend could hold it)."""
         pipeline, record = self.pipeline, self.recorder.record
         size = await prompt_size(
-            pipeline.upstream, pipeline.traits, pipeline.settings, prepared.count, self._size, self._headers
+            pipeline.backends.first_up().upstream,
+            pipeline.traits,
+            pipeline.settings,
+            prepared.count,
+            self._size,
+            self._headers,
         )
         prepared.count = None  # it holds the prompt's tree; the request waits with its bytes only
         self._prompt_tokens = size.tokens
@@ -162,10 +177,11 @@ class Exchange:
         return self.ticket.headers
 
     async def enqueue(self) -> bool:
-        """Be admitted now if the request fits and fairness allows, else take a place in the key's
-        queue (429 ``queue_full``); True if admitted."""
+        """Choose a backend (:meth:`Backends.route`) and be admitted there now if the request fits and
+        fairness allows, else take a place in the key's queue (429 ``queue_full``); True if admitted."""
         principal = self.principal
-        entry = await self.pipeline.admission.admit(
+        self.backend = backend = self.pipeline.backends.route(self._affinity, self._left)
+        entry = await backend.admission.admit(
             principal.name, principal.priority, principal.max_concurrency, self._need
         )
         if isinstance(entry, Lease):
@@ -175,9 +191,24 @@ class Exchange:
         return False
 
     async def wait(self) -> None:
-        """Wait for admission (429 ``queue_timeout``; cancellation gives the place up)."""
-        assert self.waiter is not None
-        self._admitted(await self.pipeline.admission.wait(self.waiter))
+        """Wait for admission (429 ``queue_timeout``; cancellation gives the place up); queue again on
+        another backend when the one it waits for goes down."""
+        while True:
+            assert self.waiter is not None and self.backend is not None
+            try:
+                lease = await self.backend.admission.wait(self.waiter)
+            except BackendDown:
+                waiter = self.waiter
+                self._waited_s += time.monotonic() - waiter.enqueued_at
+                for reason, seconds in waiter.waited_for.items():
+                    self._waited_for[reason] = self._waited_for.get(reason, 0.0) + seconds
+                self._left.append(self.backend)
+                self.waiter = None
+                if await self.enqueue():
+                    return
+                continue
+            self._admitted(lease)
+            return
 
     def position(self) -> tuple[int, str]:
         """Grants before this request's (1 = next; 0 once admitted) and what it waits for (``slot``,
@@ -185,19 +216,24 @@ class Exchange:
         waiter = self.waiter
         if waiter is None or self.lease is not None:
             return 0, ""
-        return self.pipeline.admission.position(waiter), waiter.reason.value if waiter.reason else "slot"
+        assert self.backend is not None
+        return self.backend.admission.position(waiter), waiter.reason.value if waiter.reason else "slot"
 
     def _admitted(self, lease: Lease) -> None:
         self.lease = lease
-        self.recorder.admitted(lease.queue_wait_s, lease.waited_for)
+        waited_for = dict(self._waited_for)
+        for reason, seconds in lease.waited_for.items():
+            waited_for[reason] = waited_for.get(reason, 0.0) + seconds
+        self.recorder.admitted(self._waited_s + lease.queue_wait_s, waited_for)
 
     async def open(self, prepared: Prepared) -> UpstreamResponse:
         """Send the request upstream once the slot is held; return when its headers arrive (503 / 504 /
         the upstream's own error status)."""
-        pipeline = self.pipeline
+        pipeline, backend = self.pipeline, self.backend
+        assert backend is not None
         if pipeline.wants_counters():  # one loopback scrape (ms) before the request decodes
-            self._before = await pipeline.backend.scrape(COUNTERS, timeout_s=1.0)
-        self.upstream = await pipeline.upstream.open(
+            self._before = await backend.monitor.scrape(COUNTERS, timeout_s=1.0)
+        self.upstream = await backend.upstream.open(
             "POST", self.dialect.upstream_path, prepared.body, self._headers
         )
         return self.upstream
@@ -216,9 +252,9 @@ class Exchange:
         return False
 
     async def _counters(self) -> tuple[dict[str, float], dict[str, float], bool] | None:
-        if self._before is None or self.lease is None:
+        if self._before is None or self.lease is None or self.backend is None:
             return None
-        after = await self.pipeline.backend.scrape(COUNTERS, timeout_s=1.0)
+        after = await self.backend.monitor.scrape(COUNTERS, timeout_s=1.0)
         if after is None:
             return None
         before = {n: self._before[n] for n in COUNTERS if n in self._before}

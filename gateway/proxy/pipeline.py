@@ -1,5 +1,5 @@
-"""What every inference request shares, whatever its dialect: the upstream, the slots, the limits,
-where telemetry goes, and what the gateway learnt of its upstream.
+"""What every inference request shares, whatever its dialect: the backends (each with its upstream
+and slots), the limits, where telemetry goes, and what the gateway learnt of its upstream.
 
 One :class:`Pipeline` lives on ``app.state``; each request is an
 :class:`~gateway.proxy.exchange.Exchange` over it.
@@ -12,14 +12,14 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.admission import Gate, Need
+from gateway.admission import Need
 from gateway.aliases import ModelAliases
 from gateway.auth.principal import Principal
 from gateway.config import Settings
 from gateway.dialects.base import Prepared
 from gateway.errors import GatewayError
 from gateway.limits import RateLimiter
-from gateway.proxy.upstream import Upstream
+from gateway.proxy.backends import Backends
 from gateway.telemetry.record import RequestTelemetry
 from gateway.traits import UpstreamTraits
 
@@ -29,13 +29,6 @@ class Sink(Protocol):
     ledger, the log). ``publish`` does no I/O on the caller's path."""
 
     def publish(self, record: RequestTelemetry) -> None: ...
-
-
-class Scraper(Protocol):
-    """Reads named samples of the backend's ``/metrics`` (:class:`~gateway.telemetry.backend.BackendMonitor`):
-    ``{name: value}``, or None when the page can't be read."""
-
-    async def scrape(self, names: tuple[str, ...], timeout_s: float = 2.0) -> dict[str, float] | None: ...
 
 
 class Owners(Protocol):
@@ -54,11 +47,9 @@ class Pipeline:
     ``owners`` remembers which key created which stored response (None: not tracked, as in the
     in-memory test pipelines that serve no Responses API)."""
 
-    upstream: Upstream
-    admission: Gate
+    backends: Backends
     settings: Settings
     sink: Sink
-    backend: Scraper
     limits: RateLimiter
     owners: Owners | None = None
     traits: UpstreamTraits = field(default_factory=UpstreamTraits)

@@ -64,8 +64,9 @@ class ExchangeResponse(Response):
         telemetry = request.headers.get("x-gateway-telemetry") == "1"
         request_id = scope["state"]["request_id"]
         forwarded = self.dialect.forwarded(request.headers)
+        session = request.headers.get("x-session-affinity")
         async with Exchange(
-            pipeline, self.dialect, self.principal, request_id, telemetry, forwarded
+            pipeline, self.dialect, self.principal, request_id, telemetry, forwarded, session
         ) as exchange:
             try:
                 try:

@@ -1,8 +1,10 @@
-"""BackendMonitor: polls the upstream vLLM's ``/metrics`` so one scrape of the gateway shows the backend.
+"""BackendMonitor: polls one backend's vLLM ``/metrics`` so one scrape of the gateway shows it, and
+says whether it is up.
 
 Every ``interval_s`` it reads ``vllm:num_requests_running``, ``vllm:num_requests_waiting`` and
-``vllm:kv_cache_usage_perc`` into ``gateway_backend_*`` gauges and sets ``gateway_upstream_up``.
-:meth:`scrape` is also used on demand for the spec-decode counters of the ``metrics_delta`` source.
+``vllm:kv_cache_usage_perc`` into ``gateway_backend_*{backend}`` gauges, sets
+``gateway_upstream_up{backend}`` and tells ``on_health`` (up: the page answered). :meth:`scrape` is
+also used on demand for the spec-decode counters of the ``metrics_delta`` source.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -52,10 +54,20 @@ class TextSource(Protocol):
 class BackendMonitor:
     """Reads the upstream's ``/metrics``; :meth:`run` polls until cancelled."""
 
-    def __init__(self, upstream: TextSource, metrics: GatewayMetrics, interval_s: float) -> None:
+    def __init__(
+        self,
+        upstream: TextSource,
+        metrics: GatewayMetrics,
+        interval_s: float,
+        name: str = "default",
+        on_health: Callable[[bool], None] | None = None,
+    ) -> None:
         self._upstream = upstream
         self._metrics = metrics
         self._interval_s = interval_s
+        self._name = name
+        self.on_health = on_health
+        """Told after each poll whether the backend answered (``Backends.mark``)."""
 
     async def scrape(self, names: Collection[str], timeout_s: float = 2.0) -> dict[str, float] | None:
         """The backend's samples named in ``names`` now, or None if the page can't be read."""
@@ -68,14 +80,16 @@ class BackendMonitor:
     async def poll_once(self) -> None:
         """One poll: update the upstream-up and backend gauges."""
         values = await self.scrape(GAUGES)
-        self._metrics.upstream_up.set(1 if values is not None else 0)
+        self._metrics.upstream_up.labels(self._name).set(1 if values is not None else 0)
+        if self.on_health is not None:
+            self.on_health(values is not None)
         if values is None:
             return
         metrics = self._metrics
         gauges = (metrics.backend_running, metrics.backend_waiting, metrics.backend_kv_usage)
         for gauge, name in zip(gauges, GAUGES, strict=True):
             if name in values:
-                gauge.set(values[name])
+                gauge.labels(self._name).set(values[name])
 
     async def run(self) -> None:
         """Poll every ``interval_s`` seconds, forever (cancel to stop)."""

@@ -25,7 +25,7 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from gateway.admission import Gate, Reason
+from gateway.admission import Load, Reason
 from gateway.metric_series import BoundSeries
 from gateway.telemetry.record import RequestTelemetry
 
@@ -37,53 +37,52 @@ _LENGTH = (1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5, 6)
 _TOKEN_KINDS = ("prompt", "completion", "cached", "reasoning")
 
 
-def _waiting(admission: Gate, reason: str) -> int:
-    return admission.waiting_for()[reason]
+def _waiting(load: Load, reason: str) -> int:
+    return load.waiting_for()[reason]
 
 
 class GatewayMetrics:
     """The gateway's metric families, registered on their own :class:`CollectorRegistry`."""
 
-    def __init__(self, admission: Gate) -> None:
+    def __init__(self) -> None:
         disable_created_metrics()
         self.registry = registry = CollectorRegistry()
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
         GCCollector(registry=registry)
         labels = ("model", "key", "api")
-        Gauge("gateway_slots_total", "Upstream slots (vLLM --max-num-seqs)", registry=registry).set_function(
-            lambda: admission.slots
-        )
-        Gauge(
-            "gateway_slots_in_use",
-            "Requests holding an upstream slot (admitted, sequence not finished)",
-            registry=registry,
-        ).set_function(lambda: admission.in_use)
-        Gauge("gateway_queue_depth", "Requests waiting for a slot", registry=registry).set_function(
-            lambda: admission.queue_depth
-        )
-        Gauge(
-            "gateway_kv_budget_tokens", "The KV pool admission shares out, tokens", registry=registry
-        ).set_function(lambda: admission.capacity.kv_budget_tokens)
-        Gauge(
-            "gateway_kv_reserved_tokens",
-            "KV tokens reserved by admitted requests (prompt + output budget)",
-            registry=registry,
-        ).set_function(lambda: admission.kv_reserved_tokens)
-        Gauge(
-            "gateway_long_slots", "Long-prompt requests allowed at once (the lane)", registry=registry
-        ).set_function(lambda: admission.capacity.long_slots)
-        Gauge("gateway_long_in_use", "Long-prompt requests admitted now", registry=registry).set_function(
-            lambda: admission.long_in_use
-        )
-        waiting = Gauge(
+        self._load = [
+            Gauge(name, text, registry=registry)
+            for name, text in (
+                ("gateway_slots_total", "Upstream slots (vLLM --max-num-seqs), all backends"),
+                (
+                    "gateway_slots_in_use",
+                    "Requests holding an upstream slot (admitted, sequence not finished)",
+                ),
+                ("gateway_queue_depth", "Requests waiting for a slot"),
+                ("gateway_kv_budget_tokens", "The KV pool admission shares out, tokens"),
+                (
+                    "gateway_kv_reserved_tokens",
+                    "KV tokens reserved by admitted requests (prompt + output budget)",
+                ),
+                ("gateway_long_slots", "Long-prompt requests allowed at once (the lane)"),
+                ("gateway_long_in_use", "Long-prompt requests admitted now"),
+            )
+        ]
+        self._waiting = Gauge(
             "gateway_queue_waiting",
             "Requests waiting now, by what they wait for: slot|kv|lane|key_concurrency|reserved",
             ("reason",),
             registry=registry,
         )
-        for reason in Reason:
-            waiting.labels(reason.value).set_function(functools.partial(_waiting, admission, reason.value))
+        self._backend_load = [
+            Gauge(name, text, ("backend",), registry=registry)
+            for name, text in (
+                ("gateway_backend_slots_in_use", "Sequences holding this backend's slots"),
+                ("gateway_backend_queue_depth", "Requests waiting for this backend"),
+                ("gateway_backend_kv_reserved_tokens", "KV tokens reserved on this backend"),
+            )
+        ]
         # by (model, key, api): bounded by the key table times the dialects
         self._series: dict[tuple[str, str, str], BoundSeries] = {}
         self.requests = Counter(
@@ -149,23 +148,51 @@ class GatewayMetrics:
             registry=registry,
         )
         self.upstream_up = Gauge(
-            "gateway_upstream_up", "1 if the upstream's /metrics answered at the last poll", registry=registry
+            "gateway_upstream_up",
+            "1 if the backend's /metrics answered at the last poll",
+            ("backend",),
+            registry=registry,
         )
         self.backend_running = Gauge(
             "gateway_backend_requests_running",
             "vLLM num_requests_running at the last poll",
+            ("backend",),
             registry=registry,
         )
         self.backend_waiting = Gauge(
             "gateway_backend_requests_waiting",
             "vLLM num_requests_waiting at the last poll",
+            ("backend",),
             registry=registry,
         )
         self.backend_kv_usage = Gauge(
             "gateway_backend_kv_cache_usage_ratio",
             "vLLM kv_cache_usage_perc (0..1) at the last poll",
+            ("backend",),
             registry=registry,
         )
+
+    def watch(self, load: Load) -> None:
+        """Read the gateway-wide gauges (slots, queue, KV, lane) from ``load`` at every scrape."""
+        reads = (
+            lambda: load.slots,
+            lambda: load.in_use,
+            lambda: load.queue_depth,
+            lambda: load.capacity.kv_budget_tokens,
+            lambda: load.kv_reserved_tokens,
+            lambda: load.capacity.long_slots,
+            lambda: load.long_in_use,
+        )
+        for gauge, read in zip(self._load, reads, strict=True):
+            gauge.set_function(read)
+        for reason in Reason:
+            self._waiting.labels(reason.value).set_function(functools.partial(_waiting, load, reason.value))
+
+    def watch_backend(self, name: str, load: Load) -> None:
+        """Read backend ``name``'s own gauges from its admission ``load`` at every scrape."""
+        reads = (lambda: load.in_use, lambda: load.queue_depth, lambda: load.kv_reserved_tokens)
+        for gauge, read in zip(self._backend_load, reads, strict=True):
+            gauge.labels(name).set_function(read)
 
     def observe(self, record: RequestTelemetry) -> None:
         """Record one finished request."""

@@ -43,7 +43,17 @@ def metric_names(expr: str) -> set[str]:
 
 def exported_names() -> set[str]:
     """Sample names of the gateway's /metrics registry after one fully populated request record."""
-    metrics = GatewayMetrics(Admission(slots=2, queue_max=4, queue_timeout_s=1))
+    metrics = GatewayMetrics()
+    admission = Admission(slots=2, queue_max=4, queue_timeout_s=1)
+    metrics.watch(admission)
+    metrics.watch_backend("default", admission)
+    for polled in (
+        metrics.upstream_up,
+        metrics.backend_running,
+        metrics.backend_waiting,
+        metrics.backend_kv_usage,
+    ):
+        polled.labels("default").set(1)  # as a backend poll sets them
     record = RequestTelemetry(
         request_id="req-1",
         key_id="key_1",

@@ -206,5 +206,5 @@ async def test_a_client_that_leaves_closes_the_upstream_connection(tmp_path: Pat
                     break
         async with asyncio.timeout(5):
             await upstream_gone.wait()
-            while gateway.app.state.admission.in_use:  # noqa: ASYNC110 (no event to wait on)
+            while gateway.app.state.pipeline.backends.in_use:  # noqa: ASYNC110 (no event to wait on)
                 await asyncio.sleep(0.01)

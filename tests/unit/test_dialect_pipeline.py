@@ -160,10 +160,10 @@ async def test_a_stream_is_relayed_the_slot_handed_on_at_its_last_event_and_reco
     answer, upstream, pipeline, records, running = await streaming(script)
     answer.send(*script.stream)
     await running.wait_for(lambda c: b'"lo"' in c.body)
-    assert pipeline.admission.in_use == 1
+    assert pipeline.backends.in_use == 1
     answer.send(script.last)
     await running.wait_for(lambda c: c.body.endswith(script.last))
-    assert pipeline.admission.in_use == 0  # handed on at the last event, before the upstream's end
+    assert pipeline.backends.in_use == 0  # handed on at the last event, before the upstream's end
     answer.end()
     await running.done()
     await settled(pipeline)

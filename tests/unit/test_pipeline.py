@@ -17,6 +17,7 @@ from gateway.config import Settings
 from gateway.dialects.chat import CHAT
 from gateway.errors import GatewayError
 from gateway.limits import RateLimiter, storage_for
+from gateway.proxy.backends import Backend, Backends
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.respond import ExchangeResponse
 from gateway.proxy.upstream import unavailable
@@ -49,9 +50,9 @@ def build(
     config = Settings(upstream="http://fake", spec_counters="never", slots=slots, **settings)
     admission = Admission.configured(config)
     records = Records()
-    backend = BackendMonitor(upstream, GatewayMetrics(admission), 3600)
+    monitor = BackendMonitor(upstream, GatewayMetrics(), 3600)
     limits = RateLimiter(storage_for("memory://"))
-    pipeline = Pipeline(upstream, admission, config, records, backend, limits)
+    pipeline = Pipeline(Backends([Backend("default", upstream, admission, monitor)]), config, records, limits)
     pipeline.traits.reasoning_markers = False if plain else None
     return pipeline, records
 
@@ -107,7 +108,7 @@ async def settled(pipeline: Pipeline) -> None:
 
 
 def assert_nothing_held(pipeline: Pipeline) -> None:
-    admission = pipeline.admission
+    admission = pipeline.backends
     assert admission.in_use == 0 and admission.queue_depth == 0, admission.status()
 
 
@@ -161,10 +162,10 @@ async def test_a_stream_is_relayed_as_it_arrives_and_the_slot_freed_at_done() ->
     answer.send(chunk(1, content="Hel"))
     await running.wait_for(lambda c: b"Hel" in c.body)
     assert running.status == 200 and running.headers["content-type"] == "text/event-stream; charset=utf-8"
-    assert pipeline.admission.in_use == 1
+    assert pipeline.backends.in_use == 1
     answer.send(chunk(2, content="lo", finish="stop"), DONE)
     await running.wait_for(lambda c: DONE in c.body)
-    assert pipeline.admission.in_use == 0  # handed on at [DONE], before the upstream's end
+    assert pipeline.backends.in_use == 0  # handed on at [DONE], before the upstream's end
     answer.end()
     await running.done()
     await settled(pipeline)
@@ -223,10 +224,10 @@ async def test_a_client_that_leaves_while_queued_gives_its_place_up() -> None:
     await upstream.arrived.wait()
     for stream in (True, False):
         leaving = call(pipeline, chat(stream), f"req-gone-{stream}").start()
-        await steps_until(lambda: pipeline.admission.queue_depth == 1)
+        await steps_until(lambda: pipeline.backends.queue_depth == 1)
         leaving.disconnect()
         await leaving.done()
-        assert pipeline.admission.queue_depth == 0
+        assert pipeline.backends.queue_depth == 0
     first.send(DONE).end()
     await holding.done()
     await settled(pipeline)
@@ -244,7 +245,7 @@ async def test_a_queued_stream_whose_connection_broke_before_it_started_leaves_n
     holding = call(pipeline, chat(True), "req-1").start()
     await upstream.arrived.wait()
     await call(pipeline, chat(True), "req-broken", send_fails=True).done()
-    assert pipeline.admission.queue_depth == 0
+    assert pipeline.backends.queue_depth == 0
     first.send(DONE).end()
     await holding.done()
     await settled(pipeline)

@@ -1,0 +1,176 @@
+"""The backend pairs behind the gateway, each with its own upstream client, admission (slots, KV
+budget, queue) and health, and the choice of one for a request.
+
+Routing (:meth:`Backends.route`), among the backends up (all of them if none is):
+
+- with an affinity key (:func:`affinity_key`: the client's session or user), the backend rendezvous
+  hashing gives it (highest SHA-256 of ``key|name``; Thaler & Ravishankar, "Using name-based mappings
+  to increase hit rates", 1998): a conversation keeps its backend and so vLLM's prefix cache, and
+  only the conversations of a backend that leaves move;
+- else the least loaded: fewest (sequences held + requests waiting) per slot, then least KV reserved
+  per budget, then the name.
+
+A backend is *down* when its ``/metrics`` did not answer at the last poll: new requests go elsewhere
+and its waiting ones are failed with :class:`BackendDown`, which the exchange takes as "queue again
+on another" (:meth:`Backends.mark`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.admission import Capacity, Gate, Reason
+from gateway.errors import GatewayError
+from gateway.proxy.upstream import Upstream
+
+
+class Monitor(Protocol):
+    """Watches one backend (:class:`~gateway.telemetry.backend.BackendMonitor`): :meth:`scrape` reads
+    named samples of its ``/metrics`` (``{name: value}``, None when the page can't be read); ``run``
+    polls it, telling ``on_health`` whether it answered."""
+
+    on_health: Callable[[bool], None] | None
+
+    async def scrape(self, names: tuple[str, ...], timeout_s: float = 2.0) -> dict[str, float] | None: ...
+
+    async def run(self) -> None: ...
+
+
+class BackendDown(GatewayError):
+    """The backend a request waited for went down: the exchange queues it on another one."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__("upstream_unavailable", f"The model server {name} went down.")
+
+
+@dataclass(eq=False, slots=True)
+class Backend:
+    """One backend pair: its ``name`` (metric label, shared-admission key), client, admission, and
+    its monitor (health, and the ``/metrics`` reads of the spec-counter deltas)."""
+
+    name: str
+    upstream: Upstream
+    admission: Gate
+    monitor: Monitor
+    up: bool = True
+
+    def load(self) -> tuple[float, float]:
+        """(sequences held + requests waiting) per slot, KV reserved per budget (0 with none)."""
+        admission = self.admission
+        budget = admission.capacity.kv_budget_tokens
+        kv = admission.kv_reserved_tokens / budget if budget not in (0, math.inf) else 0.0
+        return (admission.in_use + admission.queue_depth) / admission.slots, kv
+
+
+def affinity_key(body: Mapping[str, Any], session: str | None = None) -> str | None:
+    """What keeps a conversation on one backend: ``session`` (the ``x-session-affinity`` header), else
+    the body's ``prompt_cache_key`` (OpenAI: "used to cache responses for similar requests"),
+    ``user``, ``safety_identifier``, or Anthropic's ``metadata.user_id``; None without any."""
+    if session:
+        return session
+    for name in ("prompt_cache_key", "user", "safety_identifier"):
+        if isinstance(value := body.get(name), str) and value:
+            return value
+    metadata = body.get("metadata")
+    if isinstance(metadata, dict) and isinstance(value := metadata.get("user_id"), str) and value:
+        return value
+    return None
+
+
+class Backends:
+    """All backend pairs (at least one), in configuration order. Also the gateway-wide load that the
+    unlabelled ``gateway_slots_*`` / ``gateway_queue_*`` / ``gateway_kv_*`` series show: sums over
+    the backends."""
+
+    def __init__(self, backends: Iterable[Backend], affinity: bool = True) -> None:
+        self.all = list(backends)
+        if not self.all:
+            raise ValueError("at least one backend is required")
+        self.affinity = affinity
+        self.by_name = {backend.name: backend for backend in self.all}
+
+    def route(self, affinity: str | None = None, exclude: Iterable[Backend] = ()) -> Backend:
+        """The backend for a request (see the module doc); ``exclude``: ones it was failed by."""
+        left = [b for b in self.all if b not in set(exclude)] or self.all
+        candidates = [b for b in left if b.up] or left
+        if self.affinity and affinity is not None:
+            return max(candidates, key=lambda b: hashlib.sha256(f"{affinity}|{b.name}".encode()).digest())
+        return min(candidates, key=lambda b: (*b.load(), b.name))
+
+    def first_up(self) -> Backend:
+        """A backend to ask what any of them answers alike (``/tokenize``, ``/v1/models``, ``/ready``)."""
+        return next((b for b in self.all if b.up), self.all[0])
+
+    def mark(self, backend: Backend, up: bool) -> None:
+        """The monitor's verdict; a backend going down fails its waiters (:class:`BackendDown`), if
+        another one is up to take them."""
+        went_down = backend.up and not up
+        backend.up = up
+        if went_down and any(b.up for b in self.all):
+            backend.admission.fail_waiting(BackendDown(backend.name))
+
+    # the gateway-wide load (GatewayMetrics' Load)
+
+    @property
+    def capacity(self) -> Capacity:
+        kv = sum(b.admission.capacity.kv_budget_tokens for b in self.all)
+        return Capacity(self.slots, kv, sum(b.admission.capacity.long_slots for b in self.all))
+
+    @property
+    def slots(self) -> int:
+        return sum(b.admission.slots for b in self.all)
+
+    @property
+    def in_use(self) -> int:
+        return sum(b.admission.in_use for b in self.all)
+
+    @property
+    def queue_depth(self) -> int:
+        return sum(b.admission.queue_depth for b in self.all)
+
+    @property
+    def kv_reserved_tokens(self) -> int:
+        return sum(b.admission.kv_reserved_tokens for b in self.all)
+
+    @property
+    def long_in_use(self) -> int:
+        return sum(b.admission.long_in_use for b in self.all)
+
+    def waiting_for(self) -> dict[str, int]:
+        counts = {reason.value: 0 for reason in Reason}
+        for backend in self.all:
+            for reason, count in backend.admission.waiting_for().items():
+                counts[reason] += count
+        return counts
+
+    def status(self) -> dict[str, object]:
+        """``/admin/status``: the first backend's view when there is one, else the sums; and
+        ``backends``: each one's name, health and admission status."""
+        each = [{"name": b.name, "up": b.up, **b.admission.status()} for b in self.all]
+        if len(self.all) == 1:
+            top = dict(each[0])
+            del top["name"], top["up"]
+        else:
+            budget = self.capacity.kv_budget_tokens
+            keys: dict[str, dict[str, int]] = {}
+            for status in each:
+                for key, counts in status["keys"].items():  # type: ignore[attr-defined]
+                    mine = keys.setdefault(key, {"in_flight": 0, "waiting": 0})
+                    mine["in_flight"] += counts["in_flight"]
+                    mine["waiting"] += counts["waiting"]
+            top = {
+                "slots_total": self.slots,
+                "slots_in_use": self.in_use,
+                "queue_depth": self.queue_depth,
+                "kv_budget_tokens": budget if budget != math.inf else None,
+                "kv_reserved_tokens": self.kv_reserved_tokens,
+                "long_slots": self.capacity.long_slots,
+                "long_in_use": self.long_in_use,
+                "waiting_for": self.waiting_for(),
+                "keys": dict(sorted(keys.items())),
+            }
+        return {**top, "backends": each}
