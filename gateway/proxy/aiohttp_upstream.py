@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from gateway.proxy.upstream import MAX_ERROR_BODY, broken, timed_out, unavailable, upstream_error
+from gateway.proxy.upstream import MAX_ERROR_BODY, Unreachable, broken, timed_out, unavailable, upstream_error
 
 #: Seconds an idle pooled connection is kept: under uvicorn's 5 s keep-alive (vLLM's server), so the
 #: gateway never sends a request on a connection the server is closing at that moment.
@@ -84,7 +84,9 @@ class AiohttpUpstream:
                 method, self.base_url + path, data=body, headers=sent, allow_redirects=False
             )
         except aiohttp.ConnectionTimeoutError as exc:
-            raise unavailable(f"timed out ({type(exc).__name__})") from exc
+            raise Unreachable(f"timed out ({type(exc).__name__})") from exc
+        except aiohttp.ClientConnectorError as exc:  # no connection: nothing was sent
+            raise Unreachable(type(exc).__name__) from exc
         except TimeoutError as exc:  # connected and sent: the server is there but silent
             raise timed_out(type(exc).__name__) from exc
         except aiohttp.ClientError as exc:

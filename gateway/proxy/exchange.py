@@ -27,7 +27,7 @@ from gateway.limits import Ticket
 from gateway.proxy.backends import Backend, BackendDown, affinity_key
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.prompt_size import estimate, prompt_size
-from gateway.proxy.upstream import UpstreamResponse
+from gateway.proxy.upstream import Unreachable, UpstreamResponse
 from gateway.telemetry.record import RequestTelemetry
 from gateway.telemetry.recorder import RequestRecorder
 from gateway.telemetry.spec import COUNTERS
@@ -229,14 +229,36 @@ class Exchange:
     async def open(self, prepared: Prepared) -> UpstreamResponse:
         """Send the request upstream once the slot is held; return when its headers arrive (503 / 504 /
         the upstream's own error status)."""
-        pipeline, backend = self.pipeline, self.backend
-        assert backend is not None
-        if pipeline.wants_counters():  # one loopback scrape (ms) before the request decodes
-            self._before = await backend.monitor.scrape(COUNTERS, timeout_s=1.0)
-        self.upstream = await backend.upstream.open(
-            "POST", self.dialect.upstream_path, prepared.body, self._headers
-        )
-        return self.upstream
+        while True:
+            backend = self.backend
+            assert backend is not None
+            if self.pipeline.wants_counters():  # one loopback scrape (ms) before the request decodes
+                self._before = await backend.monitor.scrape(COUNTERS, timeout_s=1.0)
+            try:
+                self.upstream = await backend.upstream.open(
+                    "POST", self.dialect.upstream_path, prepared.body, self._headers
+                )
+            except Unreachable:
+                if not self._fail_over(backend):
+                    raise
+                if not await self.enqueue():
+                    await self.wait()
+                continue
+            return self.upstream
+
+    def _fail_over(self, backend: Backend) -> bool:
+        """``backend`` refused the connection: if another one is up, take it out (its monitor will say
+        when it is back), give its slot back and return True (queue again); else False."""
+        backends = self.pipeline.backends
+        if not any(other.up for other in backends.all if other is not backend):
+            return False
+        assert self.lease is not None
+        self._waited_s += self.lease.queue_wait_s
+        self.lease.release()
+        self.lease, self.waiter, self._before = None, None, None
+        self._left.append(backend)
+        backends.mark(backend, False)
+        return True
 
     def release_early(self) -> bool:
         """Hand the slot on as soon as the upstream has finished the sequence (its ``[DONE]``, or the

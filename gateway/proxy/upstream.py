@@ -69,6 +69,14 @@ def unavailable(detail: str) -> GatewayError:
     return GatewayError("upstream_unavailable", f"The model server is unavailable: {detail}")
 
 
+class Unreachable(GatewayError):
+    """503 ``upstream_unavailable`` before the request reached the model server (no connection could
+    be made): it may be sent to another one."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("upstream_unavailable", f"The model server is unavailable: {detail}")
+
+
 def timed_out(detail: str) -> GatewayError:
     """504 ``upstream_timeout``: the model server took the request, then sent nothing for longer than
     ``GATEWAY_UPSTREAM_READ_TIMEOUT_S`` (before its headers, or in the middle of a stream)."""

@@ -1,0 +1,109 @@
+"""One gateway in front of two backend pairs (two simulator processes): requests spread to the less
+loaded, a conversation keeps its backend, each backend shows in ``/admin/status`` and ``/metrics``,
+and a backend killed with -9 mid-run loses no request without an error and leaks no slot: its
+streams end with an error event, its queued requests are served by the other."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.probes import scrape, wait_until
+from tests.support.sim_process import SimProcess
+
+MODEL = "deepseek-v4-flash-0731"
+
+
+@pytest.fixture
+def two_backends(tmp_path: Path):
+    """Two simulators, one slot each, tracing their sequences; killed at the end."""
+    sims = [
+        SimProcess(tmp_path / f"sim-{name}.log", "--slots", "1", "--decode-tps", "200",
+                   "--trace-file", str(tmp_path / f"trace-{name}.jsonl")).start()
+        for name in ("a", "b")
+    ]  # fmt: skip
+    yield sims
+    for sim in sims:
+        sim.kill()
+
+
+def traced(tmp_path: Path, name: str) -> list[dict]:
+    path = tmp_path / f"trace-{name}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def chat(url: str, key: str, max_tokens: int = 20, **extra) -> httpx.Response:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens}
+    return httpx.post(
+        url + "/v1/chat/completions",
+        json={**body, "ignore_eos": True, **extra},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=60,
+    )
+
+
+def admin_status(gateway, key: str) -> dict:
+    return httpx.get(gateway.url + "/admin/status", headers={"Authorization": f"Bearer {key}"}).json()
+
+
+def test_requests_spread_over_both_and_each_backend_shows(two_backends, start_gateway, make_key, tmp_path):
+    a, b = two_backends
+    gateway = start_gateway(f"a={a.url},b={b.url}", slots=1, backend_poll_s=0.2)
+    key, admin = make_key("spread"), make_key("admin", scopes=["admin"])
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: chat(gateway.url, key), range(8)))
+    assert [answer.status_code for answer in answers] == [200] * 8
+    wait_until(lambda: len(traced(tmp_path, "a")) + len(traced(tmp_path, "b")) == 8, what="8 traced")
+    assert len(traced(tmp_path, "a")) >= 2 and len(traced(tmp_path, "b")) >= 2
+    status = admin_status(gateway, admin)
+    assert status["slots_total"] == 2 and [s["name"] for s in status["backends"]] == ["a", "b"]
+    assert all(s["up"] and s["slots_total"] == 1 for s in status["backends"])
+    metrics = scrape(gateway.url, {"Authorization": f"Bearer {admin}"})
+    assert metrics["gateway_upstream_up{backend=a}"] == metrics["gateway_upstream_up{backend=b}"] == 1
+    assert metrics["gateway_slots_total"] == 2 and "gateway_backend_slots_in_use{backend=b}" in metrics
+
+
+def test_a_conversation_keeps_its_backend(two_backends, start_gateway, make_key, tmp_path):
+    a, b = two_backends
+    gateway = start_gateway(f"a={a.url},b={b.url}", slots=1)
+    key = make_key("affinity")
+    for _ in range(6):
+        assert chat(gateway.url, key, max_tokens=2, user="conversation-7").status_code == 200
+    wait_until(lambda: len(traced(tmp_path, "a")) + len(traced(tmp_path, "b")) == 6, what="6 traced")
+    assert sorted([len(traced(tmp_path, "a")), len(traced(tmp_path, "b"))]) == [0, 6]
+
+
+def test_a_backend_killed_mid_run_loses_nothing_silently_and_leaks_no_slot(
+    two_backends, start_gateway, make_key, tmp_path
+):
+    a, b = two_backends
+    gateway = start_gateway(f"a={a.url},b={b.url}", slots=1, backend_poll_s=0.2, affinity=False)
+    key, admin = make_key("survive"), make_key("admin", scopes=["admin"])
+
+    def stream() -> tuple[int, str]:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 600,
+                "stream": True, "ignore_eos": True}  # fmt: skip
+        with httpx.stream(
+            "POST", gateway.url + "/v1/chat/completions", json=body,
+            headers={"Authorization": f"Bearer {key}"}, timeout=60,
+        ) as response:  # fmt: skip
+            lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+        return response.status_code, lines[-1] if lines else ""
+
+    with ThreadPoolExecutor(6) as pool:
+        streams = [pool.submit(stream) for _ in range(6)]  # one running on each, four queued
+        wait_until(lambda: admin_status(gateway, admin)["queue_depth"] == 4, what="four queued")
+        b.kill()
+        outcomes = [future.result(timeout=60) for future in streams]
+    ended = [last for _, last in outcomes]
+    assert ended.count("data: [DONE]") == 5  # the four queued ones served by a, and a's own
+    errors = [last for last in ended if last != "data: [DONE]"]
+    assert len(errors) == 1 and '"error"' in errors[0]  # b's stream says it broke
+    state = admin_status(gateway, admin)
+    assert (state["slots_in_use"], state["queue_depth"]) == (0, 0)
+    assert [s["up"] for s in state["backends"]] == [True, False]
+    wait_until(lambda: len(traced(tmp_path, "a")) == 5, what="a's five sequences traced")

@@ -1,0 +1,90 @@
+"""Choosing a backend pair (gateway/proxy/backends.py): least loaded, a conversation kept on its
+backend by rendezvous hashing, a backend that is down skipped, and its waiters failed over."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.admission import Admission, Lease, Need
+from gateway.proxy.backends import Backend, BackendDown, Backends, affinity_key
+from gateway.telemetry import GatewayMetrics
+from gateway.telemetry.backend import BackendMonitor
+from tests.support.fake_upstream import FakeUpstream
+
+
+def pool(*names: str, slots: int = 1, affinity: bool = True) -> Backends:
+    backends = []
+    for name in names:
+        upstream = FakeUpstream()
+        monitor = BackendMonitor(upstream, GatewayMetrics(), 3600, name)
+        backends.append(Backend(name, upstream, Admission(slots, 8, 30.0), monitor))
+    return Backends(backends, affinity=affinity)
+
+
+async def test_the_least_loaded_backend_takes_the_request() -> None:
+    backends = pool("a", "b", "c")
+    chosen = []
+    for _ in range(3):
+        backend = backends.route()
+        assert isinstance(backend.admission.enqueue(), Lease)
+        chosen.append(backend.name)
+    assert chosen == ["a", "b", "c"]  # equal loads: by name; then each one's slot is held
+    backends.by_name["b"].admission.enqueue()  # b: one running, one waiting
+    assert backends.route().name in ("a", "c")
+
+
+async def test_a_conversation_keeps_its_backend_and_only_a_leaving_backends_move() -> None:
+    backends = pool("a", "b", "c")
+    home = {f"user-{i}": backends.route(f"user-{i}").name for i in range(60)}
+    assert {name for name in home.values()} == {"a", "b", "c"}  # spread
+    assert all(backends.route(user).name == name for user, name in home.items())  # stable under load too
+    backends.mark(backends.by_name["b"], False)
+    moved = {user: backends.route(user).name for user in home}
+    assert all(moved[user] == name for user, name in home.items() if name != "b")
+    assert all(moved[user] != "b" for user in home)
+
+
+async def test_a_backend_down_is_skipped_unless_none_is_up() -> None:
+    backends = pool("a", "b")
+    backends.mark(backends.by_name["a"], False)
+    assert backends.route().name == "b" and backends.first_up().name == "b"
+    backends.mark(backends.by_name["b"], False)
+    assert backends.route().name == "a"  # all down: the least loaded, and its own error will tell
+
+
+async def test_going_down_fails_its_waiters_when_another_backend_can_take_them() -> None:
+    backends = pool("a", "b")
+    a = backends.by_name["a"].admission
+    held = a.enqueue()
+    waiter = a.enqueue()
+    assert isinstance(held, Lease) and not isinstance(waiter, Lease)
+    waiting = asyncio.ensure_future(a.wait(waiter))
+    await asyncio.sleep(0)
+    backends.mark(backends.by_name["a"], False)
+    with pytest.raises(BackendDown):
+        await waiting
+    assert a.queue_depth == 0  # its place given up
+    held.release()
+    alone = pool("a")
+    solo = alone.by_name["a"].admission
+    solo.enqueue()
+    kept = solo.enqueue()
+    alone.mark(alone.by_name["a"], False)  # nowhere else to go: they keep waiting
+    assert not kept.future.done()  # type: ignore[union-attr]
+
+
+def test_affinity_key_sources() -> None:
+    assert affinity_key({"user": "u1"}, "s1") == "s1"
+    assert affinity_key({"prompt_cache_key": "p", "user": "u"}) == "p"
+    assert affinity_key({"safety_identifier": "x"}) == "x"
+    assert affinity_key({"metadata": {"user_id": "claude-session"}}) == "claude-session"
+    assert affinity_key({"user": ""}) is None and affinity_key({}) is None
+
+
+async def test_least_loaded_when_affinity_is_off() -> None:
+    backends = pool("a", "b", affinity=False)
+    assert backends.route("user-1").name == "a"
+    backends.by_name["a"].admission.enqueue(need=Need())
+    assert backends.route("user-1").name == "b"
