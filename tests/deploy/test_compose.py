@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
 import re
 import shutil
 import subprocess
@@ -160,17 +162,16 @@ def test_the_cli_accepts_the_serve_flags() -> None:
 def test_caddy_streams_to_the_loopback_gateway() -> None:
     assert re.search(r"^\{\$DOMAIN\} \{", CADDYFILE, re.MULTILINE)
     assert "tls {$CADDY_TLS}" in CADDYFILE
-    assert re.search(r"reverse_proxy 127\.0\.0\.1:8080\b", CADDYFILE)
     assert re.search(r"^\s*flush_interval -1$", CADDYFILE, re.MULTILINE)
     assert re.search(r"^\s*read_timeout \d+h$", CADDYFILE, re.MULTILINE)
     assert not re.search(r"^\s*(encode|write|read_body)\b", CADDYFILE, re.MULTILINE)
-    assert "127.0.0.1:8081" in CADDYFILE  # gateway-standby, the upgrade path
 
 
-def test_caddyfile_is_valid_for_caddy(tmp_path: Path) -> None:
+def adapt(tmp_path: Path, **env: str) -> dict[str, Any]:
+    """The shipped Caddyfile as Caddy's JSON, with ``env`` (DOMAIN and CADDY_TLS set for it)."""
     caddy = shutil.which("caddy")
     assert caddy, "caddy is not installed: run `make test-deps` (apt-get install caddy)"
-    env = {"DOMAIN": "gw.example.org", "CADDY_TLS": "internal", "HOME": str(tmp_path)}
+    env = {"DOMAIN": "gw.example.org", "CADDY_TLS": "internal", "HOME": str(tmp_path), **env}
     adapted = subprocess.run(
         [caddy, "adapt", "--config", str(DEPLOY / "caddy" / "Caddyfile"), "--adapter", "caddyfile"],
         capture_output=True,
@@ -178,4 +179,60 @@ def test_caddyfile_is_valid_for_caddy(tmp_path: Path) -> None:
         env=env,
     )
     assert adapted.returncode == 0, adapted.stderr
-    assert '"flush_interval":-1' in adapted.stdout
+    return json.loads(adapted.stdout)
+
+
+def proxy_of(config: Any) -> dict[str, Any]:
+    """The reverse_proxy handler of the adapted config (searched depth first)."""
+    if isinstance(config, dict):
+        if config.get("handler") == "reverse_proxy":
+            return config
+        config = list(config.values())
+    if isinstance(config, list):
+        for item in config:
+            with contextlib.suppress(LookupError):
+                return proxy_of(item)
+    raise LookupError("no reverse_proxy handler")
+
+
+def test_caddyfile_is_valid_for_caddy_and_proxies_the_gateway_and_its_standby(tmp_path: Path) -> None:
+    proxy = proxy_of(adapt(tmp_path))
+    assert proxy["flush_interval"] == -1
+    assert [u["dial"] for u in proxy["upstreams"]] == ["127.0.0.1:8080", "127.0.0.1:8081"]
+    assert proxy["load_balancing"]["selection_policy"] == {"policy": "first"}
+
+
+def test_the_scale_out_compose_sets_caddy_to_every_replica_least_connections(tmp_path: Path) -> None:
+    scale = load_yaml(DEPLOY / "scale" / "docker-compose.yml")
+    caddy = scale["services"]["caddy"]["environment"]
+    proxy = proxy_of(
+        adapt(tmp_path, GATEWAY_REPLICAS=caddy["GATEWAY_REPLICAS"], CADDY_LB_POLICY=caddy["CADDY_LB_POLICY"])
+    )
+    ports = sorted(
+        int(service["command"][service["command"].index("--port") + 1])
+        for name, service in scale["services"].items()
+        if name.startswith("gateway-")
+    )
+    assert [u["dial"] for u in proxy["upstreams"]] == [f"127.0.0.1:{port}" for port in ports]
+    assert len(ports) == 3 and proxy["load_balancing"]["selection_policy"] == {"policy": "least_conn"}
+
+
+def test_scale_out_replicas_share_one_database_and_redis_on_loopback() -> None:
+    scale = load_yaml(DEPLOY / "scale" / "docker-compose.yml")
+    services = scale["services"]
+    gateways = [service for name, service in services.items() if name.startswith("gateway-")]
+    for gateway in gateways:
+        assert gateway["extends"] == {"file": "../docker-compose.yml", "service": "gateway"}
+        assert gateway["command"][gateway["command"].index("--host") + 1] == "127.0.0.1"
+        env = gateway["environment"]
+        assert env["GATEWAY_ADMISSION_STORE"] == env["GATEWAY_LIMITS_STORAGE"] == "redis://127.0.0.1:6379/0"
+        assert env["GATEWAY_DATABASE_URL"].startswith("postgresql+asyncpg://dspark:${POSTGRES_PASSWORD")
+        assert env["GATEWAY_DATABASE_URL"].endswith("@127.0.0.1:5432/dspark")
+    assert "--bind" in services["redis"]["command"] and "127.0.0.1" in services["redis"]["command"]
+    assert "listen_addresses=127.0.0.1" in services["postgres"]["command"]
+    assert all(
+        service.get("network_mode") == "host" for service in services.values() if "extends" not in service
+    )
+    assert not any("ports" in service for service in services.values())
+    targets = load_yaml(DEPLOY / "scale" / "prometheus.yml")["scrape_configs"][0]["static_configs"]
+    assert sorted(t["targets"][0] for t in targets) == ["127.0.0.1:8080", "127.0.0.1:8081", "127.0.0.1:8082"]

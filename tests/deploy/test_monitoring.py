@@ -133,17 +133,21 @@ def promtool() -> str:
     return binary
 
 
-def test_promtool_accepts_the_config(promtool: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("config_path", ["prometheus.yml", "../scale/prometheus.yml"])
+def test_promtool_accepts_the_config(promtool: str, tmp_path: Path, config_path: str) -> None:
     # promtool checks that the credentials file exists: point it at a stand-in for the compose secret.
+    # Laid out as the containers mount them: alerts.yml at the top, the scale-out config under scale/.
     token = tmp_path / "metrics_token"
     token.write_text("test-token\n")
-    config = (PROMETHEUS / "prometheus.yml").read_text()
+    config = (PROMETHEUS / config_path).read_text()
     assert "/run/secrets/metrics_token" in config
-    (tmp_path / "prometheus.yml").write_text(config.replace("/run/secrets/metrics_token", str(token)))
-    shutil.copy(PROMETHEUS / "alerts.yml", tmp_path / "alerts.yml")
-    checked = subprocess.run(
-        [promtool, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True
+    target = (
+        tmp_path / Path(config_path).name if "/" not in config_path else tmp_path / "scale" / "prometheus.yml"
     )
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(config.replace("/run/secrets/metrics_token", str(token)))
+    shutil.copy(PROMETHEUS / "alerts.yml", tmp_path / "alerts.yml")
+    checked = subprocess.run([promtool, "check", "config", str(target)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 

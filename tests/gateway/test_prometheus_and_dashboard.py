@@ -19,7 +19,7 @@ MODEL = "deepseek-v4-flash-0731"
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "dashboards" / "dspark-gateway.json"
 PROMQL_WORDS = {
     "sum", "rate", "by", "le", "histogram_quantile", "label_values", "model", "key", "kind", "status",
-    "source", "avg", "max", "min", "count", "irate", "increase", "without", "on", "ignoring",
+    "source", "backend", "avg", "max", "min", "count", "irate", "increase", "without", "on", "ignoring",
 }  # fmt: skip
 
 
