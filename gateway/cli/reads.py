@@ -215,8 +215,9 @@ def requests(
 
 
 def status(json_out: JsonOpt = False, url: UrlOpt = None, admin_key: AdminKeyOpt = None) -> None:
-    """A running gateway's slots and queue, per key in flight and waiting (needs --url: they live in
-    the gateway's process, not in the database)."""
+    """A running gateway's slots and queue, per key in flight and waiting, and each backend when
+    there are several or admission is shared (needs --url: they live in the gateway's process or its
+    Redis, not in the database)."""
     if not url:
         raise CliError("status is a running gateway's: give --url (and an admin key)")
     state: dict[str, Any] = AdminClient(url, admin_key).call("GET", "/status")
@@ -239,6 +240,18 @@ def status(json_out: JsonOpt = False, url: UrlOpt = None, admin_key: AdminKeyOpt
         sep="",
         highlight=False,
     )
+    backends = state.get("backends", [])
+    if len(backends) > 1 or any(b.get("shared") for b in backends):
+        table = _table("backend", "up", "slots", "waiting", "KV reserved")
+        for backend in backends:
+            table.add_row(
+                backend["name"],
+                "yes" if backend["up"] else "no",
+                f"{backend['slots_in_use']}/{backend['slots_total']}",
+                str(backend["queue_depth"]),
+                f"{backend['kv_reserved_tokens']:,}",
+            )
+        console.print(table)
     table = _table("key", "in flight", "waiting")
     for name, counts in state["keys"].items():
         table.add_row(name, str(counts["in_flight"]), str(counts["waiting"]))

@@ -6,12 +6,14 @@ streams end with an error event, its queued requests are served by the other."""
 from __future__ import annotations
 
 import json
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.support.gateway_process import BIN, clean_env
 from tests.support.probes import scrape, wait_until
 from tests.support.sim_process import SimProcess
 
@@ -65,6 +67,15 @@ def test_requests_spread_over_both_and_each_backend_shows(two_backends, start_ga
     metrics = scrape(gateway.url, {"Authorization": f"Bearer {admin}"})
     assert metrics["gateway_upstream_up{backend=a}"] == metrics["gateway_upstream_up{backend=b}"] == 1
     assert metrics["gateway_slots_total"] == 2 and "gateway_backend_slots_in_use{backend=b}" in metrics
+    shown = subprocess.run(
+        [BIN, "status", "--url", gateway.url],
+        env={**clean_env(), "DSPARK_ADMIN_KEY": admin, "COLUMNS": "160"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = [line.split() for line in shown.splitlines() if line.split()[:1] in (["a"], ["b"])]
+    assert [row[:3] for row in rows] == [["a", "yes", "0/1"], ["b", "yes", "0/1"]], shown
 
 
 def test_a_conversation_keeps_its_backend(two_backends, start_gateway, make_key, tmp_path):

@@ -15,20 +15,20 @@ ADMIN_KEY = "dsk-" + ("replicas-admin-" * 3)[:43]
 
 class Replicas:
     """``start(count)`` replicas of one gateway: ``upstream``, ``database_url``, ``redis_url``, a
-    backend name of their own in the shared admission store, and ``settings`` (``GATEWAY_*``)."""
+    namespace of their own in the shared admission store, and ``settings`` (``GATEWAY_*``, which win)."""
 
     def __init__(
         self, upstream: str, database_url: str, redis_url: str, logs: Path, **settings: object
     ) -> None:
-        self.env = clean_env(
-            upstream=upstream,
-            database_url=database_url,
-            limits_storage=redis_url,
-            admission_store=redis_url,
-            admission_backend=f"replicas-{uuid.uuid4().hex[:10]}",
-            admin_key_sha256=hashlib.sha256(ADMIN_KEY.encode()).hexdigest(),
-            **settings,
-        )
+        shared = {
+            "upstream": upstream,
+            "database_url": database_url,
+            "limits_storage": redis_url,
+            "admission_store": redis_url,
+            "admission_namespace": f"replicas-{uuid.uuid4().hex[:10]}",
+            "admin_key_sha256": hashlib.sha256(ADMIN_KEY.encode()).hexdigest(),
+        }
+        self.env = clean_env(**{**shared, **settings})
         self.logs = logs
         self.running: list[GatewayProcess] = []
 
