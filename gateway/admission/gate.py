@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Protocol
 
 from gateway.admission.capacity import Capacity, Need
@@ -35,6 +37,30 @@ class Load(Protocol):
     def waiting_for(self) -> dict[str, int]:
         """Requests waiting, by :class:`~gateway.admission.capacity.Reason` value."""
         ...
+
+
+def status_view(
+    load: Load, in_flight: Mapping[str, int], waiting: Mapping[str, int], **extra: object
+) -> dict[str, object]:
+    """The ``/admin/status`` view of ``load``: slots, KV reserved vs budget (None: no bound), the lane,
+    what the waiting requests wait for, and per key (``in_flight``, ``waiting``: requests by key name)
+    its requests in flight and waiting; then ``extra``."""
+    budget = load.capacity.kv_budget_tokens
+    keys = set(in_flight) | set(waiting)
+    return {
+        "slots_total": load.slots,
+        "slots_in_use": load.in_use,
+        "queue_depth": load.queue_depth,
+        "kv_budget_tokens": budget if budget != math.inf else None,
+        "kv_reserved_tokens": load.kv_reserved_tokens,
+        "long_slots": load.capacity.long_slots,
+        "long_in_use": load.long_in_use,
+        "waiting_for": load.waiting_for(),
+        "keys": {
+            key: {"in_flight": in_flight.get(key, 0), "waiting": waiting.get(key, 0)} for key in sorted(keys)
+        },
+        **extra,
+    }
 
 
 class Gate(Load, Protocol):

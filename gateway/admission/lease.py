@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.admission.capacity import Need, Reason
+from gateway.admission.errors import QueueTimeoutError
 
 
 class LeaseOwner(Protocol):
@@ -113,3 +114,33 @@ class Lease:
         grants = admission.grants
         admission.unhold(self, time.monotonic() - self.granted_at)
         return admission.grants > grants
+
+
+class Queue(LeaseOwner, Protocol):
+    """An admission a waiter waits in: it gives places up and says when to retry."""
+
+    def abandon(self, waiter: Waiter) -> None: ...
+
+    def retry_after_s(self) -> int: ...
+
+
+async def lease_when_granted(queue: Queue, waiter: Waiter) -> Lease:
+    """Wait for ``waiter``'s grant (its ``future``), within its queue timeout, and return the lease.
+    Raises :class:`QueueTimeoutError` (the place given up); a cancellation gives it up too, and a
+    grant that came in the same tick goes on (``queue.abandon``)."""
+    try:
+        async with asyncio.timeout(waiter.timeout_s - (time.monotonic() - waiter.enqueued_at)):
+            # not through asyncio.shield: that resumes the task a loop step after the grant, and a
+            # cancel that cancels the future itself is just what the handler below expects
+            await waiter.future
+    except BaseException as exc:
+        reason = waiter.reason
+        queue.abandon(waiter)
+        if isinstance(exc, TimeoutError):
+            waited = time.monotonic() - waiter.enqueued_at
+            raise QueueTimeoutError(waited, queue.retry_after_s(), reason or Reason.SLOT) from None
+        raise
+    waiter.settled = True
+    assert waiter.grant is not None
+    waited = time.monotonic() - waiter.enqueued_at
+    return Lease(queue, waiter.key, waiter.grant, waiter.need, waited, waiter.waited_for)

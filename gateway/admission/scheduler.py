@@ -38,8 +38,9 @@ import time
 from collections import Counter, deque
 
 from gateway.admission.capacity import Capacity, Held, Need, Reason
-from gateway.admission.errors import QueueFullError, QueueTimeoutError
-from gateway.admission.lease import Lease, Waiter
+from gateway.admission.errors import QueueFullError
+from gateway.admission.gate import status_view
+from gateway.admission.lease import Lease, Waiter, lease_when_granted
 from gateway.config import Settings
 
 #: The need of a plain request: one sequence, no KV accounted, not long.
@@ -155,22 +156,8 @@ class Admission:
     def status(self) -> dict[str, object]:
         """Live view for ``/admin/status``: slots, KV reserved vs budget, the lane, what the waiting
         requests wait for, and per key its requests in flight and waiting."""
-        keys = set(self._queues) | set(self._active_per_key)
-        budget = self.capacity.kv_budget_tokens
-        return {
-            "slots_total": self.slots,
-            "slots_in_use": self.in_use,
-            "queue_depth": self._waiting,
-            "kv_budget_tokens": budget if budget != math.inf else None,
-            "kv_reserved_tokens": self.kv_reserved_tokens,
-            "long_slots": self.capacity.long_slots,
-            "long_in_use": self.long_in_use,
-            "waiting_for": self.waiting_for(),
-            "keys": {
-                key: {"in_flight": self._active_per_key[key], "waiting": len(self._queues.get(key, ()))}
-                for key in sorted(keys)
-            },
-        }
+        waiting = {key: len(queue) for key, queue in self._queues.items()}
+        return status_view(self, self._active_per_key, waiting)
 
     def position(self, waiter: Waiter) -> int:
         """Estimated grants before ``waiter`` (1 = next), from its place in its key's queue and its key's
@@ -216,22 +203,7 @@ class Admission:
 
     async def wait(self, waiter: Waiter) -> Lease:
         """Wait for ``waiter``'s admission. Raises :class:`QueueTimeoutError`; cancellation leaks nothing."""
-        try:
-            async with asyncio.timeout(waiter.timeout_s - (time.monotonic() - waiter.enqueued_at)):
-                # not through asyncio.shield: that resumes the task a loop step after the grant, and a
-                # cancel that cancels the future itself is just what the handler below expects
-                await waiter.future
-        except BaseException as exc:
-            reason = waiter.reason
-            self.abandon(waiter)
-            if isinstance(exc, TimeoutError):
-                waited = time.monotonic() - waiter.enqueued_at
-                raise QueueTimeoutError(waited, self.retry_after_s(), reason or Reason.SLOT) from None
-            raise
-        waiter.settled = True
-        assert waiter.grant is not None
-        waited = time.monotonic() - waiter.enqueued_at
-        return Lease(self, waiter.key, waiter.grant, waiter.need, waited, waiter.waited_for)
+        return await lease_when_granted(self, waiter)
 
     def abandon(self, waiter: Waiter) -> None:
         """Give up ``waiter``'s place: out of its queue, or, if it was granted what no :class:`Lease`

@@ -32,8 +32,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from gateway.admission.capacity import Capacity, Held, Need, Reason
-from gateway.admission.errors import AdmissionUnavailableError, QueueFullError, QueueTimeoutError
-from gateway.admission.lease import Lease, Waiter
+from gateway.admission.errors import AdmissionUnavailableError, QueueFullError
+from gateway.admission.gate import status_view
+from gateway.admission.lease import Lease, Waiter, lease_when_granted
 from gateway.admission.shared_scripts import ABANDON, ENQUEUE, RELEASE, RENEW
 from gateway.config import Settings
 
@@ -191,21 +192,9 @@ class SharedAdmission:
 
     async def wait(self, waiter: Waiter) -> Lease:
         """Wait for the grant's message (or the renewal that finds it); :class:`QueueTimeoutError`."""
-        try:
-            async with asyncio.timeout(waiter.timeout_s - (time.monotonic() - waiter.enqueued_at)):
-                await waiter.future
-        except BaseException as exc:
-            reason = waiter.reason
-            self.abandon(waiter)
-            if isinstance(exc, TimeoutError):
-                waited = time.monotonic() - waiter.enqueued_at
-                raise QueueTimeoutError(waited, self.retry_after_s(), reason or Reason.SLOT) from None
-            raise
-        waiter.settled = True
+        lease = await lease_when_granted(self, waiter)
         self._waiters.pop(waiter.ticket, None)
-        assert waiter.grant is not None
-        waited = time.monotonic() - waiter.enqueued_at
-        return Lease(self, waiter.key, waiter.grant, waiter.need, waited, waiter.waited_for)
+        return lease
 
     def abandon(self, waiter: Waiter) -> None:
         """Give the ticket up (or the grant it got, if no lease holds it yet), in the background."""
@@ -241,24 +230,7 @@ class SharedAdmission:
     def status(self) -> dict[str, object]:
         """As :meth:`Admission.status`, for all replicas (``waiting_for``: this replica's), plus the
         ``replica`` id and ``shared: true``."""
-        budget = self.capacity.kv_budget_tokens
-        keys = set(self._in_flight) | set(self._queued)
-        return {
-            "slots_total": self.slots,
-            "slots_in_use": self.in_use,
-            "queue_depth": self._waiting,
-            "kv_budget_tokens": budget if budget != math.inf else None,
-            "kv_reserved_tokens": self.kv_reserved_tokens,
-            "long_slots": self.capacity.long_slots,
-            "long_in_use": self.long_in_use,
-            "waiting_for": self.waiting_for(),
-            "keys": {
-                key: {"in_flight": self._in_flight.get(key, 0), "waiting": self._queued.get(key, 0)}
-                for key in sorted(keys)
-            },
-            "shared": True,
-            "replica": self.replica,
-        }
+        return status_view(self, self._in_flight, self._queued, shared=True, replica=self.replica)
 
     # -- lease bookkeeping (LeaseOwner)
 

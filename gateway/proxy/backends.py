@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.admission import Capacity, Gate, Reason
+from gateway.admission.gate import status_view
 from gateway.errors import GatewayError
 from gateway.proxy.upstream import Upstream
 
@@ -155,22 +157,11 @@ class Backends:
             top = dict(each[0])
             del top["name"], top["up"]
         else:
-            budget = self.capacity.kv_budget_tokens
-            keys: dict[str, dict[str, int]] = {}
+            in_flight: Counter[str] = Counter()
+            waiting: Counter[str] = Counter()
             for status in each:
                 for key, counts in status["keys"].items():  # type: ignore[attr-defined]
-                    mine = keys.setdefault(key, {"in_flight": 0, "waiting": 0})
-                    mine["in_flight"] += counts["in_flight"]
-                    mine["waiting"] += counts["waiting"]
-            top = {
-                "slots_total": self.slots,
-                "slots_in_use": self.in_use,
-                "queue_depth": self.queue_depth,
-                "kv_budget_tokens": budget if budget != math.inf else None,
-                "kv_reserved_tokens": self.kv_reserved_tokens,
-                "long_slots": self.capacity.long_slots,
-                "long_in_use": self.long_in_use,
-                "waiting_for": self.waiting_for(),
-                "keys": dict(sorted(keys.items())),
-            }
+                    in_flight[key] += counts["in_flight"]
+                    waiting[key] += counts["waiting"]
+            top = status_view(self, in_flight, waiting)
         return {**top, "backends": each}

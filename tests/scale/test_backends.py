@@ -13,11 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.scale.test_replicas import MODEL, chat
 from tests.support.gateway_process import BIN, clean_env
 from tests.support.probes import scrape, wait_until
 from tests.support.sim_process import SimProcess
-
-MODEL = "deepseek-v4-flash-0731"
 
 
 @pytest.fixture
@@ -38,16 +37,6 @@ def traced(tmp_path: Path, name: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def chat(url: str, key: str, max_tokens: int = 20, **extra) -> httpx.Response:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens}
-    return httpx.post(
-        url + "/v1/chat/completions",
-        json={**body, "ignore_eos": True, **extra},
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=60,
-    )
-
-
 def admin_status(gateway, key: str) -> dict:
     return httpx.get(gateway.url + "/admin/status", headers={"Authorization": f"Bearer {key}"}).json()
 
@@ -57,7 +46,7 @@ def test_requests_spread_over_both_and_each_backend_shows(two_backends, start_ga
     gateway = start_gateway(f"a={a.url},b={b.url}", slots=1, backend_poll_s=0.2)
     key, admin = make_key("spread"), make_key("admin", scopes=["admin"])
     with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda _: chat(gateway.url, key), range(8)))
+        answers = list(pool.map(lambda _: chat(gateway.url, key, max_tokens=20), range(8)))
     assert [answer.status_code for answer in answers] == [200] * 8
     wait_until(lambda: len(traced(tmp_path, "a")) + len(traced(tmp_path, "b")) == 8, what="8 traced")
     assert len(traced(tmp_path, "a")) >= 2 and len(traced(tmp_path, "b")) >= 2
