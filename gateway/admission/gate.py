@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Protocol
 
-from gateway.admission.capacity import Capacity, Need
+from gateway.admission.capacity import Capacity, Held, Need
 from gateway.admission.lease import Lease, Waiter
 
 
@@ -37,6 +37,39 @@ class Load(Protocol):
     def waiting_for(self) -> dict[str, int]:
         """Requests waiting, by :class:`~gateway.admission.capacity.Reason` value."""
         ...
+
+
+class HeldLoad:
+    """:class:`Load`'s figures of an admission that keeps its ``capacity``, the totals ``held`` by the
+    running requests and ``_waiting``, the requests waiting."""
+
+    capacity: Capacity
+    held: Held
+    _waiting: int
+
+    @property
+    def slots(self) -> int:
+        return self.capacity.slots
+
+    @property
+    def in_use(self) -> int:
+        """Sequences holding slots now."""
+        return self.held.sequences
+
+    @property
+    def kv_reserved_tokens(self) -> int:
+        """KV tokens the running requests have reserved."""
+        return self.held.kv_tokens
+
+    @property
+    def long_in_use(self) -> int:
+        """Long-prompt requests running now."""
+        return self.held.long
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting now."""
+        return self._waiting
 
 
 def status_view(

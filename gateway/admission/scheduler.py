@@ -39,7 +39,7 @@ from collections import Counter, deque
 
 from gateway.admission.capacity import Capacity, Held, Need, Reason
 from gateway.admission.errors import QueueFullError
-from gateway.admission.gate import status_view
+from gateway.admission.gate import HeldLoad, status_view
 from gateway.admission.lease import Lease, Waiter, lease_when_granted
 from gateway.config import Settings
 
@@ -49,7 +49,7 @@ ONE = Need()
 _EWMA_ALPHA = 0.2
 
 
-class Admission:
+class Admission(HeldLoad):
     """Slots, KV pool and lane, with bounded, fair per-key wait queues.
 
     Args:
@@ -119,30 +119,6 @@ class Admission:
             long_queue_timeout_s=settings.queue_timeout_long_s,
             bypass_limit=settings.bypass_limit,
         )
-
-    @property
-    def slots(self) -> int:
-        return self.capacity.slots
-
-    @property
-    def in_use(self) -> int:
-        """Sequences holding slots now."""
-        return self.held.sequences
-
-    @property
-    def kv_reserved_tokens(self) -> int:
-        """KV tokens the running requests have reserved."""
-        return self.held.kv_tokens
-
-    @property
-    def long_in_use(self) -> int:
-        """Long-prompt requests running now."""
-        return self.held.long
-
-    @property
-    def queue_depth(self) -> int:
-        """Requests waiting now."""
-        return self._waiting
 
     def waiting_for(self) -> dict[str, int]:
         """Requests waiting now, by what they wait for (every :class:`Reason`, zeros included)."""

@@ -33,7 +33,7 @@ from redis.exceptions import RedisError
 
 from gateway.admission.capacity import Capacity, Held, Need, Reason
 from gateway.admission.errors import AdmissionUnavailableError, QueueFullError
-from gateway.admission.gate import status_view
+from gateway.admission.gate import HeldLoad, status_view
 from gateway.admission.lease import Lease, Waiter, lease_when_granted
 from gateway.admission.shared_scripts import ABANDON, ENQUEUE, RELEASE, RENEW
 from gateway.config import Settings
@@ -41,7 +41,7 @@ from gateway.config import Settings
 log = logging.getLogger("gateway.admission.shared")
 
 
-class SharedAdmission:
+class SharedAdmission(HeldLoad):
     """One backend's admission in Redis (``client``), its keys under ``prefix``
     (``<GATEWAY_ADMISSION_NAMESPACE>:admission:{<backend>}:``).
 
@@ -126,29 +126,7 @@ class SharedAdmission:
             await asyncio.wait(set(self._tasks), timeout=5)
         await self._client.aclose()
 
-    # -- the Gate
-
-    @property
-    def slots(self) -> int:
-        return self.capacity.slots
-
-    @property
-    def in_use(self) -> int:
-        """Sequences holding the backend, all replicas (as of the last script's answer)."""
-        return self.held.sequences
-
-    @property
-    def kv_reserved_tokens(self) -> int:
-        return self.held.kv_tokens
-
-    @property
-    def long_in_use(self) -> int:
-        return self.held.long
-
-    @property
-    def queue_depth(self) -> int:
-        """Requests waiting, all replicas."""
-        return self._waiting
+    # -- the Gate (its figures, HeldLoad's, are all replicas' as of the last script's answer)
 
     async def admit(self, key: str, priority: int, max_concurrency: int | None, need: Need) -> Lease | Waiter:
         """Queue a ticket in Redis and dispatch: a :class:`Lease` if it was granted at once, else the
