@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
 from gateway import routes
 from gateway.admission import Admission, Gate, SharedAdmission
@@ -79,7 +79,11 @@ def admission_for(settings: Settings, backend: str) -> Admission | SharedAdmissi
     one every replica shares in Redis (``redis://...``)."""
     store = settings.admission_store
     if store.startswith(("redis://", "rediss://", "unix://")):
-        return SharedAdmission.configured(settings, Redis.from_url(store), backend)
+        # a blocking pool: a burst of releases waits for a connection instead of failing past the cap
+        pool = BlockingConnectionPool.from_url(
+            store, max_connections=64, timeout=settings.admission_lease_ttl_s
+        )
+        return SharedAdmission.configured(settings, Redis(connection_pool=pool), backend)
     if store != "memory://":
         raise ValueError(f"GATEWAY_ADMISSION_STORE must be memory:// or a redis:// URL, not {store!r}")
     return Admission.configured(settings)

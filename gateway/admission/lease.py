@@ -66,11 +66,12 @@ class Lease:
 
     ``overlapped`` turns True if another lease was held at any moment while this one was: counters the
     backend keeps for all requests (vLLM's spec-decode totals) are then not this request's alone.
+    ``ticket``: its id in a shared queue ("" in-process); with ``grant``, its fence, it names the lease.
     """
 
     __slots__ = (
         "_admission", "_released", "grant", "granted_at", "key", "need", "overlapped", "queue_wait_s",
-        "waited_for",
+        "ticket", "waited_for",
     )  # fmt: skip
 
     def __init__(
@@ -81,8 +82,10 @@ class Lease:
         need: Need,
         queue_wait_s: float = 0.0,
         waited_for: dict[str, float] | None = None,
+        ticket: str = "",
     ) -> None:
         self._admission = admission
+        self.ticket = ticket
         self._released = False
         self.key = key
         self.grant = grant
@@ -143,4 +146,4 @@ async def lease_when_granted(queue: Queue, waiter: Waiter) -> Lease:
     waiter.settled = True
     assert waiter.grant is not None
     waited = time.monotonic() - waiter.enqueued_at
-    return Lease(queue, waiter.key, waiter.grant, waiter.need, waited, waiter.waited_for)
+    return Lease(queue, waiter.key, waiter.grant, waiter.need, waited, waiter.waited_for, waiter.ticket)

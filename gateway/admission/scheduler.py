@@ -280,9 +280,17 @@ class Admission(HeldLoad):
         return chosen
 
     def _guard(self) -> Waiter | None:
-        """The guarded waiter: the one guarded already, else the oldest passed ``bypass_limit`` times."""
+        """The guarded waiter: the one guarded already, else the oldest passed ``bypass_limit`` times.
+        One whose future is done (cancelled, timed out, failed, its task not yet run) is dropped."""
+        if self._guarded is not None and self._guarded.future.done():
+            self._discard(self._guarded)
         if self._guarded is None:
-            over = [w for q in self._queues.values() for w in q if w.passes >= self.bypass_limit]
+            over = [
+                w
+                for q in self._queues.values()
+                for w in q
+                if w.passes >= self.bypass_limit and not w.future.done()
+            ]
             if over:
                 self._guarded = min(over, key=lambda w: w.enqueued_at)
         return self._guarded

@@ -74,6 +74,7 @@ class SharedAdmission(HeldLoad):
         self.held = Held()
         self._client = client
         self._prefix = prefix
+        self._channel = f"{prefix}grant:{self.replica}"
         kv = capacity.kv_budget_tokens
         self._capacity_args = [
             capacity.slots, -1 if kv == math.inf else int(kv), capacity.long_slots,
@@ -84,7 +85,8 @@ class SharedAdmission(HeldLoad):
         self._abandon = client.register_script(ABANDON)
         self._renew = client.register_script(RENEW)
         self._waiters: dict[str, Waiter] = {}
-        self._leases: dict[int, Lease] = {}  # fence -> lease held by this replica
+        self._enqueuing: set[str] = set()  # tickets whose ENQUEUE has not answered yet
+        self._leases: dict[str, Lease] = {}  # ticket -> lease held by this replica
         self._waiting = 0
         self._in_flight: dict[str, int] = {}
         self._queued: dict[str, int] = {}
@@ -112,7 +114,7 @@ class SharedAdmission(HeldLoad):
     async def start(self) -> None:
         """Subscribe to this replica's grants and start renewing (call once, in the app's lifespan)."""
         pubsub = self._client.pubsub()
-        await pubsub.subscribe(f"{self._prefix}grant:{self.replica}")
+        await pubsub.subscribe(self._channel)
         self._loops = [asyncio.create_task(self._listen(pubsub)), asyncio.create_task(self._renewing())]
 
     async def aclose(self) -> None:
@@ -120,7 +122,7 @@ class SharedAdmission(HeldLoad):
         for task in self._loops:
             task.cancel()
         for task in self._loops:
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, RedisError, OSError):
                 await task
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=5)
@@ -141,7 +143,8 @@ class SharedAdmission(HeldLoad):
             "key": key, "prio": waiter.priority, "maxc": -1 if max_concurrency is None else max_concurrency,
             "seq": need.sequences, "kv": need.kv_tokens, "long": int(need.long), "replica": self.replica,
         }  # fmt: skip
-        self._waiters[waiter.ticket] = waiter
+        self._waiters[waiter.ticket] = waiter  # a grant's message may come before the script's answer
+        self._enqueuing.add(waiter.ticket)
         try:
             result = await self._call(
                 self._enqueue,
@@ -157,14 +160,15 @@ class SharedAdmission(HeldLoad):
             if isinstance(exc, (RedisError, OSError)):
                 raise AdmissionUnavailableError(type(exc).__name__) from exc
             raise
+        finally:
+            self._enqueuing.discard(waiter.ticket)
         if "full" in result:
             self._waiters.pop(waiter.ticket, None)
             raise QueueFullError(self.retry_after_s(), per_key=result["full"] == "key")
         if "fence" in result:
-            self._granted(waiter, result["fence"])
             waiter.settled = True
             self._waiters.pop(waiter.ticket, None)
-            return Lease(self, key, waiter.grant or 0, need)
+            return Lease(self, key, int(result["fence"]), need, ticket=waiter.ticket)
         self._describe(waiter, result["queued"])
         return waiter
 
@@ -215,12 +219,12 @@ class SharedAdmission(HeldLoad):
     def hold(self, lease: Lease) -> None:
         # the backend's spec-decode counters are every replica's: never this request's alone
         lease.overlapped = True
-        self._leases[lease.grant] = lease
+        self._leases[lease.ticket] = lease
 
     def unhold(self, lease: Lease, held_s: float) -> None:
-        self._leases.pop(lease.grant, None)
+        self._leases.pop(lease.ticket, None)
         self._mean_hold_s += 0.2 * (held_s - self._mean_hold_s)
-        self._spawn(self._call(self._release, lease.grant))
+        self._spawn(self._call(self._release, lease.grant, lease.ticket))
 
     # -- Redis
 
@@ -257,15 +261,24 @@ class SharedAdmission(HeldLoad):
         waiter.place = int(place)
 
     async def _listen(self, pubsub: Any) -> None:
-        """Resolve the waiters this replica's grant messages name (``"<ticket> <fence>"``)."""
-        async with pubsub:
-            async for message in pubsub.listen():
-                if message.get("type") != "message":
-                    continue
-                ticket, fence = message["data"].decode().split()
-                waiter = self._waiters.get(ticket)
-                if waiter is not None and not waiter.settled:
-                    self._granted(waiter, int(fence))
+        """Resolve the waiters this replica's grant messages name (``"<ticket> <fence>"``); subscribe
+        again after a lost connection (meanwhile renewals find the grants)."""
+        while True:
+            try:
+                async with pubsub:
+                    if not pubsub.subscribed:
+                        await pubsub.subscribe(self._channel)
+                    async for message in pubsub.listen():
+                        if message.get("type") != "message":
+                            continue
+                        ticket, fence = message["data"].decode().split()
+                        waiter = self._waiters.get(ticket)
+                        if waiter is not None and not waiter.settled:
+                            self._granted(waiter, int(fence))
+            except (RedisError, OSError) as exc:
+                log.warning("admission grants channel lost (%s); subscribing again", exc)
+                await asyncio.sleep(min(1.0, self.lease_ttl_s / 10))
+                pubsub = self._client.pubsub()
 
     async def _renewing(self) -> None:
         """Every third of the TTL: extend this replica's leases and tickets, learn the grants it
@@ -279,9 +292,9 @@ class SharedAdmission(HeldLoad):
 
     async def renew(self) -> None:
         """One renewal (see :meth:`_renewing`)."""
-        fences = list(self._leases)
-        tickets = [t for t, w in self._waiters.items() if not w.settled]
-        result = await self._call(self._renew, len(fences), *fences, *tickets)
+        held = [(lease.grant, ticket) for ticket, lease in self._leases.items()]
+        tickets = [t for t, w in self._waiters.items() if not w.settled and t not in self._enqueuing]
+        result = await self._call(self._renew, len(held), *(part for pair in held for part in pair), *tickets)
         for fence in result["lost"] or []:
             log.warning("admission lease %s expired before its release", fence)
         for ticket, fence in (result["granted"] or {}).items():

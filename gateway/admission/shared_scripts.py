@@ -6,12 +6,14 @@ Keys (``KEYS[1]`` is the backend's prefix, ``dspark:admission:{name}:``; the bra
 one Redis Cluster slot):
 
 - ``h`` hash fence -> holder ``{key, seq, kv, long, ticket, replica}``; ``hx`` zset fence -> expiry (ms).
-  A *fence* is ``INCR f``: unique and increasing, so a lease that expired and was purged can't be
-  released twice, nor free a later holder's capacity;
+  A *fence* is ``INCR f``: increasing, so a lease that expired and was purged can't be released
+  twice, nor free a later holder's capacity; releases and renewals name the ticket too, as a Redis
+  that restarted empty counts fences from 1 again;
 - ``t`` hash ticket -> waiter ``{key, prio, maxc, seq, kv, long, replica, enq, passes}``; ``tx`` zset
   ticket -> expiry (ms), renewed by the replica that waits; ``q:<key>`` list of the key's tickets (FIFO);
   ``r`` list of keys with waiters in serving order; ``c`` hash key -> grants left in its turn;
-  ``px`` zset of tickets passed ``bypass_limit`` times (by enqueue time); ``gd`` the guarded ticket;
+  ``px`` zset of tickets passed ``bypass_limit`` times (by ``o``, the enqueue counter: FIFO);
+  ``gd`` the guarded ticket;
 - ``k`` hash key -> its requests holding the backend; ``g`` hash ticket -> the fence it was granted.
 
 Policy, the in-process scheduler's (``gateway.admission.scheduler``): weighted round robin over keys,
@@ -81,10 +83,11 @@ local function key_free(t)
   return t.maxc < 0 or tonumber(redis.call('HGET', K, t.key) or '0') < t.maxc
 end
 
-local function drop_holder(fence)
+local function drop_holder(fence, ticket)
   local raw = redis.call('HGET', H, fence)
   if not raw then return false end
   local h = cjson.decode(raw)
+  if ticket and h.ticket ~= ticket then return false end  -- another lease's (fences restart with Redis)
   redis.call('HDEL', H, fence); redis.call('ZREM', HX, fence); redis.call('HDEL', G, h.ticket)
   if redis.call('HINCRBY', K, h.key, -1) <= 0 then redis.call('HDEL', K, h.key) end
   return true
@@ -154,7 +157,7 @@ local function pick(list, held, gticket, gt)
     for _, p in ipairs(passed) do
       p[2].passes = p[2].passes + 1
       redis.call('HSET', T, p[1], cjson.encode(p[2]))
-      if p[2].passes == cap.bypass then redis.call('ZADD', PX, p[2].enq, p[1]) end
+      if p[2].passes == cap.bypass then redis.call('ZADD', PX, p[2].order, p[1]) end
     end
   end
   return chosen, ct
@@ -207,17 +210,17 @@ purge()
 local ticket, t = ARGV[6], cjson.decode(ARGV[7])
 local queue_max, per_key, reserve = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local waits = redis.call('LLEN', P..'q:'..t.key)
-local bound = queue_max
-if waits > 0 then bound = queue_max - reserve end
-if redis.call('HLEN', T) >= bound then
-  local _, held = holders()
-  return answer({full = waits > 0 and 'key' or 'total'}, held)
+local _, held_before = holders()
+local runs_now = redis.call('LLEN', R) == 0 and key_free(t) and not blocker(held_before, t)
+if not runs_now then  -- the queue's bounds hold for a request that would wait (as in-process)
+  local bound = queue_max
+  if waits > 0 then bound = queue_max - reserve end
+  if redis.call('HLEN', T) >= bound then
+    return answer({full = waits > 0 and 'key' or 'total'}, held_before)
+  end
+  if per_key >= 0 and waits >= per_key then return answer({full = 'key'}, held_before) end
 end
-if per_key >= 0 and waits >= per_key then
-  local _, held = holders()
-  return answer({full = 'key'}, held)
-end
-t.enq, t.passes = now, 0
+t.enq, t.passes, t.order = now, 0, redis.call('INCR', P..'o')
 redis.call('HSET', T, ticket, cjson.encode(t))
 redis.call('ZADD', TX, now + cap.ttl, ticket)
 redis.call('RPUSH', P..'q:'..t.key, ticket)
@@ -234,8 +237,8 @@ return answer({queued = describe(ticket, t, list, held)}, held)
 RELEASE = (
     _PRELUDE
     + """
--- ARGV[6] fence; result: true if it was held (false: released before, or expired)
-local held_now = drop_holder(ARGV[6])
+-- ARGV[6] fence, ARGV[7] ticket; result: true if it was held (false: released before, or expired)
+local held_now = drop_holder(ARGV[6], ARGV[7])
 purge()
 local _, held = dispatch()
 return answer(held_now, held)
@@ -252,7 +255,7 @@ local gave = false
 if t then unqueue(ticket, t); gave = true
 else
   local fence = redis.call('HGET', G, ticket)
-  if fence then gave = drop_holder(fence) end
+  if fence then gave = drop_holder(fence, ticket) end
 end
 purge()
 local _, held = dispatch()
@@ -263,22 +266,23 @@ return answer(gave, held)
 RENEW = (
     _PRELUDE
     + """
--- ARGV[6] n: then n fences held, then the tickets waiting, all of one replica. Extends each one's
--- expiry; result: {"lost": [fences no longer held], "granted": {ticket: fence},
+-- ARGV[6] n: then n (fence, ticket) pairs held, then the tickets waiting, all of one replica.
+-- Extends each one's expiry; result: {"lost": [fences no longer held], "granted": {ticket: fence},
 -- "queued": {ticket: [reason, place]}, "gone": [tickets neither queued nor granted]}
 local n = tonumber(ARGV[6])
-local lost, granted, gone, waiting = {}, {}, {}, {}
-for i = 7, 6 + n do
-  if redis.call('ZSCORE', HX, ARGV[i]) then redis.call('ZADD', HX, now + cap.ttl, ARGV[i])
+local lost, granted, gone = {}, {}, {}
+for i = 7, 5 + 2 * n, 2 do
+  local raw = redis.call('HGET', H, ARGV[i])
+  if raw and cjson.decode(raw).ticket == ARGV[i + 1] then redis.call('ZADD', HX, now + cap.ttl, ARGV[i])
   else lost[#lost + 1] = tonumber(ARGV[i]) end
 end
-for i = 7 + n, #ARGV do
+for i = 7 + 2 * n, #ARGV do
   if redis.call('HEXISTS', T, ARGV[i]) == 1 then redis.call('ZADD', TX, now + cap.ttl, ARGV[i]) end
 end
 purge()
 local list, held = dispatch()
 local queued = {}
-for i = 7 + n, #ARGV do
+for i = 7 + 2 * n, #ARGV do
   local ticket = ARGV[i]
   local t = waiter(ticket)
   local fence = redis.call('HGET', G, ticket)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.admission import Capacity, Gate, Reason
+from gateway.admission import Capacity, Gate, Lease, Need, Reason, Waiter
 from gateway.admission.gate import status_view
 from gateway.errors import GatewayError
 from gateway.proxy.upstream import Upstream
@@ -59,13 +59,25 @@ class Backend:
     admission: Gate
     monitor: Monitor
     up: bool = True
+    routed: int = 0
+    """Requests routed here whose admission has not answered yet (a shared one's figures lag by a
+    Redis round trip: a burst would all see the same idle backend)."""
 
     def load(self) -> tuple[float, float]:
-        """(sequences held + requests waiting) per slot, KV reserved per budget (0 with none)."""
+        """(sequences held + requests waiting or being admitted) per slot, KV reserved per budget (0
+        with none)."""
         admission = self.admission
         budget = admission.capacity.kv_budget_tokens
         kv = admission.kv_reserved_tokens / budget if budget not in (0, math.inf) else 0.0
-        return (admission.in_use + admission.queue_depth) / admission.slots, kv
+        return (admission.in_use + admission.queue_depth + self.routed) / admission.slots, kv
+
+    async def admit(self, key: str, priority: int, max_concurrency: int | None, need: Need) -> Lease | Waiter:
+        """Its admission's :meth:`~gateway.admission.gate.Gate.admit`, counted in :attr:`routed` meanwhile."""
+        self.routed += 1
+        try:
+            return await self.admission.admit(key, priority, max_concurrency, need)
+        finally:
+            self.routed -= 1
 
 
 def affinity_key(body: Mapping[str, Any], session: str | None = None) -> str | None:
@@ -97,8 +109,11 @@ class Backends:
 
     def route(self, affinity: str | None = None, exclude: Iterable[Backend] = ()) -> Backend:
         """The backend for a request (see the module doc); ``exclude``: ones it was failed by."""
-        left = [b for b in self.all if b not in set(exclude)] or self.all
-        candidates = [b for b in left if b.up] or left
+        gone = set(exclude)
+        up = [b for b in self.all if b.up]
+        candidates = (
+            [b for b in up if b not in gone] or up or [b for b in self.all if b not in gone] or self.all
+        )
         if self.affinity and affinity is not None:
             return max(candidates, key=lambda b: hashlib.sha256(f"{affinity}|{b.name}".encode()).digest())
         return min(candidates, key=lambda b: (*b.load(), b.name))

@@ -181,9 +181,7 @@ class Exchange:
         fairness allows, else take a place in the key's queue (429 ``queue_full``); True if admitted."""
         principal = self.principal
         self.backend = backend = self.pipeline.backends.route(self._affinity, self._left)
-        entry = await backend.admission.admit(
-            principal.name, principal.priority, principal.max_concurrency, self._need
-        )
+        entry = await backend.admit(principal.name, principal.priority, principal.max_concurrency, self._need)
         if isinstance(entry, Lease):
             self._admitted(entry)
             return True

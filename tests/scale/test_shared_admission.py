@@ -11,9 +11,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
 from gateway.admission import Capacity, Lease, Need, QueueFullError, SharedAdmission
+from gateway.proxy.backends import Backend, Backends
+from gateway.telemetry import GatewayMetrics
+from gateway.telemetry.backend import BackendMonitor
+from tests.support.fake_upstream import FakeUpstream
 
 pytestmark = pytest.mark.uvloop_too
 
@@ -165,3 +169,115 @@ async def test_a_grant_given_up_before_it_became_a_lease_goes_on(replicas: Make)
     two.abandon(gives_up)  # e.g. its client left in that tick: the grant must go on to "c"
     granted = await asyncio.wait_for(two.wait(then), 5)
     granted.release()
+
+
+async def test_a_renewal_while_an_admission_is_on_its_way_loses_nothing(replicas: Make):
+    one = await started(replicas, slots=1)
+    for _ in range(30):
+        entry, _ = await asyncio.gather(one.admit("a", 1, None, Need()), one.renew())
+        lease = entry if isinstance(entry, Lease) else await asyncio.wait_for(one.wait(entry), 5)
+        assert lease.grant > 0 and lease.ticket
+        lease.release()
+        await asyncio.sleep(0.01)
+    await one.renew()
+    assert (one.in_use, one.queue_depth) == (0, 0)
+
+
+async def test_a_burst_of_give_ups_past_the_connection_cap_leaves_no_ghost(replicas: Make, redis_url: str):
+    capped = SharedAdmission(
+        Redis(connection_pool=BlockingConnectionPool.from_url(redis_url, max_connections=8, timeout=10)),
+        f"dspark:admission:{{test-{uuid.uuid4().hex[:10]}}}:",
+        Capacity(1, math.inf, 1),
+        200,
+        30.0,
+    )
+    await capped.start()
+    try:
+        lease = await capped.admit("a", 1, None, Need())
+        waiters = [await capped.admit(f"k{i % 5}", 1, None, Need()) for i in range(40)]
+        for waiter in waiters:
+            capped.abandon(waiter)  # each one's ABANDON runs in the background, 40 at once
+        lease.release()
+        again = await asyncio.wait_for(capped.admit("b", 1, None, Need()), 10)
+        granted = again if isinstance(again, Lease) else await asyncio.wait_for(capped.wait(again), 5)
+        await capped.renew()
+        assert granted.key == "b" and capped.queue_depth == 0  # no ghost of the 40 holds or waits
+        granted.release()
+    finally:
+        await capped.aclose()
+
+
+async def test_grants_still_arrive_at_once_after_the_channel_is_cut(replicas: Make, redis_url: str):
+    one = await started(
+        replicas, slots=1, ttl=60.0
+    )  # renewals every 20 s: a grant that came in time came by pub/sub
+    lease = await one.admit("a", 1, None, Need())
+    waiter = await one.admit("b", 1, None, Need())
+    admin = Redis.from_url(redis_url)
+    await admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+    await admin.aclose()
+    await asyncio.sleep(1.5)  # it subscribes again
+    lease.release()
+    granted = await asyncio.wait_for(one.wait(waiter), 3)
+    granted.release()
+
+
+async def test_after_the_store_lost_everything_an_old_release_frees_no_new_holder(
+    replicas: Make, redis_url: str
+):
+    one = await started(replicas, slots=1)
+    old = await one.admit("a", 1, None, Need())
+    client = Redis.from_url(redis_url)
+    keys = [key async for key in client.scan_iter(f"{one._prefix}*")]  # noqa: SLF001 - what a restart loses
+    await client.delete(*keys)
+    await client.aclose()
+    new = await one.admit("b", 1, None, Need())  # fences count from 1 again
+    assert isinstance(old, Lease) and isinstance(new, Lease) and new.grant == old.grant
+    old.release()
+    await asyncio.sleep(0.1)
+    await one.renew()
+    assert one.in_use == 1  # the new holder's slot is still held
+    blocked = await one.admit("c", 1, None, Need())
+    assert not isinstance(blocked, Lease)
+    new.release()
+    granted = await asyncio.wait_for(one.wait(blocked), 5)
+    granted.release()
+
+
+async def test_no_queue_room_still_admits_a_request_that_runs_at_once(replicas: Make):
+    one = await started(replicas, slots=1, queue_max=0)
+    lease = await one.admit("a", 1, None, Need())
+    assert isinstance(lease, Lease)
+    with pytest.raises(QueueFullError):
+        await one.admit("b", 1, None, Need())
+    lease.release()
+
+
+async def test_a_burst_over_two_shared_backends_spreads_before_redis_answers(redis_url: str):
+    made = []
+    for name in ("a", "b"):
+        admission = SharedAdmission(
+            Redis.from_url(redis_url), f"dspark:admission:{{test-{uuid.uuid4().hex[:10]}}}:",
+            Capacity(1, math.inf, 1), 100, 30.0,
+        )  # fmt: skip
+        await admission.start()
+        upstream = FakeUpstream()
+        made.append(
+            Backend(name, upstream, admission, BackendMonitor(upstream, GatewayMetrics(), 3600, name))
+        )
+    backends = Backends(made)
+
+    async def one() -> str:
+        backend = backends.route()
+        entry = await backend.admit("k", 1, None, Need())
+        lease = entry if isinstance(entry, Lease) else await backend.admission.wait(entry)
+        await asyncio.sleep(0.05)
+        lease.release()
+        return backend.name
+
+    try:
+        names = await asyncio.gather(*(one() for _ in range(6)))
+        assert sorted(names) == ["a", "a", "a", "b", "b", "b"]
+    finally:
+        for backend in made:
+            await backend.admission.aclose()  # type: ignore[attr-defined]

@@ -88,3 +88,11 @@ async def test_least_loaded_when_affinity_is_off() -> None:
     assert backends.route("user-1").name == "a"
     backends.by_name["a"].admission.enqueue(need=Need())
     assert backends.route("user-1").name == "b"
+
+
+async def test_a_backend_up_again_is_preferred_to_one_still_down() -> None:
+    backends = pool("a", "b", "c")
+    a, b, c = (backends.by_name[name] for name in "abc")
+    backends.mark(b, False)
+    backends.mark(c, False)
+    assert backends.route(exclude=[a, b]).name == "a"  # it left a and b; a is up again, c is not

@@ -9,7 +9,7 @@ from collections import deque
 
 import pytest
 
-from gateway.admission import Admission, Need, Reason, Waiter
+from gateway.admission import Admission, Lease, Need, Reason, Waiter
 
 LONG = Need(kv_tokens=900, long=True)
 SHORT = Need(kv_tokens=50)
@@ -129,3 +129,24 @@ async def test_cancellation_storm_gives_every_grant_back_exactly_once() -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
     assert admission.in_use == 0 and admission.kv_reserved_tokens == 0 and admission.long_in_use == 0
     assert admission.queue_depth == 0 and admission.status()["keys"] == {}
+
+
+async def test_a_guarded_waiter_cancelled_in_the_tick_a_slot_frees_leaves_no_trace() -> None:
+    admission = Admission(2, 10, 30.0, kv_budget_tokens=100, bypass_limit=1)
+    holder = admission.enqueue("a", need=Need(1, 60))
+    guarded = admission.enqueue("g", need=Need(1, 60))  # waits for KV
+    waiting = asyncio.ensure_future(admission.wait(guarded))
+    passing = admission.enqueue("s", need=Need(1, 10))  # passes it: now it is guarded
+    assert isinstance(holder, Lease) and isinstance(passing, Waiter) and not isinstance(guarded, Lease)
+    small = await admission.wait(passing)
+    await asyncio.sleep(0)
+    waiting.cancel()  # its client leaves ...
+    holder.release()  # ... in the tick a response ends
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert (admission.in_use, admission.queue_depth) == (1, 0)
+    later = admission.enqueue("x", need=Need(1, 10))
+    assert isinstance(later, Lease)
+    small.release()
+    later.release()
+    assert (admission.in_use, admission.queue_depth, admission.status()["keys"]) == (0, 0, {})
