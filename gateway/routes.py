@@ -19,6 +19,8 @@ Admin routes need the ``admin`` scope. Any other path is a 404 in OpenAI shape, 
 ``GET  /admin/{status,audit,usage,…}``   admin   slots, audit trail, ledger (:mod:`gateway.admin.reads`)
 ``GET  /health``, ``GET /ready``         public  process up; upstream answers (503 while draining)
 ``GET  /metrics``                        public  Prometheus (bearer token if ``GATEWAY_METRICS_TOKEN``)
+``/console/login``, ``/console/static``  public  the console's sign-in and assets
+``/console/…``                           admin   the console (a session cookie + CSRF: :mod:`gateway.console`)
 =======================================  ======  ============================================
 """
 
@@ -31,6 +33,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 
 from gateway.admin import keys, reads
+from gateway.console import pages as console
 from gateway.dialects.base import Dialect
 from gateway.dialects.chat import CHAT
 from gateway.dialects.completions import COMPLETIONS
@@ -42,11 +45,13 @@ from gateway.http.auth import admin_for, principal_for, public_limit
 from gateway.http.openapi import DOCS_ASSETS, documented
 from gateway.openai_api import ChatCompletionRequest, CompletionRequest
 
-#: Static files anyone may fetch: the docs pages' JavaScript and CSS (served by the gateway, not a CDN).
-PUBLIC_MOUNTS = frozenset({DOCS_ASSETS})
-#: The paths anyone may call. FastAPI serves the docs routes itself.
-PUBLIC_ROUTES = frozenset(
-    {"/health", "/ready", "/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
+#: Static files anyone may fetch: the docs pages' and the console's JavaScript and CSS (served by the
+#: gateway, not a CDN).
+PUBLIC_MOUNTS = frozenset({DOCS_ASSETS, console.STATIC})
+#: The paths anyone may call. FastAPI serves the docs routes itself; the console its sign-in.
+PUBLIC_ROUTES = (
+    frozenset({"/health", "/ready", "/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+    | console.PUBLIC
 )
 
 
@@ -121,7 +126,10 @@ def dialect_for(path: str) -> Dialect:
 
 
 def install(app: FastAPI) -> None:
-    """Add every route of :data:`ROUTES` to ``app``, each with its authentication unless it is public."""
+    """Add every route of :data:`ROUTES` to ``app``, each with its authentication unless it is public;
+    and the console's (``GATEWAY_CONSOLE``), which check their session themselves."""
+    if app.state.settings.console:
+        console.install(app)
     for route in ROUTES:
         if route.path in PUBLIC_ROUTES:
             dependencies = [Depends(public_limit)]

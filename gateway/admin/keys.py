@@ -38,7 +38,7 @@ def _store(request: Request) -> KeyStore:
     return store
 
 
-def _admin(request: Request, principal: Principal) -> tuple[KeyAdmin, Actor]:
+def key_admin(request: Request, principal: Principal) -> tuple[KeyAdmin, Actor]:
     """The audited key changes, and who makes them from where."""
     return KeyAdmin(_store(request), request.app.state.audit), Actor(principal, client_address(request))
 
@@ -63,13 +63,13 @@ def _not_found(ref: str) -> GatewayError:
     return GatewayError("key_not_found", f"No key {ref!r}.", param="id")
 
 
-def _changed(request: Request) -> None:
+def changed(request: Request) -> None:
     request.app.state.authenticator.invalidate()  # this process sees the change at once
 
 
 async def create_key(request: Request, actor: AdminDep) -> JSONResponse:
     body = await _body(request, KeyCreate)
-    admin, who = _admin(request, actor)
+    admin, who = key_admin(request, actor)
     try:
         record, secret = await admin.create(who, body)
     except KeyExistsError:
@@ -91,42 +91,42 @@ async def get_key(key_id: str, request: Request) -> dict[str, Any]:
 
 async def update_key(key_id: str, request: Request, actor: AdminDep) -> dict[str, Any]:
     body = await _body(request, KeyLimits)
-    admin, who = _admin(request, actor)
+    admin, who = key_admin(request, actor)
     try:
         record = await admin.update(who, key_id, body)
     except KeyNotFoundError:
         raise _not_found(key_id) from None
-    _changed(request)
+    changed(request)
     return record.public(datetime.now(UTC))
 
 
 async def rotate_key(key_id: str, request: Request, actor: AdminDep) -> dict[str, Any]:
     body = await _body(request, KeyRotate, empty=KeyRotate())
     grace_s = body.grace_s if body.grace_s is not None else request.app.state.settings.rotate_grace_s
-    admin, who = _admin(request, actor)
+    admin, who = key_admin(request, actor)
     try:
         record, secret = await admin.rotate(who, key_id, grace_s)
     except KeyNotFoundError:
         raise _not_found(key_id) from None
-    _changed(request)
+    changed(request)
     return {**record.public(datetime.now(UTC)), "key": secret}
 
 
 async def revoke_key(key_id: str, request: Request, actor: AdminDep) -> dict[str, Any]:
-    admin, who = _admin(request, actor)
+    admin, who = key_admin(request, actor)
     try:
         record, _ = await admin.revoke(who, key_id)  # one revoked already: 200 with it as it is
     except KeyNotFoundError:
         raise _not_found(key_id) from None
-    _changed(request)
+    changed(request)
     return record.public(datetime.now(UTC))
 
 
 async def delete_key(key_id: str, request: Request, actor: AdminDep) -> dict[str, Any]:
-    admin, who = _admin(request, actor)
+    admin, who = key_admin(request, actor)
     try:
         record = await admin.delete(who, key_id)
     except KeyNotFoundError:
         raise _not_found(key_id) from None
-    _changed(request)
+    changed(request)
     return {"id": record.id, "deleted": True}

@@ -135,20 +135,25 @@ def test_other_paths_are_404_and_never_reach_vllm(stack, make_key, method, path)
 def test_every_route_but_the_public_ones_is_a_401_without_credentials(stack) -> None:
     """Deny by default: each route of the app (the route table's and FastAPI's own), each of its
     methods, without credentials, answers 401 in its dialect's shape (Anthropic's on ``/v1/messages``,
-    OpenAI's elsewhere) unless it is in ``PUBLIC_ROUTES``; the only other things mounted are the
-    public static files of ``PUBLIC_MOUNTS``."""
+    OpenAI's elsewhere) unless it is in ``PUBLIC_ROUTES``; a console page sends the browser to its
+    sign-in page; the only other things mounted are the public static files of ``PUBLIC_MOUNTS``."""
     _, gateway = stack
     routes = [r for r in gateway.app.routes if isinstance(r, APIRoute | Route)]
     others = [r for r in gateway.app.routes if r not in routes]
     assert all(isinstance(r, Mount) for r in others) and {r.path for r in others} == PUBLIC_MOUNTS
     assert {r.path for r in routes} >= PUBLIC_ROUTES | {route.path for route in ROUTES}
-    checked = 0
+    checked = consoled = 0
     for route in routes:
         for method in sorted(route.methods or ()):
             path = re.sub(r"\{[a-z_]+\}", "x_1", route.path)
             response = httpx.request(method, gateway.url + path, json={})
-            if route.path in PUBLIC_ROUTES:
-                assert response.status_code != 401, (method, route.path)
+            if route.path in PUBLIC_ROUTES:  # the console's sign-in answers a 401 page to a bad key
+                assert response.status_code != 401 or route.path == "/console/login", (method, route.path)
+                continue
+            if route.path.startswith("/console"):
+                assert response.status_code == 303, (method, route.path)
+                assert response.headers["location"] == "/console/login"
+                consoled += 1
                 continue
             if route.path.startswith("/v1/messages"):
                 assert response.status_code == 401, (method, route.path)
@@ -157,6 +162,7 @@ def test_every_route_but_the_public_ones_is_a_401_without_credentials(stack) -> 
                 assert_openai_error(response, 401, "invalid_api_key")
             checked += 1
     assert checked == len(ROUTES) - len({r.path for r in ROUTES} & PUBLIC_ROUTES)
+    assert consoled == 12  # every console page but its sign-in
 
 
 def test_inference_routes_go_through_the_middleware(stack, make_key) -> None:

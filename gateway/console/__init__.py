@@ -1,0 +1,10 @@
+"""The admin console in the browser, under ``/console`` (``GATEWAY_CONSOLE``): sign-in with an admin key
+or JWT into a server-side session, then the overview (live), keys, usage, requests and audit pages.
+
+- :mod:`~gateway.console.pages`: the routes, the session and CSRF checks, the pages;
+- :mod:`~gateway.console.sessions`: the sessions (pure);
+- :mod:`~gateway.console.live`: the overview's TTFT, decode and acceptance figures (pure);
+- :mod:`~gateway.console.charts`: server-rendered SVG (pure);
+- ``templates/`` (Jinja2, autoescaped) and ``static/`` (its CSS and its one script), served by the
+  gateway itself: the console works with no Internet access.
+"""

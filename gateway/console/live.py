@@ -1,0 +1,47 @@
+"""The overview's live figures from the newest ledger rows: TTFT p50 / p95, decode speed and DSpark
+acceptance over the last minutes. Pure: rows (as ``UsageLedger.recent`` gives them) in, numbers out."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+#: The overview's window, seconds.
+WINDOW_S = 300.0
+
+
+def figures(rows: Iterable[Mapping[str, Any]], now: datetime | None = None) -> dict[str, float | int | None]:
+    """Over the rows that arrived in the last :data:`WINDOW_S` s: ``requests``, ``ttft_p50_s`` and
+    ``ttft_p95_s`` (nearest-rank), ``decode_tokens_per_s`` (mean of the requests'), and
+    ``acceptance_rate`` (accepted / drafted draft tokens, summed); None where no row has the figure."""
+    start = (now or datetime.now(UTC)) - timedelta(seconds=WINDOW_S)
+    recent = [row for row in rows if _arrived(row) >= start]
+    ttfts = sorted(row["ttft_s"] for row in recent if row.get("ttft_s") is not None)
+    speeds = [row["decode_tokens_per_s"] for row in recent if row.get("decode_tokens_per_s")]
+    drafted = accepted = 0
+    for row in recent:
+        spec = row.get("spec") or {}
+        drafted += spec.get("draft_tokens") or 0
+        accepted += spec.get("accepted_tokens") or 0
+    return {
+        "requests": len(recent),
+        "ttft_p50_s": _rank(ttfts, 0.50),
+        "ttft_p95_s": _rank(ttfts, 0.95),
+        "decode_tokens_per_s": statistics.fmean(speeds) if speeds else None,
+        "acceptance_rate": accepted / drafted if drafted else None,
+    }
+
+
+def _arrived(row: Mapping[str, Any]) -> datetime:
+    value = row.get("arrived_at")
+    return datetime.fromisoformat(value) if isinstance(value, str) else datetime.min.replace(tzinfo=UTC)
+
+
+def _rank(ordered: list[float], q: float) -> float | None:
+    """The nearest-rank ``q`` quantile of ``ordered`` (ascending), None when empty."""
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]

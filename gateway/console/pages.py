@@ -1,0 +1,354 @@
+"""The console's pages (``/console``): sign-in, overview (live), keys, usage, requests, audit.
+
+- Sign-in takes an admin key or an admin JWT, checked by the same authenticator (and failure throttle)
+  as the API; then a server-side session (:mod:`gateway.console.sessions`) in a cookie that is
+  ``HttpOnly``, ``SameSite=Strict``, ``Secure`` when the request came over TLS (the scheme a trusted
+  proxy forwarded), ``Path=/console``, with the session's expiry. The key never reaches JavaScript.
+- Every page needs a live session (else a redirect to the sign-in page); every POST carries the
+  session's CSRF token in a hidden field (else 403). A client key signs in to nothing (403).
+- Key changes go through :class:`~gateway.admin.key_admin.KeyAdmin`, as the admin API's do: one
+  audit trail. Reads are the admin API's own handlers (:mod:`gateway.admin.reads`).
+- Templates are Jinja2 with autoescaping; pages send a ``Content-Security-Policy`` that allows only
+  the gateway's own script and style, so text from keys' names and metadata stays text.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+from jinja2 import Environment, FileSystemLoader
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from gateway.admin import reads
+from gateway.admin.key_fields import KeyCreate, KeyLimits
+from gateway.admin.keys import changed, key_admin
+from gateway.auth import KeyExistsError, KeyNotFoundError
+from gateway.console import charts, live
+from gateway.console.sessions import Session, Sessions
+from gateway.errors import GatewayError
+from gateway.http.auth import ADMIN_SCOPE, client_address
+
+HERE = Path(__file__).parent
+TEMPLATES = Jinja2Templates(env=Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True))
+TEMPLATES.env.filters.update(
+    seconds=lambda v: "–" if v is None else f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s",
+    rate=lambda v: "–" if v is None else f"{v:.1f} tok/s",
+    percent=lambda v: "–" if v is None else f"{v * 100:.1f} %",
+    jsontext=lambda v: json.dumps(v, ensure_ascii=False),  # then escaped, as all text
+)
+COOKIE = "dspark_console"
+#: Largest form body, bytes.
+FORM_BYTES = 64 * 1024
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+Handler = Callable[[Request, Session], Awaitable[Response]]
+
+
+def sessions(request: Request) -> Sessions:
+    store: Sessions = request.app.state.console_sessions
+    return store
+
+
+def render(request: Request, name: str, code: int = 200, **context: Any) -> Response:
+    """Template ``name`` with ``context`` (and the session's CSRF token when signed in), HTTP ``code``."""
+    session = sessions(request).get(request.cookies.get(COOKIE))
+    context.setdefault("csrf", session.csrf if session else "")
+    context.setdefault("admin", session.principal.name if session else None)
+    return TEMPLATES.TemplateResponse(request, name, context, status_code=code, headers=SECURITY_HEADERS)
+
+
+def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """``handler`` behind a live session (else a redirect to sign-in) and, for a POST, its CSRF token
+    in the form (else 403)."""
+
+    async def guarded(request: Request) -> Response:
+        session = sessions(request).get(request.cookies.get(COOKIE))
+        if session is None:
+            return RedirectResponse("/console/login", status_code=303)
+        if request.method == "POST":
+            form = await read_form(request)
+            if not session.allows(form.get("csrf")):
+                return render(request, "error.html", 403, message="This form has expired; reload the page.")
+            request.state.form = form
+        try:
+            return await handler(request, session)
+        except GatewayError as error:
+            return render(request, "error.html", error.status, message=error.message)
+
+    guarded.__name__ = handler.__name__
+    return guarded
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """An ``application/x-www-form-urlencoded`` body, at most :data:`FORM_BYTES`, one value per name."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > FORM_BYTES:
+            raise GatewayError("request_too_large", "The form is too large.")
+    fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return {name: values[-1] for name, values in fields.items()}
+
+
+# -- sign-in
+
+
+async def login_form(request: Request) -> Response:
+    return render(request, "login.html")
+
+
+async def login(request: Request) -> Response:
+    """Check the admin key or JWT of the form, open a session, set its cookie."""
+    throttle, authenticator = request.app.state.throttle, request.app.state.authenticator
+    address = client_address(request)
+    token = (await read_form(request)).get("secret", "").strip()
+    try:
+        if not authenticator.vouched(token):
+            await throttle.check_failures(address)
+        principal = await authenticator.authenticate(token)
+    except GatewayError as error:
+        if error.status == 401:
+            await throttle.failed(address)
+        return render(request, "login.html", error.status, message=error.message)
+    if ADMIN_SCOPE not in principal.scopes:
+        return render(request, "login.html", 403, message="This key is not an admin key.")
+    settings = request.app.state.settings
+    response = RedirectResponse("/console", status_code=303)
+    response.set_cookie(
+        COOKIE,
+        sessions(request).open(principal),
+        max_age=int(settings.console_session_ttl_s),
+        path="/console",
+        secure=request.url.scheme == "https",
+        httponly=True,
+        samesite="strict",
+    )
+    return response
+
+
+async def logout(request: Request, session: Session) -> Response:
+    sessions(request).close(request.cookies.get(COOKIE))
+    response = RedirectResponse("/console/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/console")
+    return response
+
+
+# -- overview
+
+
+async def overview(request: Request, session: Session) -> Response:
+    return render(request, "overview.html", **await _live(request))
+
+
+async def live_json(request: Request, session: Session) -> Response:
+    """What the overview shows, for its script to refresh it."""
+    return JSONResponse(await _live(request), headers={"Cache-Control": "no-store"})
+
+
+async def _live(request: Request) -> dict[str, Any]:
+    rows = (await reads.requests(request, limit=500))["data"]
+    return {"status": await reads.status(request), "figures": live.figures(rows)}
+
+
+# -- keys
+
+
+async def keys(request: Request, session: Session) -> Response:
+    now = datetime.now(UTC)
+    records = [record.public(now) for record in await request.app.state.store.list()]
+    return render(request, "keys.html", keys=records, grace_s=request.app.state.settings.rotate_grace_s)
+
+
+async def create_key(request: Request, session: Session) -> Response:
+    form: dict[str, str] = request.state.form
+    fields = _limits(form) | {"name": form.get("name", "").strip()}
+    if form.get("admin") == "on":
+        fields["scopes"] = ["admin"]
+    body = _validated(KeyCreate, fields)
+    admin, who = key_admin(request, session.principal)
+    try:
+        record, secret = await admin.create(who, body)
+    except KeyExistsError:
+        raise GatewayError("key_exists", f"A key named {body.name!r} exists.") from None
+    return render(request, "secret.html", key_name=record.name, secret=secret, what="created")
+
+
+async def rotate_key(request: Request, session: Session) -> Response:
+    form: dict[str, str] = request.state.form
+    key_id = request.path_params["key_id"]
+    grace = form.get("grace_s", "").strip()
+    grace_s = float(grace) if _number(grace) else request.app.state.settings.rotate_grace_s
+    if not 0 <= grace_s <= 30 * 86400:
+        raise GatewayError("invalid_value", "The grace period must be 0 to 30 days, in seconds.")
+    admin, who = key_admin(request, session.principal)
+    try:
+        record, secret = await admin.rotate(who, key_id, grace_s)
+    except KeyNotFoundError:
+        raise GatewayError("key_not_found", f"No key {key_id!r}.") from None
+    changed(request)
+    return render(
+        request, "secret.html", key_name=record.name, secret=secret, what="rotated", grace_s=grace_s
+    )
+
+
+async def revoke_key(request: Request, session: Session) -> Response:
+    admin, who = key_admin(request, session.principal)
+    try:
+        await admin.revoke(who, request.path_params["key_id"])
+    except KeyNotFoundError:
+        raise GatewayError("key_not_found", "No such key.") from None
+    changed(request)
+    return RedirectResponse("/console/keys", status_code=303)
+
+
+async def update_key(request: Request, session: Session) -> Response:
+    """Every field of the edit form: an empty one means unlimited / the default."""
+    body = _validated(KeyLimits, _limits(request.state.form, every=True))
+    admin, who = key_admin(request, session.principal)
+    try:
+        await admin.update(who, request.path_params["key_id"], body)
+    except KeyNotFoundError:
+        raise GatewayError("key_not_found", "No such key.") from None
+    changed(request)
+    return RedirectResponse("/console/keys", status_code=303)
+
+
+def _limits(form: dict[str, str], every: bool = False) -> dict[str, Any]:
+    """The key fields of a form: numbers, comma lists (``models``), ``a=b`` pairs (``aliases``), JSON
+    (``metadata``); an empty field is null when ``every`` (an edit), left out otherwise (a create)."""
+    fields: dict[str, Any] = {}
+    for name in ("rpm", "tpm", "max_concurrency", "priority", "default_thinking", "models", "aliases",
+                 "metadata", "expires_in"):  # fmt: skip
+        text = form.get(name, "").strip()
+        if not text:
+            if every and name != "expires_in":
+                fields[name] = None
+            continue
+        if name == "models":
+            fields[name] = [m.strip() for m in text.split(",") if m.strip()]
+        elif name == "aliases":
+            pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+            fields[name] = {
+                a.strip(): b.strip() for a, b in (p if len(p) == 2 else (p[0], "") for p in pairs)
+            }
+        elif name == "metadata":
+            try:
+                fields[name] = json.loads(text)
+            except ValueError:
+                raise GatewayError("invalid_value", "metadata must be a JSON object.") from None
+        else:
+            fields[name] = text
+    return fields
+
+
+def _validated(model: type[KeyLimits], fields: dict[str, Any]) -> Any:
+    try:
+        return model.model_validate(fields)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'form'}: {e['msg']}" for e in exc.errors())
+        raise GatewayError("invalid_value", problems) from None
+
+
+def _number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+# -- usage, requests, audit
+
+
+async def usage(request: Request, session: Session) -> Response:
+    tables = {
+        group: (await reads.usage(request, group_by=group, since=request.query_params.get("since")))["data"]
+        for group in ("day", "key", "model")
+    }
+    days = sorted(tables["day"], key=lambda row: row["day"])
+    chart = charts.bar_chart(
+        [row["day"][5:] for row in days],
+        [(row["prompt_tokens"] or 0) + (row["completion_tokens"] or 0) for row in days],
+        "tokens",
+    )
+    return render(request, "usage.html", tables=tables, chart=chart)
+
+
+async def usage_export(request: Request, session: Session) -> Response:
+    """``/console/usage.csv`` or ``.json``: totals grouped by ``group_by`` (day, key, model)."""
+    group = request.query_params.get("group_by", "key")
+    if group not in ("day", "key", "model"):
+        raise GatewayError("invalid_value", "group_by must be day, key or model.")
+    rows = (await reads.usage(request, group_by=group))["data"]  # type: ignore[arg-type]
+    name = f"usage-by-{group}"
+    if request.path_params["kind"] == "json":
+        return JSONResponse(
+            {"group_by": group, "data": rows},
+            headers={"Content-Disposition": f'attachment; filename="{name}.json"'},
+        )
+    out = io.StringIO()
+    writer = csv.DictWriter(
+        out, [group, "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens"]
+    )
+    writer.writeheader()
+    writer.writerows(rows)
+    return Response(
+        out.getvalue(),
+        media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{name}.csv"'},
+    )
+
+
+async def requests_page(request: Request, session: Session) -> Response:
+    return render(request, "requests.html", rows=(await reads.requests(request, limit=100))["data"])
+
+
+async def audit(request: Request, session: Session) -> Response:
+    return render(request, "audit.html", rows=(await reads.audit(request, limit=100))["data"])
+
+
+def install(app: Any) -> None:
+    """The console's routes under ``/console`` and its static files; only sign-in and the static
+    files are public (:data:`PUBLIC`), every other page checks its session itself (:func:`page`)."""
+    app.state.console_sessions = Sessions(app.state.settings.console_session_ttl_s)
+    get, post = ["GET"], ["POST"]
+    for path, endpoint, methods in (
+        ("/console/login", login_form, get),
+        ("/console/login", login, post),
+        ("/console/logout", page(logout), post),
+        ("/console", page(overview), get),
+        ("/console/live.json", page(live_json), get),
+        ("/console/keys", page(keys), get),
+        ("/console/keys", page(create_key), post),
+        ("/console/keys/{key_id}", page(update_key), post),
+        ("/console/keys/{key_id}/rotate", page(rotate_key), post),
+        ("/console/keys/{key_id}/revoke", page(revoke_key), post),
+        ("/console/usage", page(usage), get),
+        ("/console/usage.{kind:str}", page(usage_export), get),
+        ("/console/requests", page(requests_page), get),
+        ("/console/audit", page(audit), get),
+    ):
+        app.add_api_route(path, endpoint, methods=methods, include_in_schema=False)
+    app.mount(STATIC, StaticFiles(directory=HERE / "static"), name="console-static")
+
+
+#: Where the console's CSS and JavaScript are served (public, like the docs' assets).
+STATIC = "/console/static"
+#: The console's routes anyone may call: the sign-in form and its post.
+PUBLIC = frozenset({"/console/login"})

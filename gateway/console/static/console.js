@@ -1,0 +1,55 @@
+// dspark-gateway console: copy buttons, and the overview refreshed from /console/live.json every 2 s.
+// No inline script (the pages' Content-Security-Policy allows only this file); text goes in as text.
+"use strict";
+
+document.addEventListener("click", (event) => {
+  const button = event.target.closest("[data-copy]");
+  if (!button) return;
+  const text = document.getElementById(button.dataset.copy).textContent;
+  navigator.clipboard.writeText(text).then(() => { button.textContent = "Copied"; });
+});
+
+const seconds = (v) => (v === null || v === undefined ? "–" : v < 1 ? `${Math.round(v * 1000)} ms` : `${v.toFixed(2)} s`);
+const rate = (v) => (v === null || v === undefined ? "–" : `${v.toFixed(1)} tok/s`);
+const percent = (v) => (v === null || v === undefined ? "–" : `${(v * 100).toFixed(1)} %`);
+const number = (v) => v.toLocaleString("en-US");
+
+function rows(body, cells) {
+  body.replaceChildren(...cells.map((values) => {
+    const tr = document.createElement("tr");
+    for (const value of values) {
+      const td = document.createElement("td");
+      td.textContent = value;
+      tr.append(td);
+    }
+    return tr;
+  }));
+}
+
+function show(live, data) {
+  const s = data.status, f = data.figures;
+  const set = (name, text) => { const el = live.querySelector(`[data-live="${name}"]`); if (el) el.textContent = text; };
+  set("slots", `${s.slots_in_use}/${s.slots_total}`);
+  set("queue", String(s.queue_depth));
+  set("kv", s.kv_budget_tokens ? `${number(s.kv_reserved_tokens)} / ${number(s.kv_budget_tokens)}` : number(s.kv_reserved_tokens));
+  set("lane", `${s.long_in_use}/${s.long_slots}`);
+  set("ttft", `${seconds(f.ttft_p50_s)} / ${seconds(f.ttft_p95_s)}`);
+  set("decode", rate(f.decode_tokens_per_s));
+  set("acceptance", percent(f.acceptance_rate));
+  set("requests", String(f.requests));
+  const waits = Object.entries(s.waiting_for).filter(([, n]) => n).map(([r, n]) => `${n} for ${r}`);
+  set("waiting_for", waits.length ? waits.join(", ") : "nothing");
+  const keys = Object.entries(s.keys).map(([name, c]) => [name, c.in_flight, c.waiting]);
+  rows(live.querySelector('[data-live="keys"]'), keys.length ? keys : [["Nothing running or waiting.", "", ""]]);
+  rows(live.querySelector('[data-live="backends"]'), s.backends.map((b) =>
+    [b.name, b.up ? "yes" : "no", `${b.slots_in_use}/${b.slots_total}`, b.queue_depth, number(b.kv_reserved_tokens)]));
+}
+
+const live = document.getElementById("live");
+if (live) {
+  const refresh = () => fetch(live.dataset.liveUrl, { credentials: "same-origin" })
+    .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+    .then((data) => show(live, data))
+    .catch(() => {});
+  setInterval(refresh, 2000);
+}

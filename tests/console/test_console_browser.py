@@ -1,0 +1,116 @@
+"""The console in a real browser: Playwright driving headless Chromium (Debian's ``chromium``, from
+``make test-deps``; Playwright downloads no browser). Sign in with an admin key, create a key and use
+it through the OpenAI SDK, see its stream hold a slot on the live overview and its request appear,
+rotate it and see the old secret refused, revoke it and see the new one refused. Screenshots of each
+page are kept in ``tests/.artifacts/console/``."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import openai
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+MODEL = "deepseek-v4-flash-0731"
+ARTIFACTS = Path(__file__).resolve().parents[1] / ".artifacts" / "console"
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert path, "chromium is not installed: run `make test-deps` (apt-get install chromium)"
+    return path
+
+
+def refused(secret: str, url: str) -> bool:
+    client = openai.OpenAI(base_url=url + "/v1", api_key=secret, max_retries=0)
+    try:
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
+    except openai.AuthenticationError:
+        return True
+    return False
+
+
+@pytest.fixture
+def admin_key(make_key) -> str:
+    """Made before the browser starts: Playwright's sync API runs an event loop of its own."""
+    return make_key("root", scopes=["admin"])
+
+
+@pytest.fixture
+def browser_page(admin_key):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium(), headless=True, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        yield page
+        browser.close()
+
+
+def test_sign_in_create_use_watch_rotate_revoke(start_sim, start_gateway, admin_key, browser_page) -> None:
+    gateway = start_gateway(start_sim(decode_tps=40.0).url)
+    page = browser_page
+    page.goto(gateway.url + "/console")
+    expect(page).to_have_url(gateway.url + "/console/login")
+    page.fill("#secret", admin_key)
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Overview")
+
+    page.goto(gateway.url + "/console/keys")
+    page.fill("input[name=name] >> nth=0", "browser-client")
+    page.fill("form[action='/console/keys'] input[name=rpm]", "600")
+    page.click("form[action='/console/keys'] button[type=submit]")
+    secret = page.locator("#secret").inner_text()
+    assert secret.startswith("dsk-")
+    page.screenshot(path=ARTIFACTS / "key-created.png")
+
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=secret, max_retries=0)
+    streamed: list[str] = []
+
+    def stream() -> None:
+        for chunk in client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "count from 1 to 60"}],
+            max_tokens=200,
+            stream=True,
+        ):
+            streamed.append(chunk.id)
+
+    page.goto(gateway.url + "/console")
+    running = threading.Thread(target=stream)
+    running.start()
+    slots = page.locator("[data-live=slots]")
+    expect(slots).to_have_text("1/2", timeout=10_000)  # the live refresh shows it holding a slot
+    expect(page.locator("[data-live=keys]")).to_contain_text("browser-client")
+    page.screenshot(path=ARTIFACTS / "overview-live.png")
+    running.join(timeout=30)
+    assert streamed
+    expect(slots).to_have_text("0/2", timeout=10_000)
+
+    page.goto(gateway.url + "/console/requests")
+    expect(page.locator("tbody tr").first).to_contain_text("browser-client")
+    page.screenshot(path=ARTIFACTS / "requests.png")
+
+    page.goto(gateway.url + "/console/keys")
+    row = page.locator("tr[data-key=browser-client]")
+    row.locator("input[name=grace_s]").fill("0")
+    row.locator("button", has_text="Rotate").click()
+    new_secret = page.locator("#secret").inner_text()
+    assert new_secret.startswith("dsk-") and new_secret != secret
+    assert refused(secret, gateway.url) and not refused(new_secret, gateway.url)
+
+    page.goto(gateway.url + "/console/keys")
+    page.locator("tr[data-key=browser-client]").locator("button", has_text="Revoke").click()
+    expect(page.locator("tr[data-key=browser-client]")).to_contain_text("revoked")
+    assert refused(new_secret, gateway.url)
+    page.screenshot(path=ARTIFACTS / "keys.png")
+
+    page.goto(gateway.url + "/console/audit")
+    expect(page.locator("tbody")).to_contain_text("key.revoke")
+    page.goto(gateway.url + "/console/usage")
+    expect(page.locator("svg.chart")).to_be_visible()
+    page.screenshot(path=ARTIFACTS / "usage.png")

@@ -1,0 +1,77 @@
+"""The console's pages with data behind them, over HTTP as a browser would send its forms: every page
+renders; a key made, edited, rotated and revoked there is the admin API's (one audit trail); usage
+exports as CSV and JSON; the live figures."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import httpx
+import openai
+
+from tests.console.helpers import csrf_of, signed_in
+
+MODEL = "deepseek-v4-flash-0731"
+
+
+def test_every_page_renders_and_key_changes_are_the_admin_apis(start_sim, start_gateway, make_key) -> None:
+    gateway = start_gateway(start_sim().url)
+    admin = make_key("root", scopes=["admin"])
+    api = {"Authorization": f"Bearer {admin}"}
+    with signed_in(gateway, admin) as browser:
+        token = csrf_of(browser.get("/console/keys").text)
+        made = browser.post(
+            "/console/keys", data={"name": "team-a", "rpm": "60", "models": MODEL, "csrf": token}
+        )
+        secret = made.text.split('<code id="secret">')[1].split("</code>")[0]
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=secret, max_retries=0)
+        for _ in client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4, stream=True
+        ):
+            pass
+        key_id = next(k["id"] for k in httpx.get(gateway.url + "/admin/keys", headers=api).json()["data"]
+                      if k["name"] == "team-a")  # fmt: skip
+        edited = browser.post(
+            f"/console/keys/{key_id}",
+            data={"csrf": token, "rpm": "", "tpm": "5000", "max_concurrency": "2", "priority": "3",
+                  "default_thinking": "high", "models": "", "aliases": "gpt-4o=" + MODEL,
+                  "metadata": '{"team": "a"}'},
+        )  # fmt: skip
+        assert edited.status_code == 303
+        record = httpx.get(gateway.url + f"/admin/keys/{key_id}", headers=api).json()
+        assert (record["rpm"], record["tpm"], record["max_concurrency"], record["priority"]) == (
+            None,
+            5000,
+            2,
+            3,
+        )
+        assert record["aliases"] == {"gpt-4o": MODEL} and record["metadata"] == {"team": "a"}
+        assert record["models"] is None and record["default_thinking"] == "high"
+        bad = browser.post(f"/console/keys/{key_id}", data={"csrf": token, "rpm": "-1"})
+        assert bad.status_code == 400 and "rpm" in bad.text
+        for path in ("/console", "/console/keys", "/console/usage", "/console/requests", "/console/audit"):
+            page = browser.get(path)
+            assert page.status_code == 200 and "<h1>" in page.text, path
+        assert "team-a" in browser.get("/console/requests").text
+        assert "<svg" in browser.get("/console/usage").text
+        live = browser.get("/console/live.json").json()
+        assert live["status"]["slots_total"] == 2 and live["figures"]["requests"] >= 1
+        assert live["figures"]["ttft_p50_s"] is not None
+        exported = browser.get("/console/usage.csv", params={"group_by": "key"})
+        rows = list(csv.DictReader(io.StringIO(exported.text)))
+        assert exported.headers["content-type"].startswith("text/csv")
+        assert any(row["key"] == "team-a" and row["requests"] == "1" for row in rows)
+        as_json = browser.get("/console/usage.json", params={"group_by": "model"}).json()
+        assert as_json["group_by"] == "model" and as_json["data"][0]["model"] == MODEL
+        rotated = browser.post(f"/console/keys/{key_id}/rotate", data={"csrf": token, "grace_s": "0"})
+        assert "rotated" in rotated.text and secret not in rotated.text
+        revoked = browser.post(f"/console/keys/{key_id}/revoke", data={"csrf": token})
+        assert revoked.status_code == 303
+    actions = [
+        (row["actor"], row["action"])
+        for row in httpx.get(gateway.url + "/admin/audit", headers=api).json()["data"]
+    ]
+    assert [a for a in actions if a[0] == "root"][:4] == [
+        ("root", "key.revoke"), ("root", "key.rotate"), ("root", "key.update"), ("root", "key.create"),
+    ]  # fmt: skip

@@ -1,0 +1,95 @@
+"""The console's defences through a real gateway: no session → the sign-in page; a client key signs
+in to nothing; the session cookie's flags; a form without its CSRF token → 403; text from a key's
+metadata shown escaped; a session that expires; sign-out; the console off."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import httpx
+import pytest
+
+from tests.console.helpers import csrf_of, signed_in
+
+
+@pytest.fixture
+def console(start_sim, start_gateway):
+    sim = start_sim()
+    return lambda **settings: start_gateway(sim.url, trusted_proxies="127.0.0.1", **settings)
+
+
+def test_no_session_is_sent_to_sign_in(console) -> None:
+    gateway = console()
+    for path in ("/console", "/console/keys", "/console/usage", "/console/requests", "/console/audit"):
+        answer = httpx.get(gateway.url + path)
+        assert (answer.status_code, answer.headers["location"]) == (303, "/console/login"), path
+    form = httpx.get(gateway.url + "/console/login")
+    assert form.status_code == 200 and 'name="secret"' in form.text and 'type="password"' in form.text
+    assert "script-src 'self'" in form.headers["content-security-policy"]
+    assert httpx.get(gateway.url + "/console/static/console.js").status_code == 200
+
+
+def test_a_client_key_signs_in_to_nothing_and_a_bad_one_is_401(console, make_key) -> None:
+    gateway = console()
+    client = httpx.post(gateway.url + "/console/login", data={"secret": make_key("app")})
+    assert (
+        client.status_code == 403 and "not an admin key" in client.text and "set-cookie" not in client.headers
+    )
+    wrong = httpx.post(gateway.url + "/console/login", data={"secret": "dsk-" + "x" * 43})
+    assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
+
+
+def test_the_session_cookie_is_httponly_strict_and_secure_behind_tls(console, make_key) -> None:
+    gateway = console()
+    admin = make_key("root", scopes=["admin"])
+    plain = httpx.post(gateway.url + "/console/login", data={"secret": admin})
+    cookie = plain.headers["set-cookie"]
+    assert plain.status_code == 303 and plain.headers["location"] == "/console"
+    assert re.match(r"dspark_console=[\w-]{40,};", cookie)
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/console" in cookie
+    assert "Max-Age=28800" in cookie and "Secure" not in cookie and admin not in cookie
+    behind_tls = httpx.post(
+        gateway.url + "/console/login", data={"secret": admin}, headers={"X-Forwarded-Proto": "https"}
+    )
+    assert "Secure" in behind_tls.headers["set-cookie"]
+
+
+def test_a_form_without_its_csrf_token_is_refused(console, make_key) -> None:
+    gateway = console()
+    with signed_in(gateway, make_key("root", scopes=["admin"])) as browser:
+        token = csrf_of(browser.get("/console/keys").text)
+        for form in ({"name": "sneaky"}, {"name": "sneaky", "csrf": "x" * len(token)}):
+            refused = browser.post("/console/keys", data=form)
+            assert refused.status_code == 403 and "expired" in refused.text
+        assert "sneaky" not in browser.get("/console/keys").text
+        made = browser.post("/console/keys", data={"name": "proper", "csrf": token})
+        assert made.status_code == 200 and re.search(r'<code id="secret">dsk-[\w-]{43}</code>', made.text)
+
+
+def test_a_keys_metadata_is_shown_escaped(console, make_key) -> None:
+    gateway = console()
+    make_key("labelled", metadata={"note": "<script>alert(1)</script>", "owner": '"><img src=x>'})
+    with signed_in(gateway, make_key("root", scopes=["admin"])) as browser:
+        page = browser.get("/console/keys").text
+    assert "<script>alert" not in page and "<img src=x>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_the_session_expires_and_sign_out_ends_it(console, make_key) -> None:
+    gateway = console(console_session_ttl_s=1.0)
+    admin = make_key("root", scopes=["admin"])
+    with signed_in(gateway, admin) as browser:
+        assert browser.get("/console").status_code == 200
+        time.sleep(1.2)
+        assert browser.get("/console").status_code == 303  # expired
+    with signed_in(console(), admin) as browser:
+        token = csrf_of(browser.get("/console").text)
+        assert browser.post("/console/logout", data={"csrf": token}).headers["location"] == "/console/login"
+        assert browser.get("/console").status_code == 303
+
+
+def test_the_console_can_be_turned_off(start_sim, start_gateway) -> None:
+    gateway = start_gateway(start_sim().url, console=False)
+    assert httpx.get(gateway.url + "/console").status_code == 404
+    assert httpx.get(gateway.url + "/console/login").status_code == 404

@@ -1,0 +1,60 @@
+"""The console's pure parts: sessions (expiry, bound, CSRF), the live figures, the SVG chart."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gateway.auth.principal import Principal
+from gateway.console import charts, live
+from gateway.console.sessions import Sessions
+
+ADMIN = Principal(key_id="key_1", name="root", scopes=frozenset({"admin"}))
+
+
+def test_a_session_is_found_by_its_token_until_it_expires() -> None:
+    sessions = Sessions(ttl_s=0.05)
+    token = sessions.open(ADMIN)
+    session = sessions.get(token)
+    assert session is not None and session.principal is ADMIN
+    assert (
+        session.allows(session.csrf)
+        and not session.allows("x" * len(session.csrf))
+        and not session.allows(None)
+    )
+    assert sessions.get("not-" + token) is None and sessions.get(None) is None
+    time.sleep(0.06)
+    assert sessions.get(token) is None
+
+
+def test_sessions_are_bounded_and_sign_out_forgets() -> None:
+    sessions = Sessions(ttl_s=60, limit=2)
+    first, second, third = (sessions.open(ADMIN) for _ in range(3))
+    assert sessions.get(first) is None and sessions.get(second) and sessions.get(third)
+    sessions.close(third)
+    assert sessions.get(third) is None
+
+
+def test_live_figures_over_the_window() -> None:
+    now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    rows = [
+        {"arrived_at": (now - timedelta(seconds=10 * i)).isoformat(), "ttft_s": 0.1 * (i + 1),
+         "decode_tokens_per_s": 80.0 + i, "spec": {"draft_tokens": 10, "accepted_tokens": 7}}
+        for i in range(20)
+    ] + [{"arrived_at": (now - timedelta(hours=1)).isoformat(), "ttft_s": 99.0}]  # fmt: skip
+    figures = live.figures(rows, now)
+    assert figures["requests"] == 20
+    assert figures["ttft_p50_s"] == pytest.approx(1.0) and figures["ttft_p95_s"] == pytest.approx(1.9)
+    assert figures["decode_tokens_per_s"] == 89.5 and figures["acceptance_rate"] == 0.7
+    assert live.figures([], now) == {
+        "requests": 0, "ttft_p50_s": None, "ttft_p95_s": None, "decode_tokens_per_s": None,
+        "acceptance_rate": None,
+    }  # fmt: skip
+
+
+def test_the_chart_escapes_its_labels() -> None:
+    svg = charts.bar_chart(["<b>", "12-03"], [10.0, 30.0], "tokens")
+    assert "<b>" not in svg and "&lt;b&gt;" in svg and svg.count("<rect") == 2
+    assert "no tokens yet" in charts.bar_chart([], [], "tokens")
