@@ -38,7 +38,7 @@ from gateway.auth import KeyExistsError, KeyNotFoundError
 from gateway.console import charts, live
 from gateway.console.sessions import Session, Sessions
 from gateway.errors import GatewayError
-from gateway.http.auth import ADMIN_SCOPE, client_address
+from gateway.http.auth import ADMIN_SCOPE, authenticate
 
 HERE = Path(__file__).parent
 TEMPLATES = Jinja2Templates(env=Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True))
@@ -116,16 +116,10 @@ async def login_form(request: Request) -> Response:
 
 async def login(request: Request) -> Response:
     """Check the admin key or JWT of the form, open a session, set its cookie."""
-    throttle, authenticator = request.app.state.throttle, request.app.state.authenticator
-    address = client_address(request)
     token = (await read_form(request)).get("secret", "").strip()
     try:
-        if not authenticator.vouched(token):
-            await throttle.check_failures(address)
-        principal = await authenticator.authenticate(token)
+        principal = await authenticate(request, lambda: token)
     except GatewayError as error:
-        if error.status == 401:
-            await throttle.failed(address)
         return render(request, "login.html", error.status, message=error.message)
     if ADMIN_SCOPE not in principal.scopes:
         return render(request, "login.html", 403, message="This key is not an admin key.")

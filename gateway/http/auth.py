@@ -32,22 +32,30 @@ def principal_for(dialect: Dialect) -> PrincipalDependency:
     once per request however many times a route names it). 401 ``invalid_api_key`` otherwise."""
 
     async def require_principal(request: Request) -> Principal:
-        throttle: AddressThrottle = request.app.state.throttle
-        authenticator: Authenticator = request.app.state.authenticator
-        address = client_address(request)
-        try:
-            token = dialect.credentials(request.headers)
-            if not authenticator.vouched(token):
-                await throttle.check_failures(address)
-            principal = await authenticator.authenticate(token)
-        except GatewayError as error:
-            if error.status == 401:
-                await throttle.failed(address)
-            raise
+        principal = await authenticate(request, lambda: dialect.credentials(request.headers))
         request.state.principal = principal
         return principal
 
     return require_principal
+
+
+async def authenticate(request: Request, secret: Callable[[], str]) -> Principal:
+    """The principal of the caller's ``secret()`` (an API key or a JWT; it may raise the dialect's
+    401 for missing credentials), behind the failure throttle of the caller's address: a 401 counts
+    against it, and a throttled address is refused before its secret is checked, unless that secret
+    authenticated before."""
+    throttle: AddressThrottle = request.app.state.throttle
+    authenticator: Authenticator = request.app.state.authenticator
+    address = client_address(request)
+    try:
+        token = secret()
+        if not authenticator.vouched(token):
+            await throttle.check_failures(address)
+        return await authenticator.authenticate(token)
+    except GatewayError as error:
+        if error.status == 401:
+            await throttle.failed(address)
+        raise
 
 
 def client_address(request: Request) -> str:

@@ -22,6 +22,7 @@ import openai
 import pytest
 
 from gateway.auth import KeyStore
+from tests.gateway.test_admin_keys import chat_ok
 from tests.support.probes import wait_until
 from tests.support.replicas import ADMIN_KEY, Replicas
 
@@ -166,17 +167,10 @@ def test_a_revocation_on_one_replica_is_refused_by_every_replica(cluster, pg_dat
     )
     assert revoked.status_code == 200
 
-    def refused(client: openai.OpenAI) -> bool:
-        try:
-            client.chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2
-            )
-        except openai.AuthenticationError:
-            return True
-        return False
-
-    for client in clients:
-        wait_until(lambda client=client: refused(client), timeout_s=3.0, what="the revocation seen")
+    for gateway in (one, two):
+        wait_until(
+            lambda gateway=gateway: not chat_ok(gateway, key), timeout_s=3.0, what="the revocation seen"
+        )
 
 
 def test_the_ledger_has_each_request_once_whichever_replica_served_it(cluster, pg_database):
