@@ -135,6 +135,12 @@ def verify(config: TokenConfig, token: str) -> Principal:
     return _principal(claims)
 
 
+def expires_at(token: str) -> float | None:
+    """The ``exp`` claim (Unix time, s) of a token :func:`verify` accepted; None if it has none."""
+    value = jwt.get_unverified_claims(token).get("exp")
+    return float(value) if isinstance(value, int | float) else None
+
+
 def idp_key(jwks: dict[str, Any], kid: Any, alg: str) -> dict[str, Any]:
     """The JWK of ``jwks`` that verifies a token signed with ``alg`` naming ``kid``: the key with that
     ``kid`` whose ``kty`` fits ``alg`` (and whose own ``alg``, if it has one, is ``alg``), or, for a

@@ -17,7 +17,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,20 +24,22 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from jinja2 import Environment, FileSystemLoader
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from gateway.admin import reads
-from gateway.admin.key_fields import KeyCreate, KeyLimits
+from gateway.admin.key_fields import KeyCreate, KeyLimits, KeyRotate
 from gateway.admin.keys import changed, key_admin
-from gateway.auth import KeyExistsError, KeyNotFoundError
+from gateway.auth import KeyExistsError, KeyNotFoundError, Principal
+from gateway.auth.tokens import expires_at
 from gateway.console import charts, live
 from gateway.console.sessions import Session, Sessions
 from gateway.errors import GatewayError
 from gateway.http.auth import ADMIN_SCOPE, authenticate
+from gateway.json_limits import ADMIN, parse_object
 
 HERE = Path(__file__).parent
 TEMPLATES = Jinja2Templates(env=Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True))
@@ -79,8 +80,10 @@ def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     in the form (else 403)."""
 
     async def guarded(request: Request) -> Response:
-        session = sessions(request).get(request.cookies.get(COOKIE))
-        if session is None:
+        token = request.cookies.get(COOKIE)
+        session = sessions(request).get(token)
+        if session is None or not await still_admin(request, session.principal):
+            sessions(request).close(token)
             return RedirectResponse("/console/login", status_code=303)
         if request.method == "POST":
             form = await read_form(request)
@@ -94,6 +97,19 @@ def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
 
     guarded.__name__ = handler.__name__
     return guarded
+
+
+async def still_admin(request: Request, principal: Principal) -> bool:
+    """Whether the key a session signed in with is still an active admin key (revoked, expired or
+    changed since: the session ends, as the API would refuse it). A JWT's session ends with the token
+    (:func:`login`); the bootstrap admin has no record."""
+    if principal.kind != "key":
+        return True
+    try:
+        record = await request.app.state.store.get(principal.key_id)
+    except KeyNotFoundError:
+        return False
+    return record.status(datetime.now(UTC)) == "active" and ADMIN_SCOPE in record.scopes
 
 
 async def read_form(request: Request) -> dict[str, str]:
@@ -124,10 +140,11 @@ async def login(request: Request) -> Response:
     if ADMIN_SCOPE not in principal.scopes:
         return render(request, "login.html", 403, message="This key is not an admin key.")
     settings = request.app.state.settings
+    sessions(request).close(request.cookies.get(COOKIE))  # a new sign-in ends the browser's old session
     response = RedirectResponse("/console", status_code=303)
     response.set_cookie(
         COOKIE,
-        sessions(request).open(principal),
+        sessions(request).open(principal, await credential_expiry(request, principal, token)),
         max_age=int(settings.console_session_ttl_s),
         path="/console",
         secure=request.url.scheme == "https",
@@ -135,6 +152,17 @@ async def login(request: Request) -> Response:
         samesite="strict",
     )
     return response
+
+
+async def credential_expiry(request: Request, principal: Principal, token: str) -> float | None:
+    """When what ``principal`` signed in with expires (Unix time, s): a JWT's ``exp``, a key's
+    ``expires_at``; None for never."""
+    if principal.kind == "jwt":
+        return expires_at(token)
+    if principal.kind == "key":
+        record = await request.app.state.store.get(principal.key_id)
+        return record.expires_at.timestamp() if record.expires_at else None
+    return None
 
 
 async def logout(request: Request, session: Session) -> Response:
@@ -188,9 +216,8 @@ async def rotate_key(request: Request, session: Session) -> Response:
     form: dict[str, str] = request.state.form
     key_id = request.path_params["key_id"]
     grace = form.get("grace_s", "").strip()
-    grace_s = float(grace) if _number(grace) else request.app.state.settings.rotate_grace_s
-    if not 0 <= grace_s <= 30 * 86400:
-        raise GatewayError("invalid_value", "The grace period must be 0 to 30 days, in seconds.")
+    body = _validated(KeyRotate, {"grace_s": grace} if grace else {})
+    grace_s = body.grace_s if body.grace_s is not None else request.app.state.settings.rotate_grace_s
     admin, who = key_admin(request, session.principal)
     try:
         record, secret = await admin.rotate(who, key_id, grace_s)
@@ -213,8 +240,12 @@ async def revoke_key(request: Request, session: Session) -> Response:
 
 
 async def update_key(request: Request, session: Session) -> Response:
-    """Every field of the edit form: an empty one means unlimited / the default."""
-    body = _validated(KeyLimits, _limits(request.state.form, every=True))
+    """The fields of the edit form that differ from what it showed (``was_<name>``; a field sent
+    without one counts as changed): an empty one means unlimited / the default; the others are left
+    as they are."""
+    form: dict[str, str] = request.state.form
+    edited = {name: value for name, value in form.items() if form.get(f"was_{name}") != value}
+    body = _validated(KeyLimits, _limits(edited, every=True))
     admin, who = key_admin(request, session.principal)
     try:
         await admin.update(who, request.path_params["key_id"], body)
@@ -230,7 +261,9 @@ def _limits(form: dict[str, str], every: bool = False) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     for name in ("rpm", "tpm", "max_concurrency", "priority", "default_thinking", "models", "aliases",
                  "metadata", "expires_in"):  # fmt: skip
-        text = form.get(name, "").strip()
+        if name not in form:
+            continue
+        text = form[name].strip()
         if not text:
             if every and name != "expires_in":
                 fields[name] = None
@@ -242,29 +275,19 @@ def _limits(form: dict[str, str], every: bool = False) -> dict[str, Any]:
             fields[name] = {
                 a.strip(): b.strip() for a, b in (p if len(p) == 2 else (p[0], "") for p in pairs)
             }
-        elif name == "metadata":
-            try:
-                fields[name] = json.loads(text)
-            except ValueError:
-                raise GatewayError("invalid_value", "metadata must be a JSON object.") from None
+        elif name == "metadata":  # read as the admin API reads its bodies: bounded, no NaN
+            fields[name] = parse_object(text.encode(), ADMIN)
         else:
             fields[name] = text
     return fields
 
 
-def _validated(model: type[KeyLimits], fields: dict[str, Any]) -> Any:
+def _validated(model: type[BaseModel], fields: dict[str, Any]) -> Any:
     try:
         return model.model_validate(fields)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'form'}: {e['msg']}" for e in exc.errors())
         raise GatewayError("invalid_value", problems) from None
-
-
-def _number(text: str) -> bool:
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
 
 
 # -- usage, requests, audit
@@ -286,12 +309,15 @@ async def usage(request: Request, session: Session) -> Response:
 
 async def usage_export(request: Request, session: Session) -> Response:
     """``/console/usage.csv`` or ``.json``: totals grouped by ``group_by`` (day, key, model)."""
+    kind = request.path_params["kind"]
+    if kind not in ("csv", "json"):
+        raise GatewayError("not_found", f"No export as {kind!r}: csv or json.")
     group = request.query_params.get("group_by", "key")
     if group not in ("day", "key", "model"):
         raise GatewayError("invalid_value", "group_by must be day, key or model.")
     rows = (await reads.usage(request, group_by=group))["data"]  # type: ignore[arg-type]
     name = f"usage-by-{group}"
-    if request.path_params["kind"] == "json":
+    if kind == "json":
         return JSONResponse(
             {"group_by": group, "data": rows},
             headers={"Content-Disposition": f'attachment; filename="{name}.json"'},

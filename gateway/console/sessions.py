@@ -2,7 +2,9 @@
 session holding the admin's principal, its CSRF token and its expiry. The token is stored only as
 its SHA-256, so the store never holds a usable cookie. Pure: no I/O.
 
-A session lives ``ttl_s`` seconds from sign-in; at most ``limit`` live at once (the oldest go first).
+A session lives ``ttl_s`` seconds from sign-in, or less if the key or token it signed in with expires
+sooner; at most ``limit`` live at once (the oldest go first). Whether the key is still an active
+admin key is the pages' to check on each request (:func:`gateway.console.pages.page`).
 Replicas do not share sessions: behind several, a browser keeps to one (Caddy ``lb_policy cookie``)
 or signs in again.
 """
@@ -39,14 +41,15 @@ class Sessions:
     limit: int = 1000
     _live: dict[str, Session] = field(default_factory=dict)
 
-    def open(self, principal: Principal) -> str:
-        """A new session for ``principal``: its cookie token (shown once, to the browser)."""
+    def open(self, principal: Principal, until: float | None = None) -> str:
+        """A new session for ``principal``, ending after ``ttl_s`` or at ``until`` (Unix time, s: when
+        the credential it signed in with expires), whichever is first: its cookie token (shown once,
+        to the browser)."""
         token = secrets.token_urlsafe(32)
         if len(self._live) >= self.limit:
             del self._live[next(iter(self._live))]  # the oldest
-        self._live[_digest(token)] = Session(
-            principal, secrets.token_urlsafe(32), time.monotonic() + self.ttl_s
-        )
+        lasts = self.ttl_s if until is None else min(self.ttl_s, until - time.time())
+        self._live[_digest(token)] = Session(principal, secrets.token_urlsafe(32), time.monotonic() + lasts)
         return token
 
     def get(self, token: str | None) -> Session | None:

@@ -10,6 +10,9 @@ import time
 import httpx
 import pytest
 
+from gateway.app import token_config
+from gateway.auth.tokens import mint
+from gateway.config import Settings
 from tests.console.helpers import csrf_of, signed_in
 
 
@@ -93,3 +96,52 @@ def test_the_console_can_be_turned_off(start_sim, start_gateway) -> None:
     gateway = start_gateway(start_sim().url, console=False)
     assert httpx.get(gateway.url + "/console").status_code == 404
     assert httpx.get(gateway.url + "/console/login").status_code == 404
+
+
+def test_a_session_ends_with_its_key_or_token(console, make_key) -> None:
+    secret = "s" * 40
+    gateway = console(jwt_secret=secret)
+    admin, other = make_key("victim", scopes=["admin"]), make_key("other", scopes=["admin"])
+    with signed_in(gateway, admin) as browser:
+        assert browser.get("/console").status_code == 200
+        keys = httpx.get(gateway.url + "/admin/keys", headers={"Authorization": f"Bearer {other}"}).json()
+        victim = next(k["id"] for k in keys["data"] if k["name"] == "victim")
+        httpx.post(gateway.url + f"/admin/keys/{victim}/revoke", headers={"Authorization": f"Bearer {other}"})
+        assert browser.get("/console").status_code == 303  # revoked: the session is over
+    token = mint(token_config(Settings(upstream="http://x", jwt_secret=secret)), "ops", ["admin"], 1.0)
+    with signed_in(gateway, token) as browser:
+        assert browser.get("/console").status_code == 200
+        time.sleep(1.3)
+        assert browser.get("/console").status_code == 303  # the JWT expired: so did its session
+
+
+def test_console_forms_refuse_what_the_api_refuses_and_keep_what_they_did_not_change(
+    console, make_key
+) -> None:
+    gateway = console()
+    make_key("odd", models=["m,1"], aliases={"a,b": "deepseek-v4-flash-0731"})
+    with signed_in(gateway, make_key("root", scopes=["admin"])) as browser:
+        page = browser.get("/console/keys").text
+        token = csrf_of(page)
+        key_id = re.search(r'action="/console/keys/(key_[0-9a-f]+)" class="grid"', page).group(1)
+        deep = browser.post(
+            f"/console/keys/{key_id}", data={"csrf": token, "metadata": '{"a":' * 1500 + "1" + "}" * 1500}
+        )
+        nan = browser.post(f"/console/keys/{key_id}", data={"csrf": token, "metadata": '{"a": NaN}'})
+        assert (deep.status_code, nan.status_code) == (413, 400)  # as the admin API answers them
+        shown = {"models": "m,1", "aliases": "a,b=deepseek-v4-flash-0731"}
+        form = {"csrf": token, "rpm": "9", **shown, **{f"was_{k}": v for k, v in shown.items()}}
+        assert browser.post(f"/console/keys/{key_id}", data=form).status_code == 303
+        bad_grace = browser.post(f"/console/keys/{key_id}/rotate", data={"csrf": token, "grace_s": "abc"})
+        assert bad_grace.status_code == 400
+        assert browser.get("/console/usage.xml").status_code == 404
+        assert 'href="/console"' in bad_grace.text and "javascript:" not in bad_grace.text
+    odd = httpx.get(
+        gateway.url + "/admin/keys", headers={"Authorization": f"Bearer {make_key('r2', scopes=['admin'])}"}
+    )
+    record = next(k for k in odd.json()["data"] if k["name"] == "odd")
+    assert (
+        record["models"] == ["m,1"]
+        and record["aliases"] == {"a,b": "deepseek-v4-flash-0731"}
+        and record["rpm"] == 9
+    )
