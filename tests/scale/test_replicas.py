@@ -124,8 +124,9 @@ def test_a_replica_killed_mid_stream_gives_its_slot_back_within_the_ttl(cluster,
     second.join(timeout=30)
     assert waiting and waiting[0].status_code == 200
     served = trace(path, 2)[1]
-    # the backend saw the killed replica's connection close at once; the lease ended with its TTL
-    assert served["arrival"] - killed <= TTL_S + TTL_S / 3 + 1.0
+    # the backend saw the killed replica's connection close at once; the lease ended with its TTL (and
+    # the survivor's next renewal, a third of it, found it gone); the slack is for a loaded machine
+    assert served["arrival"] - killed <= TTL_S + TTL_S / 3 + 3.0
 
 
 def test_fairness_holds_across_replicas(cluster, pg_database):
