@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from gateway.admission.capacity import Capacity, Held, Need
@@ -73,11 +74,16 @@ class HeldLoad:
 
 
 def status_view(
-    load: Load, in_flight: Mapping[str, int], waiting: Mapping[str, int], **extra: object
+    load: Load,
+    in_flight: Mapping[str, int],
+    waiting: Mapping[str, int],
+    reasons: Iterable[tuple[str, str]] = (),
+    **extra: object,
 ) -> dict[str, object]:
     """The ``/admin/status`` view of ``load``: slots, KV reserved vs budget (None: no bound), the lane,
     what the waiting requests wait for, and per key (``in_flight``, ``waiting``: requests by key name)
-    its requests in flight and waiting; then ``extra``."""
+    its requests in flight and waiting, and what its waiting ones wait for (``reasons``: a
+    ``(key, reason)`` per waiting request); then ``extra``."""
     budget = load.capacity.kv_budget_tokens
     keys = set(in_flight) | set(waiting)
     return {
@@ -92,8 +98,17 @@ def status_view(
         "keys": {
             key: {"in_flight": in_flight.get(key, 0), "waiting": waiting.get(key, 0)} for key in sorted(keys)
         },
+        "waiting_by_key": by_key(reasons),
         **extra,
     }
+
+
+def by_key(reasons: Iterable[tuple[str, str]]) -> dict[str, dict[str, int]]:
+    """``{key: {reason: requests}}`` of ``(key, reason)`` pairs, keys sorted."""
+    counts: dict[str, Counter[str]] = {}
+    for key, reason in reasons:
+        counts.setdefault(key, Counter())[reason] += 1
+    return {key: dict(counts[key]) for key in sorted(counts)}
 
 
 class Gate(Load, Protocol):

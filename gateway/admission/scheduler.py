@@ -133,7 +133,8 @@ class Admission(HeldLoad):
         """Live view for ``/admin/status``: slots, KV reserved vs budget, the lane, what the waiting
         requests wait for, and per key its requests in flight and waiting."""
         waiting = {key: len(queue) for key, queue in self._queues.items()}
-        return status_view(self, self._active_per_key, waiting)
+        reasons = ((w.key, w.reason.value) for queue in self._queues.values() for w in queue if w.reason)
+        return status_view(self, self._active_per_key, waiting, reasons)
 
     def position(self, waiter: Waiter) -> int:
         """Estimated grants before ``waiter`` (1 = next), from its place in its key's queue and its key's

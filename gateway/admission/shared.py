@@ -210,9 +210,10 @@ class SharedAdmission(HeldLoad):
         return max(1, math.ceil(self._mean_hold_s * (self._waiting + 1) / self.slots))
 
     def status(self) -> dict[str, object]:
-        """As :meth:`Admission.status`, for all replicas (``waiting_for``: this replica's), plus the
-        ``replica`` id and ``shared: true``."""
-        return status_view(self, self._in_flight, self._queued, shared=True, replica=self.replica)
+        """As :meth:`Admission.status`, for all replicas (``waiting_for`` and ``waiting_by_key``: this
+        replica's waiters), plus the ``replica`` id and ``shared: true``."""
+        reasons = ((w.key, w.reason.value) for w in self._waiters.values() if w.reason and not w.settled)
+        return status_view(self, self._in_flight, self._queued, reasons, shared=True, replica=self.replica)
 
     # -- lease bookkeeping (LeaseOwner)
 

@@ -174,9 +174,12 @@ class Backends:
         else:
             in_flight: Counter[str] = Counter()
             waiting: Counter[str] = Counter()
+            reasons: list[tuple[str, str]] = []
             for status in each:
                 for key, counts in status["keys"].items():  # type: ignore[attr-defined]
                     in_flight[key] += counts["in_flight"]
                     waiting[key] += counts["waiting"]
-            top = status_view(self, in_flight, waiting)
+                for key, why in status["waiting_by_key"].items():  # type: ignore[attr-defined]
+                    reasons += [(key, reason) for reason, count in why.items() for _ in range(count)]
+            top = status_view(self, in_flight, waiting, reasons)
         return {**top, "backends": each}

@@ -131,6 +131,7 @@ def test_max_concurrency_and_fair_queue_visible_to_streams_and_admins(
             state = status()
             assert state["slots_in_use"] == 1  # a free slot, but greedy is at its max concurrency
             assert state["keys"]["greedy"] == {"in_flight": 1, "waiting": 1}
+            assert state["waiting_by_key"] == {"greedy": {"key_concurrency": 1}}  # and what it waits for
             assert chat(polite, gateway.url).status_code == 200  # another key takes the free slot
             rest = [line for line in second_lines if line.startswith("data: ")]
             assert rest[-1] == "data: [DONE]"

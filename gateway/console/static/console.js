@@ -39,8 +39,9 @@ function show(live, data) {
   set("requests", String(f.requests));
   const waits = Object.entries(s.waiting_for).filter(([, n]) => n).map(([r, n]) => `${n} for ${r}`);
   set("waiting_for", waits.length ? waits.join(", ") : "nothing");
-  const keys = Object.entries(s.keys).map(([name, c]) => [name, c.in_flight, c.waiting]);
-  rows(live.querySelector('[data-live="keys"]'), keys.length ? keys : [["Nothing running or waiting.", "", ""]]);
+  const why = (name) => Object.entries(s.waiting_by_key[name] || {}).map(([r, n]) => `${n} ${r}`).join(", ");
+  const keys = Object.entries(s.keys).map(([name, c]) => [name, c.in_flight, c.waiting, why(name)]);
+  rows(live.querySelector('[data-live="keys"]'), keys.length ? keys : [["Nothing running or waiting.", "", "", ""]]);
   rows(live.querySelector('[data-live="backends"]'), s.backends.map((b) =>
     [b.name, b.up ? "yes" : "no", `${b.slots_in_use}/${b.slots_total}`, b.queue_depth, number(b.kv_reserved_tokens)]));
 }
