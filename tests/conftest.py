@@ -4,23 +4,21 @@ PostgreSQL and Redis servers of the session."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 import uvloop
-from sqlalchemy import make_url, text
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy import make_url
 
 from gateway.app import create_app
 from gateway.auth import KeyStore
 from gateway.config import Settings
 from gateway.sim import SimConfig, create_sim_app
 from tests.support.servers import ThreadedServer
-from tests.support.services import ServiceUnavailable, postgres_server, redis_server
+from tests.support.services import ServiceUnavailable, own_database, postgres_server, redis_server
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Any]:
@@ -75,18 +73,12 @@ def redis_url() -> Iterator[str]:
 
 
 @pytest.fixture
-async def pg_database(postgres_url: str) -> AsyncIterator[str]:
+def pg_database(postgres_url: str) -> Iterator[str]:
     """An empty database of this test's own on the session's server (dropped after), its URL with a
     password the server's trust auth ignores: messages must not show it."""
-    name = "gw_migrations_" + uuid.uuid4().hex[:12]
-    server = create_async_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    async with server.connect() as conn:
-        await conn.execute(text(f"CREATE DATABASE {name}"))
-    url = make_url(postgres_url).set(database=name)
-    yield url.set(password=url.password or "never-shown").render_as_string(hide_password=False)
-    async with server.connect() as conn:
-        await conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
-    await server.dispose()
+    with own_database(postgres_url, "gw_test_") as own:
+        url = make_url(own)
+        yield url.set(password=url.password or "never-shown").render_as_string(hide_password=False)
 
 
 @pytest.fixture

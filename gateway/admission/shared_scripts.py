@@ -163,7 +163,9 @@ local function pick(list, held, gticket, gt)
   return chosen, ct
 end
 
+-- the expired leases and tickets gone, grant while a waiter fits
 local function dispatch()
+  purge()
   local list, held = holders()
   while redis.call('HLEN', T) > 0 and held.seq < cap.slots do
     local gticket, gt = guard()
@@ -239,7 +241,6 @@ RELEASE = (
     + """
 -- ARGV[6] fence, ARGV[7] ticket; result: true if it was held (false: released before, or expired)
 local held_now = drop_holder(ARGV[6], ARGV[7])
-purge()
 local _, held = dispatch()
 return answer(held_now, held)
 """
@@ -257,7 +258,6 @@ else
   local fence = redis.call('HGET', G, ticket)
   if fence then gave = drop_holder(fence, ticket) end
 end
-purge()
 local _, held = dispatch()
 return answer(gave, held)
 """
@@ -279,7 +279,6 @@ end
 for i = 7 + 2 * n, #ARGV do
   if redis.call('HEXISTS', T, ARGV[i]) == 1 then redis.call('ZADD', TX, now + cap.ttl, ARGV[i]) end
 end
-purge()
 local list, held = dispatch()
 local queued = {}
 for i = 7 + 2 * n, #ARGV do

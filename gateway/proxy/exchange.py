@@ -81,8 +81,8 @@ class Exchange:
         self._session = session
         self._affinity: str | None = None
         self._left: list[Backend] = []  # backends that went down while it waited for them
-        self._waited_s = 0.0  # waited before on those
-        self._waited_for: dict[str, float] = {}
+        self._waited_s = 0.0  # waited before, on backends it left
+        self._waited_for: dict[str, float] = {}  # that wait, by reason
 
     async def __aenter__(self) -> Exchange:
         return self
@@ -196,10 +196,7 @@ class Exchange:
             try:
                 lease = await self.backend.admission.wait(self.waiter)
             except BackendDown:
-                waiter = self.waiter
-                self._waited_s += time.monotonic() - waiter.enqueued_at
-                for reason, seconds in waiter.waited_for.items():
-                    self._waited_for[reason] = self._waited_for.get(reason, 0.0) + seconds
+                self._carry(time.monotonic() - self.waiter.enqueued_at, self.waiter.waited_for)
                 self._left.append(self.backend)
                 self.waiter = None
                 if await self.enqueue():
@@ -219,10 +216,14 @@ class Exchange:
 
     def _admitted(self, lease: Lease) -> None:
         self.lease = lease
-        waited_for = dict(self._waited_for)
-        for reason, seconds in lease.waited_for.items():
-            waited_for[reason] = waited_for.get(reason, 0.0) + seconds
-        self.recorder.admitted(self._waited_s + lease.queue_wait_s, waited_for)
+        self._carry(lease.queue_wait_s, lease.waited_for)
+        self.recorder.admitted(self._waited_s, dict(self._waited_for))
+
+    def _carry(self, waited_s: float, waited_for: Mapping[str, float]) -> None:
+        """Add a wait (s, and by reason) to the request's: its waits on every backend it queued for."""
+        self._waited_s += waited_s
+        for reason, seconds in waited_for.items():
+            self._waited_for[reason] = self._waited_for.get(reason, 0.0) + seconds
 
     async def open(self, prepared: Prepared) -> UpstreamResponse:
         """Send the request upstream once the slot is held; return when its headers arrive (503 / 504 /
@@ -250,8 +251,7 @@ class Exchange:
         backends = self.pipeline.backends
         if not any(other.up for other in backends.all if other is not backend):
             return False
-        assert self.lease is not None
-        self._waited_s += self.lease.queue_wait_s
+        assert self.lease is not None  # its wait is carried already (_admitted)
         self.lease.release()
         self.lease, self.waiter, self._before = None, None, None
         self._left.append(backend)

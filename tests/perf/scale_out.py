@@ -29,44 +29,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 from redis.asyncio import Redis
-from sqlalchemy import make_url, text
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from gateway.admission import Admission, Capacity, Lease, Need, SharedAdmission
 from tests.perf.common import MODEL, make_keys, pct
 from tests.support.replicas import Replicas
-from tests.support.services import postgres_server, redis_server
+from tests.support.services import own_database, postgres_server, redis_server
 from tests.support.sim_process import SimProcess
-
-
-@contextlib.contextmanager
-def own_database(server_url: str) -> Iterator[str]:
-    """A database of this run's own on the server at ``server_url`` (dropped after): its URL."""
-
-    async def execute(statement: str) -> None:
-        engine = create_async_engine(server_url, isolation_level="AUTOCOMMIT")
-        async with engine.connect() as conn:
-            await conn.execute(text(statement))
-        await engine.dispose()
-
-    name = "bench_scale_" + uuid.uuid4().hex[:10]
-    asyncio.run(execute(f"CREATE DATABASE {name}"))
-    try:
-        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        asyncio.run(execute(f"DROP DATABASE {name} WITH (FORCE)"))
 
 
 async def admission_latency(redis_url: str, cycles: int) -> dict[str, Any]:
@@ -148,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with (
         postgres_server() as server_url,
-        own_database(server_url) as postgres_url,
+        own_database(server_url, "bench_scale_") as postgres_url,
         redis_server() as redis_url,
         tempfile.TemporaryDirectory() as tmp,
     ):

@@ -11,9 +11,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 
 import pytest
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 
 from gateway.admission import Capacity, Lease, Need, QueueFullError, SharedAdmission
+from gateway.app import admission_for
+from gateway.config import Settings
 from gateway.proxy.backends import Backend, Backends
 from gateway.telemetry import GatewayMetrics
 from gateway.telemetry.backend import BackendMonitor
@@ -183,28 +185,33 @@ async def test_a_renewal_while_an_admission_is_on_its_way_loses_nothing(replicas
     assert (one.in_use, one.queue_depth) == (0, 0)
 
 
-async def test_a_burst_of_give_ups_past_the_connection_cap_leaves_no_ghost(replicas: Make, redis_url: str):
-    capped = SharedAdmission(
-        Redis(connection_pool=BlockingConnectionPool.from_url(redis_url, max_connections=8, timeout=10)),
-        f"dspark:admission:{{test-{uuid.uuid4().hex[:10]}}}:",
-        Capacity(1, math.inf, 1),
-        200,
-        30.0,
-    )
+async def test_a_burst_of_give_ups_past_the_connection_cap_leaves_no_ghost(redis_url: str):
+    # the admission the app builds (its connection pool): 150 places given up at once, each its own
+    # ABANDON in the background, more than a pool holds connections
+    namespace = f"test-{uuid.uuid4().hex[:10]}"
+    settings = Settings(
+        upstream="http://127.0.0.1:9", admission_store=redis_url, admission_namespace=namespace,
+        slots=1, queue_max=400, queue_max_per_key=400,
+    )  # fmt: skip
+    capped = admission_for(settings, "default")
+    assert isinstance(capped, SharedAdmission)
     await capped.start()
     try:
         lease = await capped.admit("a", 1, None, Need())
-        waiters = [await capped.admit(f"k{i % 5}", 1, None, Need()) for i in range(40)]
+        waiters = [await capped.admit(f"k{i % 5}", 1, None, Need()) for i in range(150)]
         for waiter in waiters:
-            capped.abandon(waiter)  # each one's ABANDON runs in the background, 40 at once
+            capped.abandon(waiter)
         lease.release()
         again = await asyncio.wait_for(capped.admit("b", 1, None, Need()), 10)
         granted = again if isinstance(again, Lease) else await asyncio.wait_for(capped.wait(again), 5)
         await capped.renew()
-        assert granted.key == "b" and capped.queue_depth == 0  # no ghost of the 40 holds or waits
+        assert granted.key == "b" and capped.queue_depth == 0  # no ghost of the 150 holds or waits
         granted.release()
     finally:
         await capped.aclose()
+        client = Redis.from_url(redis_url)
+        await client.delete(*[key async for key in client.scan_iter(f"{namespace}:*")] or ["-"])
+        await client.aclose()
 
 
 async def test_grants_still_arrive_at_once_after_the_channel_is_cut(replicas: Make, redis_url: str):

@@ -8,9 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
-
-from tests.support.probes import wait_until
+from tests.support.probes import wait_serving
 from tests.support.servers import free_port
 
 BIN = str(Path(sys.executable).parent / "dspark-gateway")
@@ -40,16 +38,7 @@ class GatewayProcess:
                 [BIN, "serve", "--port", str(self.port)], env=self.env, stdout=log, stderr=log
             )
 
-        def ready() -> bool:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise AssertionError(f"gateway exited early:\n{self.log()}")
-            try:
-                return httpx.get(self.url + "/ready", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(ready, timeout_s=timeout_s, what="gateway ready")
+        wait_serving(self.process, self.url + "/ready", self.log_path, timeout_s, "gateway")
         return self
 
     @property

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,3 +31,17 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0, what: str 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(0.02)
+
+
+def wait_serving(process: subprocess.Popen[bytes], url: str, log: Path, timeout_s: float, what: str) -> None:
+    """Wait until ``GET url`` answers 200; ``AssertionError`` with ``log`` if ``process`` exits first."""
+
+    def answers() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"{what} exited early:\n{log.read_text(errors='replace')}")
+        try:
+            return httpx.get(url, timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(answers, timeout_s=timeout_s, what=f"{what} ready")

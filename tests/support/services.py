@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -35,6 +36,8 @@ from typing import Any
 
 import asyncpg
 import redis
+from sqlalchemy import make_url, text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.support.servers import free_port
 
@@ -52,6 +55,25 @@ HINT = (
 
 class ServiceUnavailable(RuntimeError):
     """No server could be given, found or started; the message says why and what to do."""
+
+
+@contextmanager
+def own_database(server_url: str, prefix: str) -> Iterator[str]:
+    """An empty database named ``prefix`` + a random suffix on the PostgreSQL server at
+    ``server_url`` (an async SQLAlchemy URL), dropped at the end: its URL."""
+
+    async def execute(statement: str) -> None:
+        engine = create_async_engine(server_url, isolation_level="AUTOCOMMIT")
+        async with engine.connect() as conn:
+            await conn.execute(text(statement))
+        await engine.dispose()
+
+    name = prefix + uuid.uuid4().hex[:12]
+    asyncio.run(execute(f"CREATE DATABASE {name}"))
+    try:
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        asyncio.run(execute(f"DROP DATABASE {name} WITH (FORCE)"))
 
 
 def postgres_server() -> AbstractContextManager[str]:

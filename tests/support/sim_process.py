@@ -7,9 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
-
-from tests.support.probes import wait_until
+from tests.support.probes import wait_serving
 from tests.support.servers import free_port
 
 
@@ -28,16 +26,7 @@ class SimProcess:
             command = [sys.executable, "-m", "gateway.sim", *self.args]
             self.process = subprocess.Popen(command, stdout=log, stderr=log)
 
-        def answers() -> bool:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise AssertionError(f"simulator exited early:\n{self.log_path.read_text()}")
-            try:
-                return httpx.get(self.url + "/health", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(answers, timeout_s=timeout_s, what="simulator ready")
+        wait_serving(self.process, self.url + "/health", self.log_path, timeout_s, "simulator")
         return self
 
     def kill(self) -> None:
