@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from gateway.app import token_config
-from gateway.auth.tokens import mint
+from gateway.auth.tokens import expires_at, mint
 from gateway.config import Settings
 from tests.console.helpers import csrf_of, signed_in
 
@@ -108,10 +108,11 @@ def test_a_session_ends_with_its_key_or_token(console, make_key) -> None:
         victim = next(k["id"] for k in keys["data"] if k["name"] == "victim")
         httpx.post(gateway.url + f"/admin/keys/{victim}/revoke", headers={"Authorization": f"Bearer {other}"})
         assert browser.get("/console").status_code == 303  # revoked: the session is over
-    token = mint(token_config(Settings(upstream="http://x", jwt_secret=secret)), "ops", ["admin"], 1.0)
+    # exp is whole seconds (iat rounded down): 3 s leave at least 2 for the first page
+    token = mint(token_config(Settings(upstream="http://x", jwt_secret=secret)), "ops", ["admin"], 3.0)
     with signed_in(gateway, token) as browser:
         assert browser.get("/console").status_code == 200
-        time.sleep(1.3)
+        time.sleep(max(0.0, (expires_at(token) or 0) - time.time()) + 0.3)
         assert browser.get("/console").status_code == 303  # the JWT expired: so did its session
 
 
