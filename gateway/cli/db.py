@@ -43,7 +43,7 @@ def _current(conn: Connection) -> str:
     found, newest, url = schema.find(conn), schema.head(), schema.where(conn)
     if found.revision is None:
         return f"{url}: no schema yet (`serve` or `{schema.UPGRADE_COMMAND}` creates it)"
-    state = schema.label(found.revision) + ("" if found.versioned else " without alembic_version")
+    state = found.describe()
     if found.revision == newest:
         verdict = "this gateway's"
     elif schema.known(found.revision):
@@ -60,8 +60,12 @@ def _upgrade(conn: Connection) -> str:
         return f"created the schema {schema.label(now)} in {url}"
     if found.revision == now:
         return f"{url} is at {schema.label(now)} already: nothing to do"
-    stamped = "" if found.versioned else f" (stamped {found.revision} first: it had no alembic_version)"
-    return f"upgraded {url} from {schema.label(found.revision)} to {schema.label(now)}{stamped}"
+    if found.versioned:
+        return f"upgraded {url} from {schema.label(found.revision)} to {schema.label(now)}"
+    return (
+        f"upgraded {url} from {found.describe()} to {schema.label(now)} "
+        f"(aligned with {found.revision} and stamped first: it had no alembic_version)"
+    )
 
 
 @db_app.command()
@@ -74,5 +78,6 @@ def current(database_url: DatabaseOpt = None) -> None:
 def upgrade(database_url: DatabaseOpt = None) -> None:
     """Upgrade the database to this gateway's schema (back it up first): in one transaction on
     PostgreSQL, a write lock per step on SQLite. A 0.1.0 database (tables, no alembic_version) is
-    recognised and stamped first; a newer schema is refused; an empty one gets the schema."""
+    recognised, aligned with 0001 and stamped first; a newer schema is refused; an empty one gets
+    the schema."""
     typer.echo(_run(database_url, _upgrade, create=True))

@@ -1,7 +1,8 @@
 """Where a database's schema stands against the gateway's revisions, and moving it to the newest.
 
-A database is *empty* (none of the gateway's tables), *unversioned* (release 0.1.0's tables, made by
-``create_all``, and no ``alembic_version``) or at a revision (Alembic's ``alembic_version`` table).
+A database is *empty* (none of the gateway's tables), *unversioned* (one of the shapes of tables that
+0.1.0's gateways made with ``create_all``, :mod:`gateway.migrations.unversioned`, and no
+``alembic_version``) or at a revision (Alembic's ``alembic_version`` table).
 The functions take a SQLAlchemy ``Connection`` in a transaction and are synchronous: with the async
 engine they run inside ``AsyncConnection.run_sync`` (Alembic's cookbook, "Using Asyncio with Alembic",
 programmatic use). They change nothing the caller does not commit.
@@ -10,7 +11,7 @@ programmatic use). They change nothing the caller does not commit.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,11 +22,13 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, MetaData, inspect, text
 
+from gateway.migrations import unversioned
+
 #: Where the revisions are: this package (``env.py``, ``versions/``), found as package data.
 SCRIPT_LOCATION = "gateway:migrations"
 #: The revision a release's schema is, as messages name it besides the revision.
 RELEASES = {"0001": "0.1.0", "0002": "0.2.0", "0003": "0.3.0"}
-#: What an unversioned database's tables must be (0.1.0 made them with ``create_all``).
+#: The revision an unversioned database is stamped with once its tables are aligned with it.
 UNVERSIONED = "0001"
 UPGRADE_COMMAND = "dspark-gateway db upgrade"
 #: ``pg_advisory_xact_lock`` key of schema changes (any constant no other application of the database
@@ -41,10 +44,24 @@ class SchemaError(Exception):
 @dataclass(frozen=True, slots=True)
 class Found:
     """Where a database stands: ``revision`` None when it is empty; ``versioned`` False for 0.1.0's
-    tables without ``alembic_version`` (then ``revision`` is :data:`UNVERSIONED`)."""
+    tables without ``alembic_version`` (then ``revision`` is :data:`UNVERSIONED` and ``shape`` the
+    number of their shape in :data:`~gateway.migrations.unversioned.SHAPES`)."""
 
     revision: str | None
     versioned: bool = True
+    shape: int = -1
+
+    def describe(self) -> str:
+        """``0003 (0.3.0)``; ``0001 (0.1.0) without alembic_version``; for an older unversioned shape,
+        ``0.1.0 as of 809aacf (before 0001) without alembic_version``."""
+        if self.revision is None:
+            return "no schema"
+        if self.versioned:
+            return label(self.revision)
+        if self.shape in (-1, len(unversioned.SHAPES) - 1):
+            return f"{label(self.revision)} without alembic_version"
+        commit = unversioned.SHAPES[self.shape].commit
+        return f"0.1.0 as of {commit} (before {self.revision}) without alembic_version"
 
 
 def config(connection: Connection | None = None) -> Config:
@@ -81,29 +98,34 @@ def where(connection: Connection) -> str:
 
 def find(connection: Connection) -> Found:
     """Where the database stands. Raises :class:`SchemaError` for gateway tables without
-    ``alembic_version`` that are not 0.1.0's, or several revisions at once (branches)."""
+    ``alembic_version`` that are none of the unversioned shapes, or several revisions at once."""
     heads = MigrationContext.configure(connection).get_current_heads()
     if len(heads) > 1:
         raise SchemaError(f"database {where(connection)} is at several revisions at once: {', '.join(heads)}")
     if heads:
         return Found(heads[0])
-    first: MetaData = scripts().get_revision(UNVERSIONED).module.schema()
-    if not set(first.tables) & set(inspect(connection).get_table_names()):
+    gateway = unversioned.shape(-1).tables.keys()
+    if not set(gateway) & set(inspect(connection).get_table_names()):
         return Found(None)
-    differences = compare(connection, first)
-    if differences:
-        raise SchemaError(
-            f"database {where(connection)} has gateway tables but no alembic_version, and they are not "
-            f"0.1.0's ({len(differences)} difference(s), first: {describe(differences[0])}): restore a "
-            "backup or align it by hand"
-        )
-    return Found(UNVERSIONED, versioned=False)
+    closest: list[Any] = []
+    for number in reversed(range(len(unversioned.SHAPES))):
+        differences = compare(connection, unversioned.shape(number), gateway)
+        if not differences:
+            return Found(UNVERSIONED, versioned=False, shape=number)
+        if not closest or len(differences) < len(closest):
+            closest = differences
+    raise SchemaError(
+        f"database {where(connection)} has gateway tables but no alembic_version, and they are not "
+        f"0.1.0's ({len(closest)} difference(s), first: {describe(closest[0])}): restore a "
+        "backup or align it by hand"
+    )
 
 
-def compare(connection: Connection, metadata: MetaData) -> list[Any]:
+def compare(connection: Connection, metadata: MetaData, tables: Collection[str] = ()) -> list[Any]:
     """Alembic's autogenerate differences between the database and ``metadata`` (empty: the same),
-    over ``metadata``'s tables only (a shared database may hold other applications' tables)."""
-    ours = set(metadata.tables)
+    over ``metadata``'s tables and ``tables`` only (a shared database may hold other applications'
+    tables; one of ``tables`` that ``metadata`` lacks is a ``remove_table`` difference)."""
+    ours = set(metadata.tables) | set(tables)
 
     def include_name(name: str | None, type_: str, parent: Any) -> bool:
         return type_ != "table" or name in ours
@@ -136,15 +158,16 @@ def newer(connection: Connection, revision: str) -> SchemaError:
     )
 
 
-def refusal(connection: Connection, revision: str) -> SchemaError | None:
-    """Why the gateway may not run on a database at ``revision`` (None: it may, that is the head)."""
-    newest = head()
-    if revision == newest:
+def refusal(connection: Connection, found: Found) -> SchemaError | None:
+    """Why the gateway may not run on a database that stands at ``found`` (None: it may, that is the
+    head)."""
+    newest, revision = head(), found.revision
+    if revision == newest and found.versioned:
         return None
-    if not known(revision):
+    if revision is not None and not known(revision):
         return newer(connection, revision)
     return SchemaError(
-        f"database {where(connection)} has schema {label(revision)}; this gateway needs "
+        f"database {where(connection)} has schema {found.describe()}; this gateway needs "
         f"{label(newest)}: run `{UPGRADE_COMMAND}`"
     )
 
@@ -162,21 +185,22 @@ def lock(connection: Connection) -> None:
 def ensure(connection: Connection) -> None:
     """What opening the database does: create the schema on an empty one (upgrade to head), nothing at
     head; otherwise raise :class:`SchemaError` (an older schema is upgraded by the CLI only)."""
-    revision = find(connection).revision
-    if revision is None:
+    found = find(connection)
+    if found.revision is None:
         lock(connection)
-        revision = find(connection).revision  # another process may have created it while this one waited
-        if revision is None:
+        found = find(connection)  # another process may have created it while this one waited
+        if found.revision is None:
             command.upgrade(config(connection), "head")
             return
-    error = refusal(connection, revision)
+    error = refusal(connection, found)
     if error is not None:
         raise error
 
 
 def upgrade(connection: Connection) -> tuple[Found, str]:
-    """Upgrade to head: create the schema on an empty database, stamp 0.1.0's unversioned tables as
-    :data:`UNVERSIONED` first. Returns where the database stood and the revision it is at now. Raises
+    """Upgrade to head: create the schema on an empty database; unversioned tables of 0.1.0 are aligned
+    with :data:`UNVERSIONED` (:func:`~gateway.migrations.unversioned.align`) and stamped first.
+    Returns where the database stood and the revision it is at now. Raises
     :class:`SchemaError` for a newer schema or tables of no known one."""
     lock(connection)
     found = find(connection)
@@ -184,6 +208,7 @@ def upgrade(connection: Connection) -> tuple[Found, str]:
         raise newer(connection, found.revision)
     cfg = config(connection)
     if not found.versioned:
+        unversioned.align(connection, found.shape)
         command.stamp(cfg, UNVERSIONED)
     command.upgrade(cfg, "head")
     return found, head()

@@ -1,10 +1,10 @@
-"""Schema migrations on real databases: a release-0.1.0 database (``tests/data/gateway-0.1.0.*``, made
-from 0.1.0's own tables by ``tests/data/gateway-0.1.0-dump.py``) is refused by the gateway and by
-``serve`` with one line, upgraded by the real ``dspark-gateway db upgrade``, and then every key
-authenticates or is refused as before through a real gateway with the OpenAI SDK, and every usage,
-audit and response-owner row reads back through the gateway's own classes; on SQLite files and on
-PostgreSQL (a database of the test's own on the session's server). A fresh database opens at the
-newest revision, which Alembic's ``compare_metadata`` finds equal to ``gateway/tables.py``."""
+"""Schema migrations on real databases. Every database a gateway made before migrations existed
+(``tests/data/unversioned/``: one per unversioned shape, made by that commit's own CLI, server and
+admin API on SQLite and PostgreSQL by ``make_fixtures.py`` there) is refused by ``serve`` with one
+line, recognised by ``db current``, upgraded by the real ``dspark-gateway db upgrade``, and then every
+row is still there with every value it had, every secret authenticates or is refused as its own
+gateway answered, and the gateway's own classes read every row. A fresh database opens at the newest
+revision, which Alembic's ``compare_metadata`` finds equal to ``gateway/tables.py``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import asyncio
 import json
 import sqlite3
 import subprocess
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,37 +21,73 @@ import asyncpg
 import openai
 import pytest
 from alembic import command
-from sqlalchemy import text
+from sqlalchemy import Connection, inspect, text
 from sqlalchemy.engine import make_url
 
 from gateway.auth import KeyStore
 from gateway.auth.audit import AuditLog
 from gateway.db import on_connection, open_engine
-from gateway.migrations import schema
+from gateway.migrations import schema, unversioned
 from gateway.response_owners import ResponseOwners
 from gateway.tables import Base
 from gateway.telemetry.ledger import UsageLedger
 from tests.support.gateway_process import BIN, GatewayProcess, clean_env
 from tests.support.servers import free_port
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-SECRETS: list[dict[str, str]] = json.loads((DATA / "gateway-0.1.0.keys.json").read_text())
+DATA = Path(__file__).resolve().parents[1] / "data" / "unversioned"
 MODEL = "deepseek-v4-flash-0731"
 UPGRADE_HINT = "run `dspark-gateway db upgrade`"
 #: How messages name this gateway's schema.
 HEAD_REVISION = "0003"
 HEAD = f"{HEAD_REVISION} (0.3.0)"
+#: The shape (its number in ``unversioned.SHAPES``) each fixture's commit made: the commits that
+#: followed ``SHAPES[n].commit`` up to the next shape's.
+SHAPE_OF = {"0eb4dce": 0, "90ae478": 1, "fe3116e": 2, "58dc2b3": 3, "0ef4d98": 4}
+
+
+@dataclass(frozen=True)
+class Unversioned:
+    """One fixture: the commit whose gateway made it, the dialect, each secret with the status its
+    gateway answered ``GET /v1/models`` with, each table's row count."""
+
+    commit: str
+    dialect: str
+    secrets: list[dict[str, Any]]
+    rows: dict[str, int]
+
+    @property
+    def dump(self) -> str:
+        return (DATA / f"{self.commit}.{self.dialect}.sql").read_text()
+
+
+def fixture(commit: str, dialect: str) -> Unversioned:
+    return Unversioned(**json.loads((DATA / f"{commit}.{dialect}.json").read_text()))
+
+
+def fixtures(dialect: str) -> list[Any]:
+    return [pytest.param(fixture(commit, dialect), id=commit) for commit in SHAPE_OF]
 
 
 def sqlite_url(path: Path) -> str:
     return f"sqlite+aiosqlite:///{path}"
 
 
-def load_sqlite_0_1_0(path: Path) -> str:
-    """A SQLite file holding the 0.1.0 fixture; its URL."""
+def load_sqlite(path: Path, fixture: Unversioned) -> str:
+    """A SQLite file holding ``fixture``; its URL."""
     with sqlite3.connect(path) as db:
-        db.executescript((DATA / "gateway-0.1.0.sqlite.sql").read_text())
+        db.executescript(fixture.dump)
     return sqlite_url(path)
+
+
+def load_postgresql(url: str, fixture: Unversioned) -> None:
+    async def load() -> None:
+        conn = await asyncpg.connect(url.replace("+asyncpg", "", 1))
+        try:
+            await conn.execute(fixture.dump)
+        finally:
+            await conn.close()
+
+    asyncio.run(load())
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -65,90 +102,99 @@ async def refusal(url: str) -> str:
     return str(refused.value)
 
 
-def assert_refused_as_0_1_0(message: str, shown_url: str) -> None:
-    assert "\n" not in message
-    needs = f"this gateway needs {HEAD}: {UPGRADE_HINT}"
-    assert message == f"database {shown_url} has schema 0001 (0.1.0); {needs}"
+def snapshot(conn: Connection) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every gateway table, each column the table has now, in primary-key order."""
+    tables = set(unversioned.shape(-1).tables) & set(inspect(conn).get_table_names())
+    rows = {}
+    for table in sorted(tables):
+        columns = ", ".join(f'"{column["name"]}"' for column in inspect(conn).get_columns(table))
+        key = ", ".join(inspect(conn).get_pk_constraint(table)["constrained_columns"])
+        rows[table] = [
+            tuple(row) for row in conn.execute(text(f"SELECT {columns} FROM {table} ORDER BY {key}"))
+        ]
+    return rows
 
 
-def upgrade_and_check(url: str, tmp_path: Path) -> None:
-    """What an operator does and sees: ``serve`` refuses, ``db upgrade`` upgrades, ``serve`` serves
-    every key as 0.1.0 did, and every row is still there."""
+def kept(before: dict[str, list[tuple[Any, ...]]], conn: Connection) -> dict[str, list[tuple[Any, ...]]]:
+    """The rows of ``before``'s tables now, only the columns they had then."""
+    rows = {}
+    for table, old in before.items():
+        width = len(old[0]) if old else 0
+        rows[table] = [row[:width] for row in snapshot(conn)[table]]
+    return rows
+
+
+def upgrade_and_check(url: str, fixture: Unversioned, tmp_path: Path) -> None:
+    """What an operator does and sees: ``serve`` refuses, ``db current`` recognises the tables,
+    ``db upgrade`` upgrades, ``serve`` serves every key as the old gateway did, every row is kept."""
+    before = asyncio.run(on_connection(url, snapshot))
+    assert {table: len(rows) for table, rows in before.items()} == fixture.rows
+    found = asyncio.run(on_connection(url, schema.find))
+    assert (found.revision, found.versioned) == ("0001", False)
+    assert found.shape == SHAPE_OF[fixture.commit]
+
     refused = cli("serve", "--port", str(free_port()), "--database-url", url)
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     # besides the line naming the database it uses, one line: the refusal
     [line] = [line for line in refused.stderr.splitlines() if not line.startswith("database: ")]
     assert line.startswith("error: database ") and line.endswith(UPGRADE_HINT)
-    assert "0001 (0.1.0) without alembic_version" in cli("db", "current", "--database-url", url).stdout
+    assert "without alembic_version" in line
+    assert "without alembic_version; this gateway needs" in cli("db", "current", "--database-url", url).stdout
 
     upgraded = cli("db", "upgrade", "--database-url", url)
     assert upgraded.returncode == 0, upgraded.stderr
     [line] = upgraded.stdout.splitlines()
     assert line.startswith("upgraded ")
-    assert line.endswith(f" from 0001 (0.1.0) to {HEAD} (stamped 0001 first: it had no alembic_version)")
+    assert line.endswith(f" to {HEAD} (aligned with 0001 and stamped first: it had no alembic_version)")
     assert cli("db", "upgrade", "--database-url", url).stdout.endswith(f"at {HEAD} already: nothing to do\n")
     assert cli("db", "current", "--database-url", url).stdout.endswith(f"schema {HEAD}; this gateway's\n")
+    assert asyncio.run(on_connection(url, lambda conn: schema.compare(conn, Base.metadata))) == []
+    assert asyncio.run(on_connection(url, lambda conn: kept(before, conn))) == before
 
     gateway = GatewayProcess(clean_env(database_url=url), tmp_path / "gateway.log").start()
     try:
-        for key in SECRETS:
+        for key in fixture.secrets:
             client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key["secret"], max_retries=0)
-            if key["status"] == "active":
+            if key["status_code"] == 200:
                 assert [m.id for m in client.models.list()] == [MODEL], key["name"]
             else:
-                with pytest.raises(openai.AuthenticationError, match=f"API key is {key['status']}"):
+                assert key["status_code"] == 401
+                with pytest.raises(openai.AuthenticationError):
                     client.models.list()
     finally:
         gateway.stop()
-    asyncio.run(rows_kept(url))
+    asyncio.run(read_by_the_gateway(url, fixture, found.shape))
 
 
-async def rows_kept(url: str) -> None:
-    """Every 0.1.0 key, usage row, audit row and response owner, read by the gateway's own classes."""
+async def read_by_the_gateway(url: str, fixture: Unversioned, shape: int) -> None:
+    """Every key, usage row, audit row and response owner, read by the gateway's own classes."""
     engine = await open_engine(url)
     try:
         now = datetime.now(UTC)
         keys = {record.name: record for record in await KeyStore(engine).list()}
-        assert {name: record.status(now) for name, record in keys.items()} == {
-            "ops": "active", "team-active": "active", "team-rotated": "active",
-            "team-revoked": "revoked", "team-expired": "expired",
-        }  # fmt: skip
+        assert len(keys) == fixture.rows["api_keys"]
+        statuses = {key["name"]: key["status_code"] for key in fixture.secrets}
+        assert {name for name, record in keys.items() if record.status(now) == "active"} == {
+            name for name, status in statuses.items() if status == 200
+        }
         active = keys["team-active"]
-        assert (active.models, active.rpm, active.tpm, active.max_concurrency, active.priority) == (
-            (MODEL,),
-            60,
-            100000,
-            2,
-            3,
-        )
-        assert active.metadata == {"team": "a", "cost_center": 17} and active.default_thinking == "high"
-        assert active.aliases is None and active.last_used_at is not None
-        assert active.last_used_at > datetime(2026, 2, 1, 12, 30, tzinfo=UTC)  # written by the gateway
-        assert keys["team-rotated"].previous_expires_at == datetime(2099, 1, 1, tzinfo=UTC)
-        assert keys["ops"].scopes == ("admin",)
-
-        usage = await UsageLedger(engine).recent(10)
-        assert [(u["request_id"], u["key_name"], u["route"], u["prompt_tokens"]) for u in usage] == [
-            ("req-0.1.0-3", "team-rotated", "messages", 300),
-            ("req-0.1.0-2", "team-active", "responses", 200),
-            ("req-0.1.0-1", "team-active", "chat", 100),
-        ]
-        assert usage[2]["spec"] == {"k": 5, "source": "backend", "accepted_per_step": 2.9}
-        assert usage[0]["client_disconnected"] is True and usage[0]["status"] == 499
-        assert usage[2]["arrived_at"] == "2026-02-01T10:00:00+00:00"
-        totals = await UsageLedger(engine).usage("key")
-        assert [(t["key"], t["requests"], t["completion_tokens"]) for t in totals] == [
-            ("team-active", 2, 30),
-            ("team-rotated", 1, 30),
-        ]
-
-        audit = await AuditLog(engine).recent(10)
-        assert [(a["action"], a["actor"], a["actor_kind"], a["target"]) for a in audit] == [
-            ("revoke", "ops", "key", "team-revoked"),
-            ("create", "ops", "key", "team-revoked"),
-        ]
-        assert audit[0]["actor_id"] == keys["ops"].id and audit[1]["detail"]["prefix"] == "dsk-nNd6…"
-        assert await ResponseOwners(engine).owner("resp_0_1_0") == active.id
+        assert active.models == (MODEL,) and active.aliases is None and active.last_used_at is not None
+        assert keys["team-revoked"].status(now) == "revoked" and keys["team-expired"].status(now) == "expired"
+        assert active.default_thinking == ("high" if shape >= 1 else None)
+        if "audit_log" in fixture.rows:  # the shape with limits and an admin
+            assert (active.rpm, active.tpm, active.max_concurrency, active.priority) == (600, 1000000, 2, 3)
+            assert keys["ops"].scopes == ("admin",)
+            assert keys["team-api"].metadata == {"team": "api", "cost_center": 17}
+            assert keys["team-rotated"].previous_expires_at is not None
+        else:  # filled as the gateway fills a key created without them
+            assert {(k.priority, tuple(k.metadata), k.rpm) for k in keys.values()} == {(1, (), None)}
+        assert len(await UsageLedger(engine).recent(1000)) == fixture.rows.get("usage_ledger", 0)
+        assert len(await AuditLog(engine).recent(1000)) == fixture.rows.get("audit_log", 0)
+        if fixture.rows.get("response_owners"):
+            [(response_id,)] = await on_connection(
+                url, lambda c: c.execute(text("SELECT response_id FROM response_owners")).all()
+            )
+            assert await ResponseOwners(engine).owner(response_id) == active.id
     finally:
         await engine.dispose()
 
@@ -185,15 +231,25 @@ async def test_concurrent_openers_of_an_empty_database_create_it_once(tmp_path: 
     assert (await on_connection(url, schema.find)).revision == HEAD_REVISION
 
 
-def test_a_0_1_0_sqlite_database_is_refused_then_upgraded_keeping_every_key_and_row(tmp_path: Path) -> None:
-    url = load_sqlite_0_1_0(tmp_path / "gateway.db")
-    assert_refused_as_0_1_0(asyncio.run(refusal(url)), url)
-    upgrade_and_check(url, tmp_path)
-    assert asyncio.run(on_connection(url, lambda conn: schema.compare(conn, Base.metadata))) == []
+def test_every_unversioned_shape_has_a_fixture_made_by_its_gateway_on_each_dialect() -> None:
+    assert sorted(SHAPE_OF.values()) == list(range(len(unversioned.SHAPES)))
+    for dialect in ("sqlite", "postgresql"):
+        assert sorted(path.name.split(".")[0] for path in DATA.glob(f"*.{dialect}.json")) == sorted(SHAPE_OF)
 
 
-async def test_tables_of_no_known_schema_are_refused_and_left_alone(tmp_path: Path) -> None:
-    url = load_sqlite_0_1_0(tmp_path / "gateway.db")
+@pytest.mark.parametrize("fixture", fixtures("sqlite"))
+def test_an_unversioned_sqlite_database_is_refused_then_upgraded_keeping_every_key_and_row(
+    fixture: Unversioned, tmp_path: Path
+) -> None:
+    url = load_sqlite(tmp_path / "gateway.db", fixture)
+    message = asyncio.run(refusal(url))
+    assert message.startswith(f"database {url} has schema ") and message.endswith(UPGRADE_HINT)
+    upgrade_and_check(url, fixture, tmp_path)
+
+
+@pytest.mark.parametrize("commit", ["0ef4d98", "fe3116e"])  # fe3116e: without usage_ledger, an older shape
+async def test_tables_of_no_known_schema_are_refused_and_left_alone(commit: str, tmp_path: Path) -> None:
+    url = load_sqlite(tmp_path / "gateway.db", fixture(commit, "sqlite"))
     await on_connection(url, lambda conn: conn.exec_driver_sql("DROP INDEX ix_usage_ledger_key_id"))
     message = await refusal(url)
     assert "no alembic_version, and they are not 0.1.0's" in message
@@ -241,20 +297,13 @@ async def test_a_fresh_postgresql_database_opens_at_the_newest_revision_equal_to
     assert await on_connection(pg_database, lambda conn: schema.compare(conn, Base.metadata)) == []
 
 
-def test_a_0_1_0_postgresql_database_is_refused_then_upgraded_keeping_every_key_and_row(
-    pg_database: str, tmp_path: Path
+@pytest.mark.parametrize("fixture", fixtures("postgresql"))
+def test_an_unversioned_postgresql_database_is_refused_then_upgraded_keeping_every_key_and_row(
+    fixture: Unversioned, pg_database: str, tmp_path: Path
 ) -> None:
-    async def load() -> None:
-        conn = await asyncpg.connect(pg_database.replace("+asyncpg", "", 1))
-        try:
-            await conn.execute((DATA / "gateway-0.1.0.postgresql.sql").read_text())
-        finally:
-            await conn.close()
-
-    asyncio.run(load())
+    load_postgresql(pg_database, fixture)
     shown = make_url(pg_database).render_as_string(hide_password=True)
     message = asyncio.run(refusal(pg_database))
-    assert_refused_as_0_1_0(message, shown)
+    assert message.startswith(f"database {shown} has schema ") and message.endswith(UPGRADE_HINT)
     assert make_url(pg_database).password not in message
-    upgrade_and_check(pg_database, tmp_path)
-    assert asyncio.run(on_connection(pg_database, lambda conn: schema.compare(conn, Base.metadata))) == []
+    upgrade_and_check(pg_database, fixture, tmp_path)

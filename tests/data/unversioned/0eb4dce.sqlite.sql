@@ -1,0 +1,20 @@
+BEGIN TRANSACTION;
+CREATE TABLE api_keys (
+	id VARCHAR(40) NOT NULL, 
+	name VARCHAR(200) NOT NULL, 
+	key_hash VARCHAR(64) NOT NULL, 
+	prefix VARCHAR(32) NOT NULL, 
+	created_at DATETIME NOT NULL, 
+	expires_at DATETIME, 
+	revoked_at DATETIME, 
+	last_used_at DATETIME, 
+	models JSON, 
+	scopes JSON NOT NULL, 
+	PRIMARY KEY (id), 
+	UNIQUE (name)
+);
+INSERT INTO "api_keys" VALUES('key_95eb0e285533450497113394','team-active','880306ab3f1ef64ecb7e4ae2b18d379d9b79560943148f3b5c78e8a18fb7120c','dsk-Bpmp…','2026-12-04 02:27:50.807128','2036-12-01 02:27:50.784950',NULL,'2026-12-04 02:27:55.439180','["deepseek-v4-flash-0731"]','[]');
+INSERT INTO "api_keys" VALUES('key_6bc96ff21937475096f309b0','team-revoked','2388c9ace4424f01c49516b4d58010e40c44f9333edd01166b0649d7e93aa851','dsk-IJII…','2026-12-04 02:27:51.477991',NULL,'2026-12-04 02:27:52.168181',NULL,'null','[]');
+INSERT INTO "api_keys" VALUES('key_ba49ddffb7214153b85e7289','team-expired','024892ce1825431718f2485b153ac9fd45e31b9f92b99f30fb5d07b2e90b0b11','dsk-QMh-…','2026-12-04 02:27:52.913787','2026-12-04 02:27:53.898248',NULL,NULL,'null','[]');
+CREATE UNIQUE INDEX ix_api_keys_key_hash ON api_keys (key_hash);
+COMMIT;
