@@ -33,6 +33,7 @@ from gateway.http.throttle import AddressThrottle
 from gateway.limits import RateLimiter, storage_for
 from gateway.proxy.aiohttp_upstream import AiohttpUpstream, build_session
 from gateway.proxy.backends import Backend, Backends
+from gateway.proxy.counting import CountGate
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.upstream import Upstream
 from gateway.response_owners import ResponseOwners
@@ -100,7 +101,10 @@ def backend_pairs(
     for name, url in settings.upstreams:
         upstream = upstream_factory(settings, url)
         monitor = BackendMonitor(upstream, metrics, settings.backend_poll_s, name)
-        backends.append(Backend(name, upstream, admissions[name], monitor))
+        counts = CountGate(
+            upstream_factory(settings, url), settings.count_concurrency, settings.count_concurrency_per_key
+        )
+        backends.append(Backend(name, upstream, admissions[name], monitor, counts))
     return backends
 
 
@@ -172,6 +176,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             await ledger.close()
             for backend in backends.all:
                 await backend.upstream.aclose()
+                await backend.counts.upstream.aclose()
             for admission in shared:
                 await admission.aclose()
             await engine.dispose()

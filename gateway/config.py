@@ -173,6 +173,30 @@ class Settings(BaseSettings):
         ge=1,
         description="Most answers (sequences) one request may ask for (OpenAI's n); each takes a slot",
     )
+    count_concurrency: int = Field(
+        default=2,
+        ge=1,
+        description="Prompt counts (vLLM's /tokenize before admission, /v1/messages/count_tokens) in "
+        "flight at once to one backend, outside the slots, on a connection pool of their own",
+    )
+    count_concurrency_per_key: int = Field(
+        default=1,
+        ge=1,
+        description="Of those, one key's at most (a count_tokens past it: 429; a prompt past it is "
+        "estimated)",
+    )
+    stream_buffer_bytes: int = Field(
+        default=1024 * 1024,
+        ge=64 * 1024,
+        description="Bytes of a stream held for a client that reads slower than the backend writes: the "
+        "upstream is read into it so the slot is released when the backend finishes",
+    )
+    client_write_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="A stream's client that reads nothing for this long while its buffer "
+        "(GATEWAY_STREAM_BUFFER_BYTES) is full is cut and its upstream aborted (end: client_slow)",
+    )
     keep_alive_s: float = Field(
         default=15.0,
         gt=0,

@@ -144,3 +144,11 @@ class MalformedResponseError(ValueError):
 
 class ClientDisconnectedError(Exception):
     """The client closed the connection before it could be answered (logged as 499, nginx's code)."""
+
+
+class ClientTooSlowError(Exception):
+    """A stream's client read nothing for ``timeout_s`` while ``buffered`` bytes (its whole buffer)
+    waited for it: it is cut, and its upstream aborted."""
+
+    def __init__(self, timeout_s: float, buffered: int) -> None:
+        super().__init__(f"the client read nothing for {timeout_s:g} s with {buffered} bytes buffered")

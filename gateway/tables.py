@@ -98,6 +98,7 @@ class UsageRow(Base):
     prompt_size_source: Mapped[str | None] = mapped_column(String(16), nullable=True)
     kv_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
     lane: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    end_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)
     spec: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     spec_candidates: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
 
@@ -111,3 +112,4 @@ class ResponseOwnerRow(Base):
     response_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     key_id: Mapped[str] = mapped_column(String(40), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    backend: Mapped[str | None] = mapped_column(String(64), nullable=True)

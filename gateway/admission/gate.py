@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from gateway.admission.capacity import Capacity, Held, Need
+from gateway.admission.errors import QueueFullError
 from gateway.admission.lease import Lease, Waiter
 
 
@@ -136,6 +137,12 @@ class Gate(Load, Protocol):
 
     def retry_after_s(self) -> int:
         """Seconds a refused client should wait."""
+        ...
+
+    def queue_refusal(self, key: str) -> QueueFullError | None:
+        """The refusal a request of ``key`` that has to wait would get now (None: it would run or get
+        a place): asked before its prompt is counted, so a request bound to be refused costs the
+        backend nothing."""
         ...
 
     def status(self) -> dict[str, object]:

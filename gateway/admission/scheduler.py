@@ -156,11 +156,8 @@ class Admission(HeldLoad):
             raise ValueError(why)
         if not self._turns and self._key_free(key, max_concurrency) and self._fits(need):
             return Lease(self, key, self._take(key, need), need)
-        waits = len(self._queues.get(key, ()))
-        if self._waiting >= self.queue_max - (self.reserve if waits else 0):
-            raise QueueFullError(self.retry_after_s(), per_key=waits > 0)
-        if self.queue_max_per_key is not None and waits >= self.queue_max_per_key:
-            raise QueueFullError(self.retry_after_s(), per_key=True)
+        if (refusal := self._no_room(key)) is not None:
+            raise refusal
         timeout = self.long_queue_timeout_s if need.long else self.queue_timeout_s
         future = asyncio.get_running_loop().create_future()
         waiter = Waiter(key, max(1, priority), max_concurrency, future, need, timeout)
@@ -171,6 +168,22 @@ class Admission(HeldLoad):
             self._credit[key] = waiter.priority
         self._dispatch()
         return waiter
+
+    def _no_room(self, key: str) -> QueueFullError | None:
+        """The queue's refusal of one more waiter of ``key``: the whole queue full (its last quarter
+        kept for keys with nothing waiting), or the key's bound."""
+        waits = len(self._queues.get(key, ()))
+        if self._waiting >= self.queue_max - (self.reserve if waits else 0):
+            return QueueFullError(self.retry_after_s(), per_key=waits > 0)
+        if self.queue_max_per_key is not None and waits >= self.queue_max_per_key:
+            return QueueFullError(self.retry_after_s(), per_key=True)
+        return None
+
+    def queue_refusal(self, key: str) -> QueueFullError | None:
+        """:meth:`_no_room`, for a request that would have to wait: others wait, or every slot is held."""
+        if not self._turns and self.held.sequences < self.capacity.slots:
+            return None
+        return self._no_room(key)
 
     async def admit(
         self, key: str = "", priority: int = 1, max_concurrency: int | None = None, need: Need = ONE

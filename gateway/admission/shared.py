@@ -209,6 +209,13 @@ class SharedAdmission(HeldLoad):
     def retry_after_s(self) -> int:
         return max(1, math.ceil(self._mean_hold_s * (self._waiting + 1) / self.slots))
 
+    def queue_refusal(self, key: str) -> QueueFullError | None:
+        """The whole queue full at this replica's last call to Redis (its figures of every replica's
+        waiters); the reserve and the key's bound are checked as the request enqueues."""
+        if self.queue_max and self._waiting >= self.queue_max:
+            return QueueFullError(self.retry_after_s(), per_key=False)
+        return None
+
     def status(self) -> dict[str, object]:
         """As :meth:`Admission.status`, for all replicas (``waiting_for`` and ``waiting_by_key``: this
         replica's waiters), plus the ``replica`` id and ``shared: true``."""

@@ -21,6 +21,7 @@ from gateway.errors import GatewayError
 from gateway.proxy.body import body_bounds, read_json
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.respond import INFERENCE, ExchangeResponse
+from gateway.proxy.upstream import Upstream
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -37,26 +38,27 @@ def inference(dialect: Dialect) -> Endpoint:
 
 
 async def forward(
-    pipeline: Pipeline,
+    upstream: Upstream,
     method: str,
     path: str,
     body: bytes | None = None,
     headers: dict[str, str] | None = None,
     answer_headers: Mapping[str, str] | None = None,
 ) -> Response:
-    """``method path`` sent upstream; its JSON answer returned with its status and ``answer_headers``
-    (an error status raises :class:`GatewayError`, answered in the route's dialect)."""
-    upstream = await pipeline.backends.first_up().upstream.open(method, path, body, headers)
+    """``method path`` sent to ``upstream``; its JSON answer returned with its status and
+    ``answer_headers`` (an error status raises :class:`GatewayError`, answered in the route's dialect)."""
+    response = await upstream.open(method, path, body, headers)
     try:
-        data = await upstream.read()
+        data = await response.read()
     finally:
-        upstream.close()
-    return Response(data, status_code=upstream.status, headers=answer_headers, media_type="application/json")
+        response.close()
+    return Response(data, status_code=response.status, headers=answer_headers, media_type="application/json")
 
 
 async def count_tokens(request: Request) -> Response:
     """``POST /v1/messages/count_tokens``: the prompt's tokens, counted by vLLM. No slot (nothing is
-    generated), but one request against the key's requests per minute."""
+    generated), but one request against the key's requests per minute, within the backend's bound on
+    counts (:mod:`gateway.proxy.counting`: 429 when the key has its share in flight)."""
     pipeline: Pipeline = request.app.state.pipeline
     principal = request.state.principal
     settings = pipeline.settings
@@ -67,9 +69,9 @@ async def count_tokens(request: Request) -> Response:
     pipeline.check_model(principal, parsed.model)
     payload = COUNT_TOKENS.normalize(parsed, principal, settings)
     headers = {**COUNT_TOKENS.forwarded(request.headers), "x-request-id": request.state.request_id}
-    return await forward(
-        pipeline, "POST", COUNT_TOKENS.upstream_path, json_codec.dumps(payload), headers, ticket.headers
-    )
+    data = json_codec.dumps(payload)
+    async with pipeline.backends.first_up().counts.hold(principal.name) as upstream:
+        return await forward(upstream, "POST", COUNT_TOKENS.upstream_path, data, headers, ticket.headers)
 
 
 async def list_models(request: Request) -> dict[str, Any]:

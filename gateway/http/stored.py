@@ -15,34 +15,35 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.http.inference import forward
+from gateway.proxy.backends import Backend
 from gateway.proxy.pipeline import Pipeline
 
 _PARAM = "response_id"
 
 
-async def _owned(request: Request) -> tuple[Pipeline, str]:
-    """The pipeline and the path's response id, once the caller is known to own it (else 404)."""
+async def _owned(request: Request) -> tuple[Pipeline, str, Backend]:
+    """The pipeline, the path's response id and the backend storing it, once the caller is known to
+    own it (else 404)."""
     pipeline: Pipeline = request.app.state.pipeline
     response_id = request.path_params[_PARAM]
-    await pipeline.check_owner(request.state.principal, response_id, _PARAM)
-    return pipeline, response_id
+    return pipeline, response_id, await pipeline.stored_at(request.state.principal, response_id, _PARAM)
 
 
 async def get_response(request: Request) -> Response:
-    """``GET /v1/responses/{response_id}``: the stored response, from vLLM."""
-    pipeline, response_id = await _owned(request)
-    return await forward(pipeline, "GET", f"/v1/responses/{response_id}")
+    """``GET /v1/responses/{response_id}``: the stored response, from the vLLM that stores it."""
+    _, response_id, backend = await _owned(request)
+    return await forward(backend.upstream, "GET", f"/v1/responses/{response_id}")
 
 
 async def cancel_response(request: Request) -> Response:
-    """``POST /v1/responses/{response_id}/cancel``: vLLM's answer."""
-    pipeline, response_id = await _owned(request)
-    return await forward(pipeline, "POST", f"/v1/responses/{response_id}/cancel")
+    """``POST /v1/responses/{response_id}/cancel``: the answer of the vLLM that stores it."""
+    _, response_id, backend = await _owned(request)
+    return await forward(backend.upstream, "POST", f"/v1/responses/{response_id}/cancel")
 
 
 async def delete_response(request: Request) -> dict[str, Any]:
     """``DELETE /v1/responses/{response_id}``: the owner forgotten."""
-    pipeline, response_id = await _owned(request)
+    pipeline, response_id, _ = await _owned(request)
     assert pipeline.owners is not None  # _owned found the owner there
     await pipeline.owners.forget(response_id)
     return {"id": response_id, "object": "response", "deleted": True}

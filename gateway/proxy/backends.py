@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from gateway.admission import Capacity, Gate, Lease, Need, Reason, Waiter
 from gateway.admission.gate import status_view
 from gateway.errors import GatewayError
+from gateway.proxy.counting import CountGate
 from gateway.proxy.upstream import Upstream
 
 
@@ -51,13 +52,15 @@ class BackendDown(GatewayError):
 
 @dataclass(eq=False, slots=True)
 class Backend:
-    """One backend pair: its ``name`` (metric label, shared-admission key), client, admission, and
-    its monitor (health, and the ``/metrics`` reads of the spec-counter deltas)."""
+    """One backend pair: its ``name`` (metric label, shared-admission key), client, admission, its
+    monitor (health, and the ``/metrics`` reads of the spec-counter deltas), and the bound of the
+    prompt counts sent to it outside the slots (with a client of their own)."""
 
     name: str
     upstream: Upstream
     admission: Gate
     monitor: Monitor
+    counts: CountGate
     up: bool = True
     routed: int = 0
     """Requests routed here whose admission has not answered yet (a shared one's figures lag by a

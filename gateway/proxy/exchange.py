@@ -27,7 +27,9 @@ from gateway.limits import Ticket
 from gateway.proxy.backends import Backend, BackendDown, affinity_key
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.prompt_size import estimate, prompt_size
+from gateway.proxy.relay import let_waiter_send
 from gateway.proxy.upstream import Unreachable, UpstreamResponse
+from gateway.response_owners import Owner
 from gateway.telemetry.record import RequestTelemetry
 from gateway.telemetry.recorder import RequestRecorder
 from gateway.telemetry.spec import COUNTERS
@@ -38,8 +40,8 @@ QUEUE_COMMENT_INTERVAL_S = 5.0
 
 class Exchange:
     """One request in flight, from its arrival. ``status`` is the status the client got, ``complete``
-    whether it got its whole answer, ``client_gone`` whether it left before that (:meth:`left`); all
-    set by whoever answers, before the exchange ends."""
+    whether it got its whole answer, ``client_gone`` whether it left (or was cut) before that
+    (:meth:`left`); all set by whoever answers, before the exchange ends."""
 
     def __init__(
         self,
@@ -74,7 +76,10 @@ class Exchange:
         self.status = 500
         self.complete = False
         self.client_gone = False
-        self._before: dict[str, float] | None = None
+        self._gone_as = "client_gone"
+        self._before: dict[str, float] | None = None  # spec counters when the sequence started
+        self._after: dict[str, float] | None = None  # ... and when it ended (upstream_done)
+        self._after_taken = False
         self._size = 0
         self._prompt_tokens = 0
         self._need = Need()
@@ -83,6 +88,7 @@ class Exchange:
         self._left: list[Backend] = []  # backends that went down while it waited for them
         self._waited_s = 0.0  # waited before, on backends it left
         self._waited_for: dict[str, float] = {}  # that wait, by reason
+        self._stored_at: Backend | None = None  # the backend storing its previous_response_id
 
     async def __aenter__(self) -> Exchange:
         return self
@@ -102,10 +108,11 @@ class Exchange:
             finally:
                 self.pipeline.in_background(self._record())
 
-    def left(self) -> None:
-        """The client has gone (or the server is shutting down): a 499, unless the answer was complete."""
+    def left(self, end: str = "client_gone") -> None:
+        """The client has gone (or the server is shutting down; ``end`` ``client_slow``: it was cut for
+        reading nothing): a 499, unless the answer was complete."""
         if not self.complete:
-            self.status, self.client_gone = 499, True
+            self.status, self.client_gone, self._gone_as = 499, True, end
 
     async def prepare(self, body: dict[str, Any], size: int) -> Prepared:
         """Validate the parsed body (400, 404 / 403 for the model — an alias means the served one —,
@@ -135,16 +142,23 @@ class Exchange:
         prepared = self.dialect.prepare(parsed, context)
         pipeline.check_budget(prepared.output_budget, prepared.output_param)
         if prepared.previous_response_id is not None:
-            await pipeline.check_owner(self.principal, prepared.previous_response_id, "previous_response_id")
+            param = "previous_response_id"
+            self._stored_at = await pipeline.stored_at(self.principal, prepared.previous_response_id, param)
         return prepared
 
     async def measure(self, prepared: Prepared) -> None:
         """Size the prompt (the backend's count for a large body, else the estimate:
         :func:`~gateway.proxy.prompt_size.prompt_size`) and so what the request needs of the backend
-        (400 ``context_length_exceeded`` when no idle backend could hold it)."""
+        (400 ``context_length_exceeded`` when no idle backend could hold it). A request the backend
+        it would go to has no queue room for is refused first (429 ``queue_full``)."""
         pipeline, record = self.pipeline, self.recorder.record
+        backend = self._stored_at or pipeline.backends.route(self._affinity, self._left)
+        refusal = backend.admission.queue_refusal(self.principal.name)
+        if refusal is not None:  # before the count: a request bound to be refused costs the backend nothing
+            raise refusal
         size = await prompt_size(
-            pipeline.backends.first_up().upstream,
+            backend.counts,
+            self.principal.name,
             pipeline.traits,
             pipeline.settings,
             prepared.count,
@@ -159,7 +173,8 @@ class Exchange:
 
     def _claim(self, response_id: str) -> None:
         if self.pipeline.owners is not None:
-            self.pipeline.owners.claim(response_id, self.principal.key_id)
+            backend = self.backend.name if self.backend is not None else None
+            self.pipeline.owners.claim(response_id, Owner(self.principal.key_id, backend))
 
     async def count(self) -> None:
         """Count the request against its key's requests per minute (429 when spent), before its body
@@ -180,7 +195,8 @@ class Exchange:
         """Choose a backend (:meth:`Backends.route`) and be admitted there now if the request fits and
         fairness allows, else take a place in the key's queue (429 ``queue_full``); True if admitted."""
         principal = self.principal
-        self.backend = backend = self.pipeline.backends.route(self._affinity, self._left)
+        backend = self._stored_at or self.pipeline.backends.route(self._affinity, self._left)
+        self.backend = backend
         entry = await backend.admit(principal.name, principal.priority, principal.max_concurrency, self._need)
         if isinstance(entry, Lease):
             self._admitted(entry)
@@ -262,7 +278,8 @@ class Exchange:
         """Hand the slot on as soon as the upstream has finished the sequence (its ``[DONE]``, or the
         whole non-stream body read): the backend already runs the next one while this response is
         rewritten and sent. ``__aexit__`` releases it anyway, once. Not while a spec-counter delta is
-        being taken (``GATEWAY_SPEC_COUNTERS``): the next sequence's steps would count as this one's.
+        being taken (``GATEWAY_SPEC_COUNTERS``): the next sequence's steps would count as this one's
+        (:meth:`upstream_done` takes it and releases once the upstream's body has ended).
 
         Returns True when the release granted the slot to a waiting request: the caller then lets it
         send (:func:`~gateway.proxy.relay.let_waiter_send`) before rewriting and sending its own answer.
@@ -271,10 +288,25 @@ class Exchange:
             return self.lease.release()
         return False
 
+    async def upstream_done(self) -> None:
+        """The upstream has sent everything: hand the slot on now, whatever the client's pace. When a
+        spec-counter delta is being taken, its second scrape comes first (the next sequence's steps
+        must not count as this one's); a waiting request granted the slot is let send first
+        (:func:`~gateway.proxy.relay.let_waiter_send`)."""
+        if self.lease is None or self.lease.released:
+            return
+        if self._before is not None and not self._after_taken:
+            assert self.backend is not None
+            self._after = await self.backend.monitor.scrape(COUNTERS, timeout_s=1.0)
+            self._after_taken = True
+        if self.lease.release():
+            await let_waiter_send()
+
     async def _counters(self) -> tuple[dict[str, float], dict[str, float], bool] | None:
         if self._before is None or self.lease is None or self.backend is None:
             return None
-        after = await self.backend.monitor.scrape(COUNTERS, timeout_s=1.0)
+        monitor = self.backend.monitor
+        after = self._after if self._after_taken else await monitor.scrape(COUNTERS, timeout_s=1.0)
         if after is None:
             return None
         before = {n: self._before[n] for n in COUNTERS if n in self._before}
@@ -282,7 +314,8 @@ class Exchange:
 
     async def _record(self) -> None:
         pipeline = self.pipeline
-        record = self.recorder.finish(self.status, self.client_gone, await self._counters())
+        end = self._gone_as if self.client_gone else "complete" if self.complete else "error"
+        record = self.recorder.finish(self.status, self.client_gone, await self._counters(), end)
         if self.recorder.saw_backend_metrics:
             pipeline.traits.per_request_metrics = True
         pipeline.sink.publish(record)

@@ -19,7 +19,8 @@ from gateway.config import Settings
 from gateway.dialects.base import Prepared
 from gateway.errors import GatewayError
 from gateway.limits import RateLimiter
-from gateway.proxy.backends import Backends
+from gateway.proxy.backends import Backend, Backends
+from gateway.response_owners import Owner
 from gateway.telemetry.record import RequestTelemetry
 from gateway.traits import UpstreamTraits
 
@@ -32,11 +33,12 @@ class Sink(Protocol):
 
 
 class Owners(Protocol):
-    """Which key created which stored response (:class:`~gateway.response_owners.ResponseOwners`)."""
+    """Which key created which stored response, on which backend
+    (:class:`~gateway.response_owners.ResponseOwners`)."""
 
-    def claim(self, response_id: str, key_id: str) -> None: ...
+    def claim(self, response_id: str, owner: Owner) -> None: ...
 
-    async def owner(self, response_id: str) -> str | None: ...
+    async def owner(self, response_id: str) -> Owner | None: ...
 
     async def forget(self, response_id: str) -> None: ...
 
@@ -75,14 +77,23 @@ class Pipeline:
             message = f"This API key may not use the model `{model}`."
             raise GatewayError("model_not_allowed", message, param="model")
 
-    async def check_owner(self, principal: Principal, response_id: str, param: str) -> None:
-        """404 ``response_not_found`` unless ``principal``'s key created the stored response
-        ``response_id`` (any other key must not learn it exists)."""
+    async def stored_at(self, principal: Principal, response_id: str, param: str) -> Backend:
+        """The backend that stores the response ``response_id``; 404 ``response_not_found`` unless
+        ``principal``'s key created it (any other key must not learn it exists) or when the backend
+        it was stored on is no longer configured. A claim without a backend: the first one up."""
         owner = await self.owners.owner(response_id) if self.owners is not None else None
-        if owner != principal.key_id:
+        backends = self.backends
+        if owner is None or owner.key_id != principal.key_id:
+            backend = None
+        elif owner.backend is None:
+            backend = backends.first_up()
+        else:
+            backend = backends.by_name.get(owner.backend)
+        if backend is None:
             raise GatewayError(
                 "response_not_found", f"Response with id '{response_id}' not found.", param=param
             )
+        return backend
 
     def check_budget(self, budget: int | None, param: str) -> None:
         """400 ``context_length_exceeded`` for an output budget no KV pool of this backend could hold

@@ -20,7 +20,7 @@ from gateway import json_codec
 from gateway.config import Settings
 from gateway.dialects.prompt_count import TokenCount
 from gateway.errors import GatewayError
-from gateway.proxy.upstream import Upstream
+from gateway.proxy.counting import CountBusy, CountGate
 from gateway.traits import UpstreamTraits
 
 log = logging.getLogger("gateway.admission")
@@ -44,7 +44,8 @@ def estimate(size: int) -> PromptSize:
 
 
 async def prompt_size(
-    upstream: Upstream,
+    counts: CountGate,
+    key: str,
     traits: UpstreamTraits,
     settings: Settings,
     count: TokenCount | None,
@@ -52,17 +53,21 @@ async def prompt_size(
     headers: dict[str, str],
 ) -> PromptSize:
     """The prompt's size: the backend's count of ``count`` for a body of ``size`` bytes at least
-    ``settings.tokenize_min_bytes``, else (or if it can't be had) the estimate. Never raises a
-    :class:`GatewayError`: the request itself will meet whatever the backend has to say."""
+    ``settings.tokenize_min_bytes``, sent within ``counts``' bound as ``key``'s (waiting in line for
+    it within the timeout), else (or if it can't be had, or ``key`` has its share of counts in
+    flight) the estimate. Never raises a :class:`GatewayError`: the request itself will meet whatever
+    the backend has to say."""
     if count is None or size < settings.tokenize_min_bytes or traits.counts_prompts is False:
         return estimate(size)
     try:
-        async with asyncio.timeout(settings.tokenize_timeout_s):
+        async with asyncio.timeout(settings.tokenize_timeout_s), counts.hold(key) as upstream:
             response = await upstream.open("POST", count.path, json_codec.dumps(count.body), headers)
             try:
                 answer = json_codec.loads(await response.read())
             finally:
                 response.close()
+    except CountBusy:
+        return estimate(size)
     except GatewayError as error:
         if error.status == 404:
             traits.counts_prompts = False

@@ -36,10 +36,12 @@ def _broken(detail: str) -> GatewayError:
 
 @dataclass(slots=True)
 class RelayOutcome:
-    """How the relay ended: ``done`` once the last event went to the client (a client may hang up right after
-    it: that is a complete response); ``error`` is the error sent instead of ``[DONE]``, if any."""
+    """How the relay ended: ``done`` once the upstream's last event arrived, ``delivered`` once it went
+    to the client (a client may hang up right after it: that is a complete response); ``error`` is
+    the error sent instead of ``[DONE]``, if any."""
 
     done: bool = False
+    delivered: bool = False
     error: GatewayError | None = None
 
 
@@ -73,7 +75,7 @@ class EventPipe:
         ready = self.ready
         for event, payload in self._decoder.feed_payloads(data):
             if self._ends(event, payload):
-                self._outcome.done = True  # set before it is sent: a client may hang up as soon as it has it
+                self._outcome.done = True  # the pieces after it are final (StreamBuffer.put)
                 handed_on = self._release()
             ready += self._rewrite(event, payload)
         return handed_on
@@ -136,7 +138,7 @@ async def relay_events(
         outcome.error = pipe.failed(exc)
     else:
         outcome.error = pipe.ended(None)
-    if outcome.done:  # the client has the whole answer: what broke after its end is not its business
+    if outcome.done:  # the backend finished the answer: what broke after its end is not the client's business
         outcome.error = None
     if pipe.ready:
         yield pipe.take()

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncGenerator
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -35,13 +36,20 @@ from starlette.types import Receive, Scope, Send
 from gateway.asgi import unless_disconnected
 from gateway.auth.principal import Principal
 from gateway.dialects.base import Dialect, Prepared
-from gateway.errors import ClientDisconnectedError, GatewayError, MalformedResponseError, internal_error
+from gateway.errors import (
+    ClientDisconnectedError,
+    ClientTooSlowError,
+    GatewayError,
+    MalformedResponseError,
+    internal_error,
+)
 from gateway.json_limits import JsonLimits
 from gateway.proxy.body import body_bounds, read_json
 from gateway.proxy.exchange import QUEUE_COMMENT_INTERVAL_S, Exchange
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.relay import RelayOutcome, let_waiter_send, relay_events
 from gateway.proxy.reply import Reply
+from gateway.proxy.stream_buffer import StreamBuffer
 
 log = logging.getLogger("gateway.errors")
 #: The shape bounds of an inference body.
@@ -89,6 +97,9 @@ class ExchangeResponse(Response):
             except ClientDisconnectedError:
                 exchange.left()
                 await reply.left()
+            except ClientTooSlowError as slow:
+                log.warning("request %s: cut: %s", request_id, slow)
+                exchange.left(end="client_slow")
             except OSError:  # the server's send failed: the connection is gone, nothing more can be sent
                 exchange.left()
             except asyncio.CancelledError:  # a server shutdown: the exchange still gives everything back
@@ -115,6 +126,7 @@ async def _serve(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
         body = await upstream.read()
         if exchange.release_early():
             await let_waiter_send()
+        await exchange.upstream_done()
         answer = prepared.translator.answer(body)
         exchange.status, exchange.complete = upstream.status, True
         await reply.json(upstream.status, answer, headers)
@@ -149,20 +161,60 @@ async def _wait_in_queue(exchange: Exchange, reply: Reply) -> None:
 
 async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
     """The upstream's events to the client; a broken stream ends with the dialect's error event. One
-    event may be at most twice ``max_body_bytes``: it can echo the whole prompt (``echo``)."""
+    event may be at most twice ``max_body_bytes``: it can echo the whole prompt (``echo``).
+
+    Two tasks: one reads the upstream as fast as the backend produces into the stream's
+    :class:`~gateway.proxy.stream_buffer.StreamBuffer` (so the slot is released when the backend
+    finishes, whatever the client's pace), one writes what waits there to the client. A client that
+    reads nothing for ``GATEWAY_CLIENT_WRITE_TIMEOUT_S`` while the buffer is full is cut
+    (:class:`~gateway.errors.ClientTooSlowError`); the exchange's exit aborts the upstream."""
     assert exchange.upstream is not None
+    settings = exchange.pipeline.settings
     outcome = RelayOutcome()
-    limit = 2 * exchange.pipeline.settings.max_body_bytes
     exchange.status = 200
-    events = relay_events(exchange.upstream, prepared.translator, outcome, limit, exchange.release_early)
+    events = relay_events(
+        exchange.upstream, prepared.translator, outcome, 2 * settings.max_body_bytes, exchange.release_early
+    )
+    buffer = StreamBuffer(settings.stream_buffer_bytes)
+    reading = asyncio.create_task(_read(events, buffer, outcome, settings.client_write_timeout_s, exchange))
+    writing = asyncio.create_task(_write(buffer, reply, outcome))
     try:
-        async with contextlib.aclosing(events):
-            async for data in events:
-                await reply.events(data)
+        done, _ = await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()  # the reader's ClientTooSlowError, the writer's OSError
     finally:
-        exchange.complete = outcome.done  # a client that hangs up right after [DONE] got it all
+        for task in (reading, writing):
+            task.cancel()
+        await asyncio.gather(reading, writing, return_exceptions=True)
+        exchange.complete = outcome.delivered  # a client that hangs up right after [DONE] got it all
     if outcome.error is not None:
         exchange.status = outcome.error.status
         await reply.fail(outcome.error)
     else:
         await reply.end()
+
+
+async def _read(
+    events: AsyncGenerator[bytes, None],
+    buffer: StreamBuffer,
+    outcome: RelayOutcome,
+    timeout_s: float,
+    exchange: Exchange,
+) -> None:
+    """Put the relay's output into ``buffer`` (closed at the end) and release the slot once the
+    upstream has ended; :class:`ClientTooSlowError` when there was no room for ``timeout_s``."""
+    async with contextlib.aclosing(events):
+        async for data in events:
+            if not await buffer.put(data, timeout_s, final=outcome.done):
+                raise ClientTooSlowError(timeout_s, buffer.size)
+    await exchange.upstream_done()
+    buffer.close()
+
+
+async def _write(buffer: StreamBuffer, reply: Reply, outcome: RelayOutcome) -> None:
+    """Send what waits in ``buffer`` until it is closed and empty; ``outcome.delivered`` once the last
+    event has been sent."""
+    while (taken := await buffer.take()) is not None:
+        data, final = taken
+        await reply.events(data)
+        outcome.delivered = outcome.delivered or final

@@ -4,8 +4,9 @@ response header ``x-dspark-simulator: 1``, a startup log line, ``/version`` = ``
 
 Endpoints: ``POST /v1/chat/completions`` and ``POST /v1/completions`` (stream and non-stream),
 ``POST /v1/responses`` (OpenAI Responses API; ``GET /v1/responses/{id}`` and ``POST .../cancel``
-answer 404, as vLLM does with its response store off), ``POST /v1/messages`` (Anthropic Messages, any
-query string, e.g. ``?beta=true``) and ``POST /v1/messages/count_tokens``, ``POST /tokenize``
+answer 404, as vLLM does with its response store off, unless ``SimConfig.responses_store``),
+``POST /v1/messages`` (Anthropic Messages, any query string, e.g. ``?beta=true``) and
+``POST /v1/messages/count_tokens``, ``POST /tokenize``
 (vLLM's ``{"count", "max_model_len", "tokens"}``, the count ``usage.prompt_tokens`` reports; off with
 ``SimConfig.tokenize_route``), ``GET /v1/models``, ``GET /health``, ``GET /version``, ``GET /metrics``
 (vLLM metric names). The Responses and Messages routes serve what vLLM 0.32 builds from a chat

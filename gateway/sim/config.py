@@ -45,6 +45,14 @@ class SimConfig:
     kv_cache_tokens: int = 1_372_579
     """KV pool size, tokens (the balanced profile's at startup); running sequences that outgrow it are
     preempted (``gateway.sim.scheduler``); ``vllm:kv_cache_usage_perc`` = tokens held / this."""
+    responses_store: bool = False
+    """Keep the Responses API's ``store: true`` answers (non-stream) for ``GET /v1/responses/{id}``,
+    ``.../cancel`` and ``previous_response_id``, as vLLM does with ``VLLM_ENABLE_RESPONSES_API_STORE=1``;
+    False (vLLM's default): every stored id is unknown (404)."""
+    tokenize_tps: float | None = None
+    """Tokenizer speed of a prompt count (``/tokenize``, ``count_tokens``), tokens/s: a count of n tokens
+    answers after n / tokenize_tps s (None: at once). ``dspark_sim_token_counts_total`` and
+    ``_peak`` (most in flight at once) show them on ``/metrics``."""
     tokenize_route: bool = True
     """Serve ``POST /tokenize`` (vLLM does unless ``--skip-tokenizer-init``); False: 404, as a backend
     without a tokenizer route."""

@@ -8,6 +8,7 @@ started, ``ClosingStreamingResponse`` takes over that job.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 import uuid
@@ -73,8 +74,13 @@ async def messages(request: Request) -> Response:
 
 
 async def stored_response(request: Request) -> Response:
-    """``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``: always 404."""
-    raise _not_stored(request.path_params["response_id"])
+    """``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``: the stored answer (a finished
+    response: cancel changes nothing), else 404."""
+    sim: SimState = request.app.state.sim
+    response_id = request.path_params["response_id"]
+    if response_id not in sim.stored:
+        raise _not_stored(response_id)
+    return Response(sim.stored[response_id], media_type="application/json")
 
 
 async def count_tokens(request: Request) -> Response:
@@ -83,11 +89,13 @@ async def count_tokens(request: Request) -> Response:
 
 
 async def _count_tokens(request: Request, body: CountTokensRequest) -> Response:
-    config = request.app.state.sim.config
+    sim: SimState = request.app.state.sim
+    config = sim.config
     _check_model(config, body.model)
     prompt = body.to_prompt()
     _check_length(config, prompt.tokens, None)
-    return FastJSONResponse(render_messages.count_tokens_body(prompt.tokens))
+    async with _counting(sim, prompt.tokens):
+        return FastJSONResponse(render_messages.count_tokens_body(prompt.tokens))
 
 
 async def tokenize(request: Request) -> Response:
@@ -96,10 +104,20 @@ async def tokenize(request: Request) -> Response:
 
 
 async def _tokenize(request: Request, body: TokenizeRequest) -> Response:
-    config = request.app.state.sim.config
+    sim: SimState = request.app.state.sim
+    config = sim.config
     _check_model(config, body.model)
     count = body.count()
-    return FastJSONResponse({"count": count, "max_model_len": config.max_model_len, "tokens": [0] * count})
+    async with _counting(sim, count):
+        return FastJSONResponse(
+            {"count": count, "max_model_len": config.max_model_len, "tokens": [0] * count}
+        )
+
+
+def _counting(sim: SimState, tokens: int) -> contextlib.AbstractAsyncContextManager[None]:
+    """A prompt count of ``tokens`` as the metrics see it, taking the tokenizer's time."""
+    tps = sim.config.tokenize_tps
+    return sim.metrics.counting(tokens / tps if tps else 0.0)
 
 
 BodyT = TypeVar("BodyT", bound=BaseModel)
@@ -228,7 +246,7 @@ async def _responses(request: Request, body: ResponsesRequest) -> Response:
             param="background",
             type_="invalid_request_error",
         )
-    if body.previous_response_id is not None:
+    if body.previous_response_id is not None and body.previous_response_id not in sim.stored:
         raise _not_stored(body.previous_response_id)
     gen, faults = await _prepare(
         request,
@@ -246,7 +264,10 @@ async def _responses(request: Request, body: ResponsesRequest) -> Response:
         events = streams.dialect_events(sim.engine, gen, render_responses.ResponsesStream(base, gen))
         return _stream(streams.named_sse_frames(events), faults)
     await streams.run_to_end(sim.engine, gen)
-    return FastJSONResponse(render_responses.finished(base, gen, render_responses.output_items(gen)))
+    answer = FastJSONResponse(render_responses.finished(base, gen, render_responses.output_items(gen)))
+    if body.store and sim.config.responses_store:
+        sim.stored[gen.envelope.id] = bytes(answer.body)
+    return answer
 
 
 async def _messages(request: Request, body: MessagesRequest) -> Response:

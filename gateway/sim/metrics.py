@@ -7,9 +7,11 @@ scheduler at scrape time, so they can never drift from the real queue state.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -127,6 +129,32 @@ class SimMetrics:
         self._preemptions = counter(
             "vllm:num_preemptions", "Cumulative number of preemption from the engine."
         )
+        self.counts = counter(
+            "dspark_sim_token_counts",
+            "Simulator only: prompt counts answered (/tokenize, /v1/messages/count_tokens).",
+        )
+        self.counts_peak = Gauge(
+            "dspark_sim_token_counts_peak",
+            "Simulator only: most prompt counts in flight at once so far.",
+            labels,
+            registry=registry,
+        ).labels(model_name)
+        self._counting = self._peak = 0
+
+    @contextlib.asynccontextmanager
+    async def counting(self, seconds: float) -> AsyncIterator[None]:
+        """One prompt count, taking ``seconds`` (the tokenizer's time), counted and its concurrency
+        peak kept."""
+        self._counting += 1
+        self._peak = max(self._counting, self._peak)
+        self.counts_peak.set(self._peak)
+        try:
+            if seconds > 0:
+                await asyncio.sleep(seconds)
+            yield
+        finally:
+            self._counting -= 1
+            self.counts.inc()
 
     def render(self) -> bytes:
         """Prometheus text exposition of everything above."""

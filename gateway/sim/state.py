@@ -22,6 +22,8 @@ class SimState:
     trace: SequenceTrace | None = None
     started: int = field(default_factory=lambda: int(time.time()))
     """Unix time the app was built, s (``created`` of ``/v1/models``)."""
+    stored: dict[str, bytes] = field(default_factory=dict)
+    """Stored Responses answers by id (``SimConfig.responses_store``), in this process's memory."""
 
     @classmethod
     def build(cls, config: SimConfig) -> SimState:

@@ -141,6 +141,12 @@ class GatewayMetrics:
             labels,
             registry=registry,
         )
+        self.ends = Counter(
+            "gateway_request_ends",
+            "Requests by how they ended: complete, error, client_gone, client_slow (cut for not reading)",
+            ("end",),
+            registry=registry,
+        )
         self.clamped = Counter(
             "gateway_telemetry_clamped",
             "Impossible upstream values clamped, by field",
@@ -225,3 +231,5 @@ class GatewayMetrics:
             bound(self.tool_calls_dropped).inc(record.tool_calls_dropped)
         for name in record.clamped:
             self.clamped.labels(name).inc()
+        if record.end_reason is not None:
+            self.ends.labels(record.end_reason).inc()

@@ -72,6 +72,10 @@ class RequestTelemetry:
     reasoning_tokens: int = 0
     finish_reason: str | None = None
     client_disconnected: bool = False
+    #: How the request ended: ``complete`` (its whole answer sent), ``error`` (answered with an error,
+    #: or a stream ended by an error event), ``client_gone`` (the client left first; also a server
+    #: shutdown), ``client_slow`` (cut: it read nothing for GATEWAY_CLIENT_WRITE_TIMEOUT_S).
+    end_reason: str | None = None
     spec: SpecStats | None = None
     spec_candidates: list[SpecStats] = field(default_factory=list)
     clamped: list[str] = field(default_factory=list)

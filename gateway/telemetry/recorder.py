@@ -215,9 +215,11 @@ class RequestRecorder:
         status: int,
         client_disconnected: bool,
         counters: tuple[Mapping[str, float], Mapping[str, float], bool] | None = None,
+        end: str | None = None,
     ) -> RequestTelemetry:
-        """Close the record with the HTTP ``status`` the client got."""
+        """Close the record with the HTTP ``status`` the client got and how the request ended."""
         record = self.snapshot(counters)
         record.status = status
         record.client_disconnected = client_disconnected
+        record.end_reason = end
         return record

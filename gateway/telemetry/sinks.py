@@ -47,6 +47,7 @@ class TelemetrySinks:
                         "ttft_s": record.ttft_s,
                         "e2e_s": record.e2e_s,
                         "client_disconnected": record.client_disconnected,
+                        "end_reason": record.end_reason,
                     }
                 )
             )

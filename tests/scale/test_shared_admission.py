@@ -17,6 +17,7 @@ from gateway.admission import Capacity, Lease, Need, QueueFullError, SharedAdmis
 from gateway.app import admission_for
 from gateway.config import Settings
 from gateway.proxy.backends import Backend, Backends
+from gateway.proxy.counting import CountGate
 from gateway.telemetry import GatewayMetrics
 from gateway.telemetry.backend import BackendMonitor
 from tests.support.fake_upstream import FakeUpstream
@@ -270,7 +271,13 @@ async def test_a_burst_over_two_shared_backends_spreads_before_redis_answers(red
         await admission.start()
         upstream = FakeUpstream()
         made.append(
-            Backend(name, upstream, admission, BackendMonitor(upstream, GatewayMetrics(), 3600, name))
+            Backend(
+                name,
+                upstream,
+                admission,
+                BackendMonitor(upstream, GatewayMetrics(), 3600, name),
+                CountGate(upstream, 2, 1),
+            )
         )
     backends = Backends(made)
 

@@ -9,6 +9,7 @@ import pytest
 
 from gateway.admission import Admission, Lease, Need
 from gateway.proxy.backends import Backend, BackendDown, Backends, affinity_key
+from gateway.proxy.counting import CountGate
 from gateway.telemetry import GatewayMetrics
 from gateway.telemetry.backend import BackendMonitor
 from tests.support.fake_upstream import FakeUpstream
@@ -19,7 +20,9 @@ def pool(*names: str, slots: int = 1, affinity: bool = True) -> Backends:
     for name in names:
         upstream = FakeUpstream()
         monitor = BackendMonitor(upstream, GatewayMetrics(), 3600, name)
-        backends.append(Backend(name, upstream, Admission(slots, 8, 30.0), monitor))
+        backends.append(
+            Backend(name, upstream, Admission(slots, 8, 30.0), monitor, CountGate(upstream, 2, 1))
+        )
     return Backends(backends, affinity=affinity)
 
 

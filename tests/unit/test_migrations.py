@@ -28,7 +28,7 @@ from gateway.auth import KeyStore
 from gateway.auth.audit import AuditLog
 from gateway.db import on_connection, open_engine
 from gateway.migrations import schema, unversioned
-from gateway.response_owners import ResponseOwners
+from gateway.response_owners import Owner, ResponseOwners
 from gateway.tables import Base
 from gateway.telemetry.ledger import UsageLedger
 from tests.support.gateway_process import BIN, GatewayProcess, clean_env
@@ -38,8 +38,8 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "unversioned"
 MODEL = "deepseek-v4-flash-0731"
 UPGRADE_HINT = "run `dspark-gateway db upgrade`"
 #: How messages name this gateway's schema.
-HEAD_REVISION = "0003"
-HEAD = f"{HEAD_REVISION} (0.3.0)"
+HEAD_REVISION = "0004"
+HEAD = f"{HEAD_REVISION} (0.4.0)"
 #: The shape (its number in ``unversioned.SHAPES``) each fixture's commit made: the commits that
 #: followed ``SHAPES[n].commit`` up to the next shape's.
 SHAPE_OF = {"0eb4dce": 0, "90ae478": 1, "fe3116e": 2, "58dc2b3": 3, "0ef4d98": 4}
@@ -194,7 +194,7 @@ async def read_by_the_gateway(url: str, fixture: Unversioned, shape: int) -> Non
             [(response_id,)] = await on_connection(
                 url, lambda c: c.execute(text("SELECT response_id FROM response_owners")).all()
             )
-            assert await ResponseOwners(engine).owner(response_id) == active.id
+            assert await ResponseOwners(engine).owner(response_id) == Owner(active.id, None)
     finally:
         await engine.dispose()
 

@@ -18,6 +18,7 @@ from gateway.dialects.chat import CHAT
 from gateway.errors import GatewayError
 from gateway.limits import RateLimiter, storage_for
 from gateway.proxy.backends import Backend, Backends
+from gateway.proxy.counting import CountGate
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.respond import ExchangeResponse
 from gateway.proxy.upstream import unavailable
@@ -52,7 +53,8 @@ def build(
     records = Records()
     monitor = BackendMonitor(upstream, GatewayMetrics(), 3600)
     limits = RateLimiter(storage_for("memory://"))
-    pipeline = Pipeline(Backends([Backend("default", upstream, admission, monitor)]), config, records, limits)
+    backend = Backend("default", upstream, admission, monitor, CountGate(upstream, 2, 1))
+    pipeline = Pipeline(Backends([backend]), config, records, limits)
     pipeline.traits.reasoning_markers = False if plain else None
     return pipeline, records
 

@@ -1,0 +1,103 @@
+"""A client that stops reading its stream does not hold the backend (DESIGN.md §9).
+
+Real gateway and simulator processes on loopback; the stalled clients are raw sockets with a small
+receive buffer that send their request, read the response head and then read nothing. The upstream is
+read into the stream's buffer as fast as the backend produces, so the slot goes to the next request
+when the backend finishes; a client that reads nothing while its buffer is full is cut after
+``GATEWAY_CLIENT_WRITE_TIMEOUT_S``, its upstream aborted, and its record ends ``client_slow``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import httpx
+import openai
+
+from tests.support.probes import scrape, wait_until
+
+MODEL = "deepseek-v4-flash-0731"
+#: A stalled stream's prompt: its answer is ~3 MB of SSE from the simulator, more than the socket
+#: buffers between a stalled client and the gateway hold (a 4 KB receive buffer on loopback).
+LONG = "count from 1 to 20000"
+
+
+def stalled_stream(gateway_port: int, key: str) -> socket.socket:
+    """A streamed chat whose client reads the response head, then nothing; the open socket."""
+    body = json.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": LONG}], "stream": True}
+    ).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", gateway_port))
+    sock.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
+        + f"authorization: Bearer {key}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        part = sock.recv(1024)
+        assert part, "no response head"
+        head += part
+    assert head.startswith(b"HTTP/1.1 200"), head[:200]
+    return sock
+
+
+def read_to_end(sock: socket.socket) -> bytes:
+    """Everything the gateway still sends, until it closes or ends the chunked body."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    sock.settimeout(60)
+    data = b""
+    while not data.endswith(b"\r\n0\r\n\r\n"):
+        part = sock.recv(1 << 20)
+        if not part:
+            break
+        data += part
+    return data
+
+
+def test_two_stalled_streams_leave_the_slots_to_another_key(start_sim, start_gateway, make_key) -> None:
+    sim = start_sim(slots=2, decode_tps=20000)
+    gateway = start_gateway(sim.url, slots=2, stream_buffer_bytes=64 * 1024 * 1024)
+    stalled = [stalled_stream(gateway.port, make_key(f"stalled-{i}")) for i in range(2)]
+    try:
+        # the backend finishes both sequences although neither client reads: their slots are free
+        wait_until(lambda: scrape(gateway.url)["gateway_slots_in_use"] == 0, timeout_s=60, what="slots freed")
+        client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("other"), max_retries=0)
+        answer = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8, timeout=30
+        )
+        assert answer.choices[0].finish_reason == "length"
+        # each stalled client still gets its whole stream once it reads
+        for sock in stalled:
+            data = read_to_end(sock)
+            assert b"data: [DONE]\n\n" in data and b'"error"' not in data
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+def test_a_client_that_reads_nothing_with_its_buffer_full_is_cut(start_sim, start_gateway, make_key) -> None:
+    sim = start_sim(slots=2, decode_tps=20000)
+    gateway = start_gateway(sim.url, slots=2, stream_buffer_bytes=64 * 1024, client_write_timeout_s=1.0)
+    admin = make_key("ops", scopes=["admin"])
+    sock = stalled_stream(gateway.port, make_key("stalled"))
+    try:
+        # cut: the slot freed and the backend's sequence aborted before it could finish
+        wait_until(lambda: scrape(gateway.url)["gateway_slots_in_use"] == 0, timeout_s=30, what="cut")
+        wait_until(lambda: scrape(sim.url)["vllm:num_requests_running"] == 0, timeout_s=10, what="abort")
+        data = read_to_end(sock)  # what was buffered on the way, then the connection closes
+        assert b"data: [DONE]" not in data and not data.endswith(b"\r\n0\r\n\r\n")
+    finally:
+        sock.close()
+    metrics = scrape(gateway.url)
+    assert metrics["gateway_request_ends_total{end=client_slow}"] == 1
+
+    def record() -> dict:
+        rows = httpx.get(gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"}).json()
+        return next((r for r in rows["data"] if r["key_name"] == "stalled"), {})
+
+    wait_until(lambda: record().get("end_reason") == "client_slow", what="the record")
+    assert record()["status"] == 499
