@@ -7,9 +7,12 @@ gateway's sight and fairness. So the gateway holds the queue itself and admits a
 running ones (:class:`~gateway.admission.capacity.Capacity`).
 
 Fairness: each key has its own FIFO queue; keys with waiters take turns (round robin), a key with
-``priority`` p getting up to p grants per turn (weighted round robin). A key flooding 100 requests
-therefore delays another key's single request by at most one turn, and no key starves. A key at its
-``max_concurrency`` is skipped until one of its requests ends. The queue keeps room for keys with
+``priority`` p getting up to p grants per turn (weighted round robin), then going to the back. A key
+joins the rotation at its end, except that a key holding nothing of the backend joins ahead of the
+waiting keys that hold some: with two slots held by keys A and B that queue more, a third key's
+request gets the next freed slot, not the one after A's and B's next requests. A key flooding 100
+requests therefore delays another key's single request by at most one turn, and no key starves. A
+key at its ``max_concurrency`` is skipped until one of its requests ends. The queue keeps room for keys with
 nothing waiting: a key that already waits may not take the last :attr:`Admission.reserve` places.
 
 No head-of-line blocking: when the request whose turn it is does not fit (a 900k-token prompt waiting
@@ -164,10 +167,20 @@ class Admission(HeldLoad):
         self._queues.setdefault(key, deque()).append(waiter)
         self._waiting += 1
         if key not in self._credit:
-            self._turns.append(key)
+            self._join_turns(key)
             self._credit[key] = waiter.priority
         self._dispatch()
         return waiter
+
+    def _join_turns(self, key: str) -> None:
+        """Put a key whose first request now waits into the rotation: at its end, or, when it holds
+        nothing of the backend, ahead of the waiting keys that hold some (they are served already)."""
+        if not self._active_per_key.get(key):
+            holding = [self._turns.index(k) for k in self._active_per_key if k in self._credit]
+            if holding:
+                self._turns.insert(min(holding), key)
+                return
+        self._turns.append(key)
 
     def _no_room(self, key: str) -> QueueFullError | None:
         """The queue's refusal of one more waiter of ``key``: the whole queue full (its last quarter

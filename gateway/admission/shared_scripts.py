@@ -16,8 +16,9 @@ one Redis Cluster slot):
   ``gd`` the guarded ticket;
 - ``k`` hash key -> its requests holding the backend; ``g`` hash ticket -> the fence it was granted.
 
-Policy, the in-process scheduler's (``gateway.admission.scheduler``): weighted round robin over keys,
-FIFO within a key, a waiter that doesn't fit passed by one that does (only the first
+Policy, the in-process scheduler's (``gateway.admission.scheduler``): weighted round robin over keys
+(a key holding nothing of the backend joining ahead of the waiting keys that hold some), FIFO within a
+key, a waiter that doesn't fit passed by one that does (only the first
 :data:`SCAN_DEPTH` of a key's queue are looked at), a waiter passed ``bypass_limit`` times guarded
 with the EASY-backfilling reservation of :meth:`~gateway.admission.capacity.Capacity.spares`.
 A grant is published on ``grant:<replica>`` as ``"<ticket> <fence>"``; a replica that missed it
@@ -226,8 +227,15 @@ t.enq, t.passes, t.order = now, 0, redis.call('INCR', P..'o')
 redis.call('HSET', T, ticket, cjson.encode(t))
 redis.call('ZADD', TX, now + cap.ttl, ticket)
 redis.call('RPUSH', P..'q:'..t.key, ticket)
-if redis.call('HEXISTS', C, t.key) == 0 then
-  redis.call('HSET', C, t.key, t.prio); redis.call('RPUSH', R, t.key)
+if redis.call('HEXISTS', C, t.key) == 0 then  -- joins the rotation (see the in-process _join_turns)
+  redis.call('HSET', C, t.key, t.prio)
+  local pivot = false
+  if redis.call('HEXISTS', K, t.key) == 0 then
+    for _, key in ipairs(redis.call('LRANGE', R, 0, -1)) do
+      if redis.call('HEXISTS', K, key) == 1 then pivot = key; break end
+    end
+  end
+  if pivot then redis.call('LINSERT', R, 'BEFORE', pivot, t.key) else redis.call('RPUSH', R, t.key) end
 end
 local list, held = dispatch()
 local fence = redis.call('HGET', G, ticket)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gateway.admission import Admission, Need, QueueFullError, QueueTimeoutError, Reason, Waiter
+from gateway.admission import Admission, Lease, Need, QueueFullError, QueueTimeoutError, Reason, Waiter
 
 
 async def test_never_more_than_slots_and_fifo_order() -> None:
@@ -182,6 +182,23 @@ async def test_a_flood_delays_another_key_by_at_most_one_slot_turn() -> None:
     # two floods hold the slots; the next free slot after B arrived goes to B
     assert order.index("b0") <= 3
     assert admission.queue_depth == 0 and admission.in_use == 0
+
+
+async def test_a_freed_slot_goes_to_the_key_holding_nothing_before_the_keys_served_already() -> None:
+    """A and B hold both slots (admitted at once) and queue more; C's one request, queued last, gets
+    the next freed slot: the third key waits one slot turn, not two."""
+    admission = Admission(slots=2, queue_max=10, queue_timeout_s=10)
+    a, b = admission.enqueue("A"), admission.enqueue("B")
+    assert isinstance(a, Lease) and isinstance(b, Lease)
+    waiters = {name: admission.enqueue(name[0]) for name in ("A2", "B2", "C1")}
+    assert [admission.position(waiters[name]) for name in ("C1", "A2", "B2")] == [1, 2, 3]
+    a.release()
+    assert waiters["C1"].future.done() and not waiters["A2"].future.done()
+    b.release()
+    assert waiters["A2"].future.done() and not waiters["B2"].future.done()
+    for waiter in waiters.values():
+        admission.abandon(waiter)
+    assert admission.in_use == 0 and admission.queue_depth == 0
 
 
 async def test_priority_weights_the_turns() -> None:
