@@ -59,6 +59,7 @@ CATALOGUE: Mapping[str, ErrorKind] = {
     "too_many_failed_authentications": ErrorKind(429, "rate_limit_error", _WARNING),
     "queue_full": ErrorKind(429, "rate_limit_error", _WARNING),
     "queue_timeout": ErrorKind(429, "rate_limit_error", _WARNING),
+    "wait_too_long": ErrorKind(429, "rate_limit_error", _INFO),  # expected past its x-max-wait-s
     "draining": ErrorKind(503, "service_unavailable_error", _INFO),
     "admission_unavailable": ErrorKind(503, "service_unavailable_error", _ERROR),  # Redis, when shared
     # the backend

@@ -52,6 +52,8 @@ class ApiKeyRow(Base):
     previous_hash: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
     previous_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     aliases: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
+    max_wait_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    request_class: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class AuditRow(Base):

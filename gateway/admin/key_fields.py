@@ -93,6 +93,18 @@ class KeyLimits(BaseModel):
         description="Model names this key may ask for -> the model served for them "
         '({"gpt-4o": "deepseek-v4-flash"}); they win over GATEWAY_MODEL_ALIASES',
     )
+    max_wait_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=86400,
+        description="Longest queue wait, s, of the key's requests that name none (x-max-wait-s): one "
+        "expected to wait longer is refused at once (429 wait_too_long); null: as the queue allows",
+    )
+    request_class: Literal["interactive", "batch"] | None = Field(
+        default=None,
+        description="The class of the key's requests (interactive ahead of batch in the queue) and the "
+        "highest they may ask for (x-priority); null: interactive",
+    )
 
     @field_validator("aliases")
     @classmethod

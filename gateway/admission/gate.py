@@ -14,6 +14,22 @@ from gateway.admission.errors import QueueFullError
 from gateway.admission.lease import Lease, Waiter
 
 
+def expected_wait_s(
+    mean_hold_s: float, slots: int, waiting: int, queued: Mapping[str, int], key: str
+) -> float:
+    """How long a request of ``key`` that has to wait now is expected to: the grants before it, times
+    the mean time a request holds a slot (the queue's measured service rate: an exponentially
+    weighted mean), over the slots. Round robin gives each key with waiters one grant a turn, so a
+    request waits its key's queue length in turns of every waiting key: ``own x keys + keys`` grants
+    before it at most, never more than all the ``waiting``. ``queued``: waiters by key.
+
+    A rate estimate (a running request's remaining time is unknown to the gateway): it refuses early
+    only what the queue's recent pace says can't be served in time."""
+    keys = len(queued) + (0 if key in queued else 1)
+    ahead = min(waiting, queued.get(key, 0) * keys + keys - 1)
+    return mean_hold_s * (ahead + 1) / max(1, slots)
+
+
 class Load(Protocol):
     """The live figures of a backend's admission (or the sums over several): its capacity, sequences
     in use, requests waiting (by what for), KV reserved tokens, long requests running."""
@@ -143,6 +159,11 @@ class Gate(Load, Protocol):
         """The refusal a request of ``key`` that has to wait would get now (None: it would run or get
         a place): asked before its prompt is counted, so a request bound to be refused costs the
         backend nothing."""
+        ...
+
+    def expected_wait_s(self, key: str) -> float:
+        """How long a request of ``key`` arriving now is expected to wait, s (0: it would run at once;
+        :func:`expected_wait_s`)."""
         ...
 
     def status(self) -> dict[str, object]:

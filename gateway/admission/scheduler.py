@@ -42,7 +42,7 @@ from collections import Counter, deque
 
 from gateway.admission.capacity import Capacity, Held, Need, Reason
 from gateway.admission.errors import QueueFullError
-from gateway.admission.gate import HeldLoad, status_view
+from gateway.admission.gate import HeldLoad, expected_wait_s, status_view
 from gateway.admission.lease import Lease, Waiter, lease_when_granted
 from gateway.config import Settings
 
@@ -191,6 +191,12 @@ class Admission(HeldLoad):
         if self.queue_max_per_key is not None and waits >= self.queue_max_per_key:
             return QueueFullError(self.retry_after_s(), per_key=True)
         return None
+
+    def expected_wait_s(self, key: str) -> float:
+        if not self._turns and self.held.sequences < self.capacity.slots:
+            return 0.0
+        queued = {k: len(q) for k, q in self._queues.items()}
+        return expected_wait_s(self._mean_hold_s, self.slots, self._waiting, queued, key)
 
     def queue_refusal(self, key: str) -> QueueFullError | None:
         """:meth:`_no_room`, for a request that would have to wait: others wait, or every slot is held."""

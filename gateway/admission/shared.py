@@ -33,7 +33,7 @@ from redis.exceptions import RedisError
 
 from gateway.admission.capacity import Capacity, Held, Need, Reason
 from gateway.admission.errors import AdmissionUnavailableError, QueueFullError
-from gateway.admission.gate import HeldLoad, status_view
+from gateway.admission.gate import HeldLoad, expected_wait_s, status_view
 from gateway.admission.lease import Lease, Waiter, lease_when_granted
 from gateway.admission.shared_scripts import ABANDON, ENQUEUE, RELEASE, RENEW
 from gateway.config import Settings
@@ -208,6 +208,13 @@ class SharedAdmission(HeldLoad):
 
     def retry_after_s(self) -> int:
         return max(1, math.ceil(self._mean_hold_s * (self._waiting + 1) / self.slots))
+
+    def expected_wait_s(self, key: str) -> float:
+        """As :meth:`Admission.expected_wait_s`, from this replica's last call to Redis and its own
+        measured hold times."""
+        if not self._waiting and self.held.sequences < self.slots:
+            return 0.0
+        return expected_wait_s(self._mean_hold_s, self.slots, self._waiting, self._queued, key)
 
     def queue_refusal(self, key: str) -> QueueFullError | None:
         """The whole queue full at this replica's last call to Redis (its figures of every replica's

@@ -72,6 +72,8 @@ MUTABLE_FIELDS = (
     "default_thinking",
     "metadata",
     "aliases",
+    "max_wait_s",
+    "request_class",
 )
 
 
@@ -97,6 +99,8 @@ class KeyRecord:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     previous_expires_at: datetime | None = None
     aliases: Mapping[str, str] | None = None
+    max_wait_s: float | None = None
+    request_class: str | None = None
 
     @classmethod
     def from_row(cls, row: ApiKeyRow) -> KeyRecord:
@@ -120,6 +124,8 @@ class KeyRecord:
             metadata=dict(row.meta or {}),
             previous_expires_at=utc(row.previous_expires_at),
             aliases=dict(row.aliases) if row.aliases is not None else None,
+            max_wait_s=row.max_wait_s,
+            request_class=row.request_class,
         )
 
     def status(self, now: datetime) -> str:
@@ -143,6 +149,8 @@ class KeyRecord:
             max_concurrency=self.max_concurrency,
             priority=self.priority,
             aliases=self.aliases,
+            max_wait_s=self.max_wait_s,
+            request_class=self.request_class or "interactive",
         )
 
     def public(self, now: datetime) -> dict[str, Any]:
@@ -166,6 +174,8 @@ class KeyRecord:
             "priority": self.priority,
             "metadata": readable(dict(self.metadata), METADATA_DEPTH),
             "aliases": dict(self.aliases) if self.aliases is not None else None,
+            "max_wait_s": self.max_wait_s,
+            "request_class": self.request_class or "interactive",
             "previous_key_valid_until": iso(self.previous_expires_at)
             if self.previous_expires_at and self.previous_expires_at > now
             else None,
@@ -215,6 +225,8 @@ class KeyStore:
         priority: int = 1,
         metadata: Mapping[str, Any] | None = None,
         aliases: Mapping[str, str] | None = None,
+        max_wait_s: float | None = None,
+        request_class: str | None = None,
         key_hash: str | None = None,
     ) -> tuple[KeyRecord, str | None]:
         """Create a key; return its record and the plaintext secret (the only time it exists).
@@ -242,6 +254,8 @@ class KeyStore:
             priority=priority,
             meta=dict(metadata or {}),
             aliases=dict(aliases) if aliases is not None else None,
+            max_wait_s=max_wait_s,
+            request_class=request_class,
         )
         try:
             async with self._session.begin() as session:

@@ -35,6 +35,16 @@ Concurrency = Annotated[
     int | None, typer.Option("--max-concurrency", min=1, help="Requests in flight at once")
 ]
 Priority = Annotated[int | None, typer.Option(min=1, max=100, help="Weight in the fair queue (default 1)")]
+MaxWait = Annotated[
+    float | None,
+    typer.Option("--max-wait", min=0.001, help="Longest queue wait, s, before a request is refused at once"),
+]
+RequestClass = Annotated[
+    str | None,
+    typer.Option(
+        "--class", help="interactive (default) or batch: the class of its requests, and the highest"
+    ),
+]
 Thinking = Annotated[
     str | None,
     typer.Option(
@@ -88,6 +98,7 @@ def backend(url: str | None, admin_key: str | None, database_url: str | None) ->
 def _options(
     expires_in: str | None, models: str | None, rpm: int | None, tpm: int | None,
     max_concurrency: int | None, priority: int | None, thinking: str | None, alias: list[str] | None,
+    max_wait: float | None = None, request_class: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The admin API's fields for the options given (the others left out); a bad duration or thinking
     mode is refused here, named by its flag."""
@@ -101,6 +112,8 @@ def _options(
         "priority": priority,
         "default_thinking": thinking,
         "aliases": dict(checked("--alias", alias_pair, pair) for pair in alias) if alias else None,
+        "max_wait_s": max_wait,
+        "request_class": request_class,
     }
     options = {k: v for k, v in given.items() if v is not None}
     if models is not None:  # all: null, which an update needs to send
@@ -119,6 +132,8 @@ def create(
     priority: Priority = None,
     thinking: Thinking = None,
     alias: Alias = None,
+    max_wait: MaxWait = None,
+    request_class: RequestClass = None,
     admin: Annotated[bool, typer.Option("--admin", help="Grant the admin scope (/admin routes)")] = False,
     scope: Annotated[
         list[str] | None,
@@ -135,7 +150,9 @@ def create(
     """Create a key. The key itself is printed once, alone on the last line of stdout."""
     body = {
         "name": name,
-        **_options(expires_in, models, rpm, tpm, max_concurrency, priority, thinking, alias),
+        **_options(
+            expires_in, models, rpm, tpm, max_concurrency, priority, thinking, alias, max_wait, request_class
+        ),
     }
     scopes = set(scope or ()) | ({"admin"} if admin else set())
     if scopes:
@@ -216,6 +233,8 @@ def update(
     priority: Priority = None,
     thinking: Thinking = None,
     alias: Alias = None,
+    max_wait: MaxWait = None,
+    request_class: RequestClass = None,
     no_aliases: Annotated[bool, typer.Option("--no-aliases", help="Remove the key's aliases")] = False,
     url: UrlOpt = None,
     admin_key: AdminKeyOpt = None,
@@ -226,7 +245,9 @@ def update(
         raise CliError("--no-expiry and --expires-in contradict each other: give one")
     if no_aliases and alias:
         raise CliError("--no-aliases and --alias contradict each other: give one")
-    changes = _options(expires_in, models, rpm, tpm, max_concurrency, priority, thinking, alias)
+    changes = _options(
+        expires_in, models, rpm, tpm, max_concurrency, priority, thinking, alias, max_wait, request_class
+    )
     if no_expiry:
         changes["expires_at"] = None
     if no_aliases:

@@ -15,6 +15,7 @@ one whose body never arrived or was invalid too.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -23,6 +24,7 @@ from typing import Any
 from gateway.admission import Lease, Need, Waiter
 from gateway.auth.principal import Principal
 from gateway.dialects.base import Context, Dialect, Prepared
+from gateway.errors import GatewayError
 from gateway.limits import Ticket
 from gateway.proxy.backends import Backend, BackendDown, affinity_key
 from gateway.proxy.pipeline import Pipeline
@@ -36,6 +38,32 @@ from gateway.telemetry.spec import COUNTERS
 
 #: Seconds between ``: queued N`` comments to a waiting stream.
 QUEUE_COMMENT_INTERVAL_S = 5.0
+
+
+def max_wait(header: str) -> float:
+    """The ``x-max-wait-s`` header's seconds (400 ``invalid_value`` unless a number > 0)."""
+    try:
+        seconds = float(header)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise GatewayError(
+            "invalid_value", f"x-max-wait-s must be a number of seconds > 0, not {header[:32]!r}.",
+            param="x-max-wait-s",
+        )  # fmt: skip
+    return seconds
+
+
+def too_long(expected_s: float, max_wait_s: float) -> None:
+    """429 ``wait_too_long`` when the expected queue wait passes the request's limit, with a
+    ``Retry-After`` of how much sooner the queue's pace lets it in."""
+    if expected_s > max_wait_s:
+        raise GatewayError(
+            "wait_too_long",
+            f"This request would wait about {expected_s:.0f} s for the model server; it accepts "
+            f"{max_wait_s:g} s (x-max-wait-s, or the API key's max_wait_s).",
+            headers={"retry-after": str(max(1, math.ceil(expected_s - max_wait_s)))},
+        )
 
 
 class Exchange:
@@ -52,6 +80,7 @@ class Exchange:
         telemetry: bool,
         forwarded: Mapping[str, str],
         session: str | None = None,
+        max_wait_header: str | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.dialect = dialect
@@ -89,6 +118,8 @@ class Exchange:
         self._waited_s = 0.0  # waited before, on backends it left
         self._waited_for: dict[str, float] = {}  # that wait, by reason
         self._stored_at: Backend | None = None  # the backend storing its previous_response_id
+        self._max_wait_header = max_wait_header  # x-max-wait-s as sent: checked by prepare
+        self._max_wait_s = principal.max_wait_s
 
     async def __aenter__(self) -> Exchange:
         return self
@@ -120,6 +151,8 @@ class Exchange:
         normalise it for the backend, in the exchange's dialect. ``size``: the body's bytes, the
         prompt size's estimate's base."""
         pipeline, record = self.pipeline, self.recorder.record
+        if self._max_wait_header is not None:
+            self._max_wait_s = max_wait(self._max_wait_header)
         self._size = size
         self._affinity = affinity_key(body, self._session)
         self._prompt_tokens = estimate(size).tokens
@@ -156,6 +189,8 @@ class Exchange:
         refusal = backend.admission.queue_refusal(self.principal.name)
         if refusal is not None:  # before the count: a request bound to be refused costs the backend nothing
             raise refusal
+        if self._max_wait_s is not None:
+            too_long(backend.admission.expected_wait_s(self.principal.name), self._max_wait_s)
         size = await prompt_size(
             backend.counts,
             self.principal.name,

@@ -72,9 +72,9 @@ class ExchangeResponse(Response):
         telemetry = request.headers.get("x-gateway-telemetry") == "1"
         request_id = scope["state"]["request_id"]
         forwarded = self.dialect.forwarded(request.headers)
-        session = request.headers.get("x-session-affinity")
+        session, max_wait = request.headers.get("x-session-affinity"), request.headers.get("x-max-wait-s")
         async with Exchange(
-            pipeline, self.dialect, self.principal, request_id, telemetry, forwarded, session
+            pipeline, self.dialect, self.principal, request_id, telemetry, forwarded, session, max_wait
         ) as exchange:
             try:
                 try:

@@ -282,3 +282,18 @@ async def test_a_request_of_n_sequences_holds_n_slots() -> None:
     lease.release()
     with pytest.raises(ValueError):
         admission.enqueue("d", need=Need(sequences=3))
+
+
+async def test_the_expected_wait_counts_the_grants_before_a_request_at_the_mean_hold_time() -> None:
+    admission = Admission(slots=1, queue_max=10, queue_timeout_s=10)
+    assert admission.expected_wait_s("A") == 0.0  # it would run at once
+    held = admission.enqueue("A")
+    assert isinstance(held, Lease)
+    assert admission.expected_wait_s("B") == 10.0  # the slot's turn, at the prior mean of 10 s
+    waiters = [admission.enqueue("A"), admission.enqueue("A")]
+    assert admission.expected_wait_s("B") == 20.0  # round robin: one of A's before it, not both
+    assert admission.expected_wait_s("A") == 30.0  # A's own two first
+    for waiter in waiters:
+        assert isinstance(waiter, Waiter)
+        admission.abandon(waiter)
+    held.release()
