@@ -173,6 +173,13 @@ class Settings(BaseSettings):
         ge=1,
         description="Most answers (sequences) one request may ask for (OpenAI's n); each takes a slot",
     )
+    upstream_restart_hold_s: float = Field(
+        default=30.0,
+        ge=0,
+        description="A request whose backend can't be reached (a restart) waits this long for it, "
+        "then is served, instead of an immediate 503 (a stream gets ': waiting for the backend' "
+        "comments meanwhile); 0: 503 at once",
+    )
     count_concurrency: int = Field(
         default=2,
         ge=1,

@@ -21,12 +21,13 @@ import hashlib
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.admission import Capacity, Gate, Lease, Need, Reason, Waiter
 from gateway.admission.gate import status_view
 from gateway.errors import GatewayError
+from gateway.proxy.breaker import Breaker
 from gateway.proxy.counting import CountGate
 from gateway.proxy.upstream import Upstream
 
@@ -61,6 +62,7 @@ class Backend:
     admission: Gate
     monitor: Monitor
     counts: CountGate
+    breaker: Breaker = field(default_factory=Breaker)
     up: bool = True
     routed: int = 0
     """Requests routed here whose admission has not answered yet (a shared one's figures lag by a
@@ -130,6 +132,8 @@ class Backends:
         another one is up to take them."""
         went_down = backend.up and not up
         backend.up = up
+        if up:
+            backend.breaker.reachable()
         if went_down and any(b.up for b in self.all):
             backend.admission.fail_waiting(BackendDown(backend.name))
 

@@ -15,6 +15,7 @@ one whose body never arrived or was invalid too.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Mapping
@@ -38,6 +39,8 @@ from gateway.telemetry.spec import COUNTERS
 
 #: Seconds between ``: queued N`` comments to a waiting stream.
 QUEUE_COMMENT_INTERVAL_S = 5.0
+#: Seconds between two looks at a held request's backend circuit (a local check, no I/O).
+HOLD_POLL_S = 0.1
 
 
 def max_wait(header: str) -> float:
@@ -278,16 +281,14 @@ class Exchange:
 
     async def open(self, prepared: Prepared) -> UpstreamResponse:
         """Send the request upstream once the slot is held; return when its headers arrive (503 / 504 /
-        the upstream's own error status)."""
+        the upstream's own error status). A backend whose circuit is open is not tried (503 at once,
+        :mod:`~gateway.proxy.breaker`); one that refuses the connection while another is up is left
+        for that one (queue again there)."""
         while True:
             backend = self.backend
             assert backend is not None
-            if self.pipeline.wants_counters():  # one loopback scrape (ms) before the request decodes
-                self._before = await backend.monitor.scrape(COUNTERS, timeout_s=1.0)
             try:
-                self.upstream = await backend.upstream.open(
-                    "POST", self.dialect.upstream_path, prepared.body, self._headers
-                )
+                self.upstream = await self._send(backend, prepared)
             except Unreachable:
                 if not self._fail_over(backend):
                     raise
@@ -295,6 +296,47 @@ class Exchange:
                     await self.wait()
                 continue
             return self.upstream
+
+    async def open_when_back(self, prepared: Prepared) -> UpstreamResponse:
+        """:meth:`open`, held while the backend can't be reached (a restart): for up to
+        ``GATEWAY_UPSTREAM_RESTART_HOLD_S`` the request waits, its slot held, for the circuit to let a
+        request through again, and tries; the last 503 when the hold is over."""
+        deadline = time.monotonic() + self.pipeline.settings.upstream_restart_hold_s
+        while True:
+            try:
+                return await self.open(prepared)
+            except Unreachable:
+                if time.monotonic() >= deadline:
+                    raise
+            assert self.backend is not None
+            now = time.monotonic()
+            await asyncio.sleep(min(deadline - now, self.backend.breaker.wait_s(now, HOLD_POLL_S)))
+
+    async def _send(self, backend: Backend, prepared: Prepared) -> UpstreamResponse:
+        """One try on ``backend``, its circuit told how it went."""
+        breaker, now = backend.breaker, time.monotonic()
+        if not breaker.allows(now):
+            raise Unreachable(f"{backend.name} failed repeatedly; its circuit is open")
+        if self.pipeline.wants_counters():  # one loopback scrape (ms) before the request decodes
+            self._before = await backend.monitor.scrape(COUNTERS, timeout_s=1.0)
+        try:
+            response = await backend.upstream.open(
+                "POST", self.dialect.upstream_path, prepared.body, self._headers
+            )
+        except Unreachable:
+            breaker.failure(time.monotonic(), refused=True)
+            raise
+        except GatewayError as error:
+            if error.status >= 500:
+                breaker.failure(time.monotonic())
+            else:
+                breaker.success()
+            raise
+        except BaseException:
+            breaker.given_up()
+            raise
+        breaker.success()
+        return response
 
     def _fail_over(self, backend: Backend) -> bool:
         """``backend`` refused the connection: if another one is up, take it out (its monitor will say

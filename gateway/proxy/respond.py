@@ -11,9 +11,11 @@ through the request's life in order, answering through one :class:`~gateway.prox
    reserve its tokens per minute (429), then be admitted or take a place in the key's queue (429
    ``queue_full``);
 3. non-stream, or a stream admitted at once: wait for the slot and open the upstream before any byte,
-   so a down upstream is still a 503; a stream that has to wait is answered 200 at once with
+   so an upstream error is still a status; a stream that has to wait is answered 200 at once with
    ``: queued N REASON`` comments while it waits (so idle-timeout proxies don't cut it and the client sees
-   its place), and a failure after that point is an error event;
+   its place), and a failure after that point is an error event. A backend that can't be reached (a
+   restart, an open circuit) holds the request up to ``GATEWAY_UPSTREAM_RESTART_HOLD_S`` (a stream
+   started and told ``: queued 0 backend``), then 503;
 4. relay the stream (:func:`~gateway.proxy.relay.relay_events`) or answer the whole body.
 
 From the body read on, the work races the client's ``http.disconnect``
@@ -27,7 +29,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -50,8 +53,10 @@ from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.relay import RelayOutcome, let_waiter_send, relay_events
 from gateway.proxy.reply import Reply
 from gateway.proxy.stream_buffer import StreamBuffer
+from gateway.proxy.upstream import Unreachable
 
 log = logging.getLogger("gateway.errors")
+T = TypeVar("T")
 #: The shape bounds of an inference body.
 INFERENCE = JsonLimits()
 
@@ -122,7 +127,7 @@ async def _serve(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
     if not prepared.stream:
         if not admitted:
             await exchange.wait()
-        upstream = await exchange.open(prepared)
+        upstream = await exchange.open_when_back(prepared)
         body = await upstream.read()
         if exchange.release_early():
             await let_waiter_send()
@@ -131,32 +136,45 @@ async def _serve(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
         exchange.status, exchange.complete = upstream.status, True
         await reply.json(upstream.status, answer, headers)
         return
-    if admitted:
-        await exchange.open(prepared)
+    if not admitted:
         await reply.start_stream(headers)
-    else:
-        await reply.start_stream(headers)
-        await _wait_in_queue(exchange, reply)
+        await _commented(reply, exchange.wait(), exchange.position)
+    try:
         await exchange.open(prepared)
+    except Unreachable:  # down, perhaps restarting: held, the stream told so meanwhile
+        if not exchange.pipeline.settings.upstream_restart_hold_s:
+            raise
+        if not reply.streaming:
+            await reply.start_stream(headers)
+        await _commented(reply, exchange.open_when_back(prepared), _held)
+    if not reply.streaming:
+        await reply.start_stream(headers)
     await _relay(exchange, prepared, reply)
 
 
-async def _wait_in_queue(exchange: Exchange, reply: Reply) -> None:
-    """Wait for admission, sending ``: queued N REASON`` (its place, what it waits for: ``slot``,
-    ``kv``, ``lane``, ...) every :data:`QUEUE_COMMENT_INTERVAL_S` seconds."""
-    waiting = asyncio.ensure_future(exchange.wait())
+def _held() -> tuple[int, str]:
+    """What a stream held for its backend's restart is told: ``: queued 0 backend``."""
+    return 0, "backend"
+
+
+async def _commented(reply: Reply, work: Awaitable[T], place: Callable[[], tuple[int, str]]) -> T:
+    """Run ``work``, sending ``: queued N REASON`` (``place()``: its place and what it waits for:
+    ``slot``, ``kv``, ``lane``, ..., ``backend`` while held for a restart) now and every
+    :data:`QUEUE_COMMENT_INTERVAL_S` seconds it has not finished. Cancelled with the stream (a place
+    in the queue given up: ``Admission.wait``; the exchange's exit makes sure)."""
+    task = asyncio.ensure_future(work)
     try:
-        while not waiting.done():
-            place, reason = exchange.position()
-            await reply.events(b": queued %d %s\n\n" % (place, reason.encode()))
-            await asyncio.wait({waiting}, timeout=QUEUE_COMMENT_INTERVAL_S)
+        while not task.done():
+            number, reason = place()
+            await reply.events(b": queued %d %s\n\n" % (number, reason.encode()))
+            await asyncio.wait({task}, timeout=QUEUE_COMMENT_INTERVAL_S)
     finally:
-        if not waiting.done():
-            waiting.cancel()  # gives the place up (Admission.wait); the exchange's exit makes sure
-            await asyncio.wait({waiting})
-        elif not waiting.cancelled():
-            waiting.exception()  # retrieved here too: this task may be leaving for another reason
-    waiting.result()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+        elif not task.cancelled():
+            task.exception()  # retrieved here too: this task may be leaving for another reason
+    return task.result()
 
 
 async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:

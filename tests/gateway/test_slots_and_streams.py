@@ -192,9 +192,10 @@ def test_upstream_dying_mid_stream_ends_with_an_error_event(start_sim, start_gat
 
 
 def test_upstream_unreachable_is_503_before_any_byte(start_gateway, make_key) -> None:
+    """With no restart hold (``test_backend_restart.py`` has the hold)."""
     from tests.support.servers import free_port
 
-    gateway = start_gateway(f"http://127.0.0.1:{free_port()}")
+    gateway = start_gateway(f"http://127.0.0.1:{free_port()}", upstream_restart_hold_s=0)
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("d"), max_retries=0)
     for stream in (False, True):
         with pytest.raises(openai.APIStatusError) as info:

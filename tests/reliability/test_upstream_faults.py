@@ -115,15 +115,19 @@ def stack_on(start_gateway, make_key) -> Callable[..., Stack]:
 
 
 def test_refused_connection_is_503_and_the_upstream_coming_back_is_served(stack_on) -> None:
-    """A closed upstream port: 503 ``upstream_unavailable`` for stream and non-stream, the slot back,
-    one ledger row per request; once something listens on that port, requests are served again."""
+    """A closed upstream port and no restart hold: 503 ``upstream_unavailable`` for stream and
+    non-stream at once, the slot back, one ledger row per request (the hold itself:
+    ``test_backend_restart.py``)."""
     port = free_port()
-    stack = stack_on(f"http://127.0.0.1:{port}")
+    stack = stack_on(f"http://127.0.0.1:{port}", upstream_restart_hold_s=0)
     responses = [stack.post("hi", stream) for stream in (False, True)]
     for response in responses:
         assert_openai_error(response, (503,), "upstream_unavailable")
     back = FaultyUpstream(port).start()
     try:
+        # the refusals opened the backend's circuit: its cool-down (1 s), then a trial closes it
+        served = lambda: stack.post("hello").status_code == 200  # noqa: E731
+        wait_until(served, timeout_s=5, what="the circuit's trial served")
         for response in responses:
             stack.settled(response.headers["x-request-id"], 503)
     finally:

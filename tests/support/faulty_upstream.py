@@ -80,6 +80,7 @@ class FaultyUpstream:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
         self.sent = 0
+        self.posts = 0  # POST requests answered (or faulted) so far
         self._writers: set[asyncio.StreamWriter] = set()
 
     def start(self) -> FaultyUpstream:
@@ -125,6 +126,7 @@ class FaultyUpstream:
         if method != "POST":
             writer.write(_head("404 Not Found", "text/plain", 0))
             return True
+        self.posts += 1
         payload = json.loads(body)
         text = str(payload["messages"][-1]["content"])
         fault = text.split("fault:", 1)[1].split()[0] if "fault:" in text else "ok"
