@@ -173,6 +173,12 @@ class Settings(BaseSettings):
         ge=1,
         description="Most answers (sequences) one request may ask for (OpenAI's n); each takes a slot",
     )
+    upstream_priority: bool = Field(
+        default=False,
+        description="Send vLLM a batch request's class as its priority (1; interactive: 0, the default). "
+        "Only with vLLM's --scheduling-policy priority (the runtime profile's SCHEDULING_POLICY), which "
+        "refuses any other priority than 0 without it",
+    )
     upstream_restart_hold_s: float = Field(
         default=30.0,
         ge=0,
@@ -402,7 +408,7 @@ class Settings(BaseSettings):
                 self.slots = defaults["slots"]
             if "kv_budget_tokens" not in self.model_fields_set and defaults["kv_budget_tokens"]:
                 self.kv_budget_tokens = defaults["kv_budget_tokens"]
-            for name in ("max_model_len", "long_prompt_tokens", "express_slots"):
+            for name in ("max_model_len", "long_prompt_tokens", "express_slots", "upstream_priority"):
                 if name not in self.model_fields_set:
                     setattr(self, name, defaults[name])  # type: ignore[literal-required]
         if self.express_slots >= self.slots:

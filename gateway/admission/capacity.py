@@ -34,11 +34,13 @@ class Reason(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Need:
     """What one request holds while it runs: ``sequences`` slots, ``kv_tokens`` of the KV pool, and the
-    long-prompt lane if ``long``."""
+    long-prompt lane if ``long``; ``batch``: its class is batch (it waits behind every interactive
+    request; it holds nothing more)."""
 
     sequences: int = 1
     kv_tokens: int = 0
     long: bool = False
+    batch: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,12 @@ joins the rotation at its end, except that a key holding nothing of the backend 
 waiting keys that hold some: with two slots held by keys A and B that queue more, a third key's
 request gets the next freed slot, not the one after A's and B's next requests. A key flooding 100
 requests therefore delays another key's single request by at most one turn, and no key starves. A
-key at its ``max_concurrency`` is skipped until one of its requests ends. The queue keeps room for keys with
+key at its ``max_concurrency`` is skipped until one of its requests ends.
+
+Classes: a request is ``interactive`` (the default) or ``batch`` (:attr:`Need.batch`): no batch
+request is admitted while an interactive one that fits waits; the turns above hold within each
+class. Batch work fills the slots interactive work leaves (under sustained interactive load, it
+waits: its queue timeout bounds that). The queue keeps room for keys with
 nothing waiting: a key that already waits may not take the last :attr:`Admission.reserve` places.
 
 No head-of-line blocking: when the request whose turn it is does not fit (a 900k-token prompt waiting
@@ -106,6 +111,7 @@ class Admission(HeldLoad):
         self._active: set[Lease] = set()
         self._active_per_key: Counter[str] = Counter()
         self._waiting = 0
+        self._batch = 0  # of them batch requests
         self._guarded: Waiter | None = None
         self._mean_hold_s = 10.0
 
@@ -166,6 +172,7 @@ class Admission(HeldLoad):
         waiter = Waiter(key, max(1, priority), max_concurrency, future, need, timeout)
         self._queues.setdefault(key, deque()).append(waiter)
         self._waiting += 1
+        self._batch += need.batch
         if key not in self._credit:
             self._join_turns(key)
             self._credit[key] = waiter.priority
@@ -255,6 +262,7 @@ class Admission(HeldLoad):
             return
         queue.remove(waiter)
         self._waiting -= 1
+        self._batch -= waiter.need.batch
         if waiter is self._guarded:
             self._guarded = None
         if not queue:
@@ -285,23 +293,31 @@ class Admission(HeldLoad):
         self._note_reasons()
 
     def _pick(self, guarded: Waiter | None) -> Waiter | None:
-        """The first waiter in turn order that fits (and spares ``guarded``); each one passed that did
-        not fit gets a pass."""
+        """The first waiter in turn order that fits (and spares ``guarded``), interactive ones before
+        any batch one; each one passed that did not fit gets a pass (a batch waiter is not passed by
+        an interactive one: it comes after them by its class)."""
         passed: list[Waiter] = []
         gone: list[Waiter] = []
         chosen: Waiter | None = None
         holders = self._holders.values()
-        for key in self._turns:
-            queue = self._queues[key]
-            if not self._key_free(key, queue[0].max_concurrency):
-                continue
-            for waiter in queue:
-                if waiter.future.done():  # cancelled (client gone, queue timeout), its task not yet run
-                    gone.append(waiter)
-                elif waiter is guarded or not self._fits(waiter.need):
-                    passed.append(waiter)
-                elif guarded is None or self.capacity.spares(self.held, holders, guarded.need, waiter.need):
-                    chosen = waiter
+        for batch in (False, True) if self._batch else (False,):
+            for key in self._turns:
+                queue = self._queues[key]
+                if not self._key_free(key, queue[0].max_concurrency):
+                    continue
+                for waiter in queue:
+                    if waiter.need.batch is not batch:
+                        continue
+                    if waiter.future.done():  # cancelled (client gone, queue timeout), its task not yet run
+                        gone.append(waiter)
+                    elif waiter is guarded or not self._fits(waiter.need):
+                        passed.append(waiter)
+                    elif guarded is None or self.capacity.spares(
+                        self.held, holders, guarded.need, waiter.need
+                    ):
+                        chosen = waiter
+                        break
+                if chosen is not None:
                     break
             if chosen is not None:
                 break
@@ -333,6 +349,7 @@ class Admission(HeldLoad):
         queue = self._queues[key]
         queue.remove(waiter)
         self._waiting -= 1
+        self._batch -= waiter.need.batch
         if waiter is self._guarded:
             self._guarded = None
         waiter.grant = self._take(key, waiter.need)

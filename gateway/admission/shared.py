@@ -141,7 +141,8 @@ class SharedAdmission(HeldLoad):
         waiter.ticket = f"{self.replica}:{uuid.uuid4().hex[:12]}"
         fields = {
             "key": key, "prio": waiter.priority, "maxc": -1 if max_concurrency is None else max_concurrency,
-            "seq": need.sequences, "kv": need.kv_tokens, "long": int(need.long), "replica": self.replica,
+            "seq": need.sequences, "kv": need.kv_tokens, "long": int(need.long), "b": int(need.batch),
+            "replica": self.replica,
         }  # fmt: skip
         self._waiters[waiter.ticket] = waiter  # a grant's message may come before the script's answer
         self._enqueuing.add(waiter.ticket)

@@ -9,7 +9,8 @@ one Redis Cluster slot):
   A *fence* is ``INCR f``: increasing, so a lease that expired and was purged can't be released
   twice, nor free a later holder's capacity; releases and renewals name the ticket too, as a Redis
   that restarted empty counts fences from 1 again;
-- ``t`` hash ticket -> waiter ``{key, prio, maxc, seq, kv, long, replica, enq, passes}``; ``tx`` zset
+- ``t`` hash ticket -> waiter ``{key, prio, maxc, seq, kv, long, b, replica, enq, passes}`` (``b``
+  1 for a batch request); ``tx`` zset
   ticket -> expiry (ms), renewed by the replica that waits; ``q:<key>`` list of the key's tickets (FIFO);
   ``r`` list of keys with waiters in serving order; ``c`` hash key -> grants left in its turn;
   ``px`` zset of tickets passed ``bypass_limit`` times (by ``o``, the enqueue counter: FIFO);
@@ -17,10 +18,11 @@ one Redis Cluster slot):
 - ``k`` hash key -> its requests holding the backend; ``g`` hash ticket -> the fence it was granted.
 
 Policy, the in-process scheduler's (``gateway.admission.scheduler``): weighted round robin over keys
-(a key holding nothing of the backend joining ahead of the waiting keys that hold some), FIFO within a
-key, a waiter that doesn't fit passed by one that does (only the first
-:data:`SCAN_DEPTH` of a key's queue are looked at), a waiter passed ``bypass_limit`` times guarded
-with the EASY-backfilling reservation of :meth:`~gateway.admission.capacity.Capacity.spares`.
+(a key holding nothing of the backend joining ahead of the waiting keys that hold some), interactive
+requests before batch ones, FIFO within a key, a waiter that doesn't fit passed by one that does
+(only the first :data:`SCAN_DEPTH` of a key's queue are looked at), a waiter passed ``bypass_limit``
+times guarded with the EASY-backfilling reservation of
+:meth:`~gateway.admission.capacity.Capacity.spares`.
 A grant is published on ``grant:<replica>`` as ``"<ticket> <fence>"``; a replica that missed it
 finds it in ``g`` at its next renewal.
 
@@ -143,14 +145,19 @@ end
 
 local function pick(list, held, gticket, gt)
   local passed, chosen, ct = {}, nil, nil
-  for _, key in ipairs(redis.call('LRANGE', R, 0, -1)) do
-    local tickets = redis.call('LRANGE', P..'q:'..key, 0, __SCAN_DEPTH__ - 1)
-    if tickets[1] and key_free(waiter(tickets[1])) then
-      for _, ticket in ipairs(tickets) do
-        local t = waiter(ticket)
-        if ticket == gticket or blocker(held, t) then passed[#passed + 1] = {ticket, t}
-        elseif gticket == nil or spares(list, held, gt, t) then chosen, ct = ticket, t; break end
+  for batch = 0, 1 do  -- interactive waiters first, then batch ones
+    for _, key in ipairs(redis.call('LRANGE', R, 0, -1)) do
+      local tickets = redis.call('LRANGE', P..'q:'..key, 0, __SCAN_DEPTH__ - 1)
+      if tickets[1] and key_free(waiter(tickets[1])) then
+        for _, ticket in ipairs(tickets) do
+          local t = waiter(ticket)
+          if (t.b or 0) == batch then
+            if ticket == gticket or blocker(held, t) then passed[#passed + 1] = {ticket, t}
+            elseif gticket == nil or spares(list, held, gt, t) then chosen, ct = ticket, t; break end
+          end
+        end
       end
+      if chosen then break end
     end
     if chosen then break end
   end

@@ -19,6 +19,7 @@ import asyncio
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any
 
@@ -41,6 +42,45 @@ from gateway.telemetry.spec import COUNTERS
 QUEUE_COMMENT_INTERVAL_S = 5.0
 #: Seconds between two looks at a held request's backend circuit (a local check, no I/O).
 HOLD_POLL_S = 0.1
+
+
+#: vLLM's routes whose request takes ``priority`` (its Anthropic route builds a chat request without
+#: it: a Messages request keeps the gateway's class order only).
+PRIORITY_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses"})
+#: vLLM's ``priority`` of a batch request (lower is handled earlier; 0, the default, is interactive's).
+BATCH_PRIORITY = 1
+
+
+def with_priority(body: bytes, priority: int) -> bytes:
+    """``body`` (a JSON object, as a dialect serialised it) with ``"priority"`` first: vLLM orders
+    its waiting sequences by it under ``--scheduling-policy priority`` (and refuses any priority but
+    0 without it). Spliced, not re-serialised: a 1M-token prompt is not encoded twice. A client's own
+    ``priority`` (a key with the ``backend_fields`` scope) comes later in the object and wins."""
+    assert body.startswith(b"{"), "a dialect's upstream body is a JSON object"
+    rest = body[1:].lstrip()
+    return b'{"priority":%d' % priority + (b"}" if rest.startswith(b"}") else b"," + rest)
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What the client asked for in headers, as sent (checked by :meth:`Exchange.prepare`):
+    ``x-session-affinity``, ``x-max-wait-s`` (seconds), ``x-priority`` (``interactive`` | ``batch``)."""
+
+    session: str | None = None
+    max_wait_s: str | None = None
+    priority: str | None = None
+
+
+def request_class(header: str) -> str:
+    """The ``x-priority`` header's class (400 ``invalid_value`` unless interactive or batch)."""
+    value = header.strip().lower()
+    if value not in ("interactive", "batch"):
+        raise GatewayError(
+            "invalid_value",
+            f"x-priority must be interactive or batch, not {header[:32]!r}.",
+            param="x-priority",
+        )
+    return value
 
 
 def max_wait(header: str) -> float:
@@ -82,8 +122,7 @@ class Exchange:
         request_id: str,
         telemetry: bool,
         forwarded: Mapping[str, str],
-        session: str | None = None,
-        max_wait_header: str | None = None,
+        asked: Asked = Asked(),
     ) -> None:
         self.pipeline = pipeline
         self.dialect = dialect
@@ -115,14 +154,15 @@ class Exchange:
         self._size = 0
         self._prompt_tokens = 0
         self._need = Need()
-        self._session = session
+        self._session = asked.session
         self._affinity: str | None = None
         self._left: list[Backend] = []  # backends that went down while it waited for them
         self._waited_s = 0.0  # waited before, on backends it left
         self._waited_for: dict[str, float] = {}  # that wait, by reason
         self._stored_at: Backend | None = None  # the backend storing its previous_response_id
-        self._max_wait_header = max_wait_header  # x-max-wait-s as sent: checked by prepare
+        self._asked = asked
         self._max_wait_s = principal.max_wait_s
+        self._batch = principal.request_class == "batch"
 
     async def __aenter__(self) -> Exchange:
         return self
@@ -154,8 +194,11 @@ class Exchange:
         normalise it for the backend, in the exchange's dialect. ``size``: the body's bytes, the
         prompt size's estimate's base."""
         pipeline, record = self.pipeline, self.recorder.record
-        if self._max_wait_header is not None:
-            self._max_wait_s = max_wait(self._max_wait_header)
+        if self._asked.max_wait_s is not None:
+            self._max_wait_s = max_wait(self._asked.max_wait_s)
+        if self._asked.priority is not None:  # a batch key's requests stay batch
+            self._batch = request_class(self._asked.priority) == "batch" or self._batch
+        record.request_class = "batch" if self._batch else "interactive"
         self._size = size
         self._affinity = affinity_key(body, self._session)
         self._prompt_tokens = estimate(size).tokens
@@ -176,6 +219,12 @@ class Exchange:
             self._claim,
         )
         prepared = self.dialect.prepare(parsed, context)
+        if (
+            self._batch
+            and pipeline.settings.upstream_priority
+            and self.dialect.upstream_path in PRIORITY_ROUTES
+        ):
+            prepared.body = with_priority(prepared.body, BATCH_PRIORITY)
         pipeline.check_budget(prepared.output_budget, prepared.output_param)
         if prepared.previous_response_id is not None:
             param = "previous_response_id"
@@ -205,7 +254,7 @@ class Exchange:
         )
         prepared.count = None  # it holds the prompt's tree; the request waits with its bytes only
         self._prompt_tokens = size.tokens
-        self._need = pipeline.need(prepared, size.tokens)
+        self._need = replace(pipeline.need(prepared, size.tokens), batch=self._batch)
         record.prompt_size_tokens, record.prompt_size_source = size.tokens, size.source
         record.kv_tokens, record.lane = self._need.kv_tokens, "long" if self._need.long else "short"
 

@@ -48,7 +48,7 @@ from gateway.errors import (
 )
 from gateway.json_limits import JsonLimits
 from gateway.proxy.body import body_bounds, read_json
-from gateway.proxy.exchange import QUEUE_COMMENT_INTERVAL_S, Exchange
+from gateway.proxy.exchange import QUEUE_COMMENT_INTERVAL_S, Asked, Exchange
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.relay import RelayOutcome, let_waiter_send, relay_events
 from gateway.proxy.reply import Reply
@@ -77,9 +77,13 @@ class ExchangeResponse(Response):
         telemetry = request.headers.get("x-gateway-telemetry") == "1"
         request_id = scope["state"]["request_id"]
         forwarded = self.dialect.forwarded(request.headers)
-        session, max_wait = request.headers.get("x-session-affinity"), request.headers.get("x-max-wait-s")
+        asked = Asked(
+            request.headers.get("x-session-affinity"),
+            request.headers.get("x-max-wait-s"),
+            request.headers.get("x-priority"),
+        )
         async with Exchange(
-            pipeline, self.dialect, self.principal, request_id, telemetry, forwarded, session, max_wait
+            pipeline, self.dialect, self.principal, request_id, telemetry, forwarded, asked
         ) as exchange:
             try:
                 try:

@@ -16,13 +16,15 @@ from gateway.runtime.profile import RuntimeProfile
 class GatewayDefaults(TypedDict):
     """``slots``: default ``GATEWAY_SLOTS``; ``kv_budget_tokens``: shared KV pool, ``None`` if unmeasured;
     ``max_model_len``: the context window; ``long_prompt_tokens``: where the express lane starts;
-    ``express_slots``: slots kept for short prompts while long ones run."""
+    ``express_slots``: slots kept for short prompts while long ones run; ``upstream_priority``: whether
+    vLLM schedules by ``priority`` (``SCHEDULING_POLICY=priority``), so batch requests may say so."""
 
     slots: int
     kv_budget_tokens: int | None
     max_model_len: int
     long_prompt_tokens: int
     express_slots: int
+    upstream_priority: bool
 
 
 def gateway_defaults(profile: RuntimeProfile) -> GatewayDefaults:
@@ -41,4 +43,5 @@ def gateway_defaults(profile: RuntimeProfile) -> GatewayDefaults:
         max_model_len=profile.max_model_len,
         long_prompt_tokens=8 * profile.max_num_batched_tokens,
         express_slots=1 if profile.max_num_seqs >= 2 else 0,
+        upstream_priority=profile.scheduling_policy == "priority",
     )

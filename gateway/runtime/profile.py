@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -82,6 +82,9 @@ class RuntimeProfile(BaseModel):
     ucx_mem_mmap_hook_mode: str | None = Field(None, alias="UCX_MEM_MMAP_HOOK_MODE")
     ucx_rcache_max_unreleased: int | None = Field(None, alias="UCX_RCACHE_MAX_UNRELEASED")
     kv_capacity_tokens: int | None = Field(None, alias="KV_CAPACITY_TOKENS")
+    #: vLLM's ``--scheduling-policy``: empty for its default (``fcfs``), or ``priority`` (waiting
+    #: sequences by the request's ``priority``, lower first; the gateway then sends batch requests as 1).
+    scheduling_policy: Literal["", "priority"] = Field("", alias="SCHEDULING_POLICY")
     allow_unqualified: bool = Field(False, alias="DSPARK_ALLOW_UNQUALIFIED")
     node: NodeEnv | None = None
 

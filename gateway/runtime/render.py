@@ -73,6 +73,8 @@ def render(profile: RuntimeProfile, rank: int) -> tuple[list[str], dict[str, str
         "--nnodes", "2", "--node-rank", str(rank),
         "--master-addr", node.master_addr, "--master-port", str(node.master_port),
     ]  # fmt: skip
+    if profile.scheduling_policy:
+        argv += ["--scheduling-policy", profile.scheduling_policy]
     if rank == 1:
         argv.append("--headless")
     return argv, render_env(profile)

@@ -45,6 +45,10 @@ class SimConfig:
     kv_cache_tokens: int = 1_372_579
     """KV pool size, tokens (the balanced profile's at startup); running sequences that outgrow it are
     preempted (``gateway.sim.scheduler``); ``vllm:kv_cache_usage_perc`` = tokens held / this."""
+    scheduling_policy: str = "fcfs"
+    """vLLM's ``--scheduling-policy``: ``fcfs``, or ``priority`` (waiting sequences by the request's
+    ``priority``, lower first, then arrival). Under ``fcfs`` a ``priority`` other than 0 is a 400, as
+    vLLM documents ("will raise an error if the served model does not use priority scheduling")."""
     responses_store: bool = False
     """Keep the Responses API's ``store: true`` answers (non-stream) for ``GET /v1/responses/{id}``,
     ``.../cancel`` and ``previous_response_id``, as vLLM does with ``VLLM_ENABLE_RESPONSES_API_STORE=1``;

@@ -114,6 +114,11 @@ async def _tokenize(request: Request, body: TokenizeRequest) -> Response:
         )
 
 
+def _priority(body: BaseModel) -> Any:
+    """The request's ``priority`` (vLLM's field; 0 when absent), as sent: :func:`_prepare` checks it."""
+    return (body.model_extra or {}).get("priority", 0)
+
+
 def _counting(sim: SimState, tokens: int) -> contextlib.AbstractAsyncContextManager[None]:
     """A prompt count of ``tokens`` as the metrics see it, taking the tokenizer's time."""
     tps = sim.config.tokenize_tps
@@ -188,6 +193,7 @@ async def _chat(request: Request, body: ChatRequest) -> Response:
         max_tokens=body.token_limit,
         seed=body.seed,
         ignore_eos=body.ignore_eos,
+        priority=_priority(body),
         include_usage=body.include_usage,
         continuous_usage=body.continuous_usage,
     )
@@ -219,6 +225,7 @@ async def _completion(request: Request, body: CompletionRequest) -> Response:
         max_tokens=body.token_limit,
         seed=body.seed,
         ignore_eos=body.ignore_eos,
+        priority=_priority(body),
         include_usage=body.include_usage,
         continuous_usage=body.continuous_usage,
         prompt_param="prompt",
@@ -256,6 +263,7 @@ async def _responses(request: Request, body: ResponsesRequest) -> Response:
         max_tokens=body.max_output_tokens,
         seed=body.seed,
         ignore_eos=body.ignore_eos,
+        priority=_priority(body),
         prompt_param="input",
         limit_param="max_output_tokens",
     )
@@ -303,12 +311,17 @@ async def _prepare(
     prompt_param: str = "messages",
     limit_param: str = "max_tokens",
     split: bool | None = None,
+    priority: Any = 0,
 ) -> tuple[streams.Generation, Faults]:
     """What every generation route does once its body is read: check the length, read the
     directives, stall or fail as they ask, script the output and build its engine sequence.
     ``split`` (reasoning into its own field) defaults to the server's reasoning parser."""
     sim: SimState = request.app.state.sim
     config = sim.config
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise SimError(400, "priority must be an integer", param="priority")
+    if priority != 0 and config.scheduling_policy != "priority":
+        raise SimError(400, "priority other than 0 needs --scheduling-policy priority", param="priority")
     limit = _check_length(config, prompt.tokens, max_tokens, prompt_param, limit_param)
     faults = parse_faults(prompt.instruction)
     call = scripted_call(prompt.instruction, prompt.tools)
@@ -334,6 +347,7 @@ async def _prepare(
         finish_reason=output.finish_reason,
         rng=random.Random(step_seed),
         decode_tps=faults.decode_tps,
+        priority=priority,
     )
     gen = streams.Generation(
         envelope=envelope,

@@ -40,8 +40,10 @@ class Scheduler:
         kv_cache_tokens: int | None = None,
         first_chunk_tokens: int = 4096,
         on_preempt: Callable[[Sequence], None] | None = None,
+        by_priority: bool = False,
     ) -> None:
         self.slots = slots
+        self.by_priority = by_priority  # vLLM's --scheduling-policy priority: waiting by (priority, arrival)
         self.kv_cache_tokens = kv_cache_tokens
         self.first_chunk_tokens = first_chunk_tokens
         self.on_preempt = on_preempt
@@ -79,7 +81,10 @@ class Scheduler:
                 self._start(seq)
                 return
             entry = (seq, asyncio.get_running_loop().create_future())
-            self._waiting.append(entry)
+            later = (i for i, (w, _) in enumerate(self._waiting) if w.priority > seq.priority)
+            self._waiting.insert(
+                next(later, len(self._waiting)) if self.by_priority else len(self._waiting), entry
+            )
         try:
             await entry[1]
         except BaseException:

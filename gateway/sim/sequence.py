@@ -39,6 +39,8 @@ class Sequence:
     rng: random.Random
     decode_tps: float | None = None
     """This sequence's decode speed, tokens/s (None: the server's ``SimConfig.decode_tps``)."""
+    priority: int = 0
+    """The request's ``priority`` (lower first, with ``SimConfig.scheduling_policy`` ``priority``)."""
     arrival: float = field(default_factory=time.monotonic)
     scheduled: float | None = None
     first_token: float | None = None

@@ -29,7 +29,12 @@ class SimState:
     def build(cls, config: SimConfig) -> SimState:
         """Wire a scheduler, metrics that read it, and an engine that reports to the metrics (and to
         the trace file when ``config.trace_file`` is set)."""
-        scheduler = Scheduler(config.slots, config.kv_cache_tokens, config.prefill_chunk_tokens)
+        scheduler = Scheduler(
+            config.slots,
+            config.kv_cache_tokens,
+            config.prefill_chunk_tokens,
+            by_priority=config.scheduling_policy == "priority",
+        )
         metrics = SimMetrics(config.served_model_name, scheduler, config.kv_cache_tokens)
         trace = SequenceTrace(config.trace_file) if config.trace_file else None
         observer: EngineObserver = metrics if trace is None else Observers(metrics, trace)

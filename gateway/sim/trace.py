@@ -67,6 +67,7 @@ class SequenceTrace:
             "prompt_tokens": seq.prompt_tokens,
             "output_tokens": seq.generated,
             "preemptions": seq.preemptions,
+            "priority": seq.priority,
             "reason": reason,
         }
         self._pending.append(json_codec.dumps_text(line) + "\n")

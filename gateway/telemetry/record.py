@@ -62,6 +62,8 @@ class RequestTelemetry:
     prompt_size_source: str | None = None
     kv_tokens: int = 0
     lane: str | None = None
+    #: ``interactive`` or ``batch``: the request's class in the queue (x-priority, capped by its key's)
+    request_class: str | None = None
     upstream_ttft_s: float | None = None
     ttft_s: float | None = None
     decode_tokens_per_s: float | None = None

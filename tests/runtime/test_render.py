@@ -117,7 +117,23 @@ def test_gateway_defaults() -> None:
         "max_model_len": 1_048_576,
         "long_prompt_tokens": 32_768,
         "express_slots": 1,
+        "upstream_priority": False,
     }
     throughput = load_profile("throughput", HEAD_TEMPLATE)  # its empty KV_CAPACITY_TOKENS wins
     defaults = gateway_defaults(throughput)
     assert (defaults["slots"], defaults["kv_budget_tokens"]) == (6, None)
+
+
+def test_the_priority_scheduling_option(tmp_path) -> None:
+    """SCHEDULING_POLICY=priority: vLLM gets --scheduling-policy priority, the gateway sends batch
+    requests' priority; empty (both profiles' default): neither."""
+    profile = tmp_path / "priority.env"
+    profile.write_text(
+        (HEAD_TEMPLATE.parent / "profiles" / "balanced.env")
+        .read_text()
+        .replace("SCHEDULING_POLICY=\n", "SCHEDULING_POLICY=priority\n")
+    )
+    flags = argv_dict(render(load_profile(profile, HEAD_TEMPLATE), 0)[0])
+    assert flags["--scheduling-policy"] == "priority"
+    assert gateway_defaults(load_profile(profile))["upstream_priority"] is True
+    assert "--scheduling-policy" not in argv_dict(render(load_profile("balanced", HEAD_TEMPLATE), 0)[0])

@@ -126,6 +126,19 @@ async def test_a_freed_slot_goes_to_the_key_holding_nothing_across_replicas(repl
     one.abandon(b2)
 
 
+async def test_interactive_requests_go_before_batch_ones_across_replicas(replicas: Make):
+    one, two = await started(replicas, slots=1), await started(replicas, slots=1)
+    holder = await one.admit("X", 1, None, Need())
+    assert isinstance(holder, Lease)
+    batch = await one.admit("A", 1, None, Need(batch=True))
+    interactive = await two.admit("B", 1, None, Need())
+    holder.release()
+    first = await asyncio.wait_for(two.wait(interactive), 5)  # queued after the batch one, served first
+    assert not batch.future.done()
+    first.release()
+    (await asyncio.wait_for(one.wait(batch), 5)).release()
+
+
 async def test_a_replica_that_dies_gives_its_slots_back_within_the_ttl(replicas: Make):
     dying = replicas(slots=1, ttl=1.0)  # never started: it never renews, as after a kill -9
     alive = await started(replicas, slots=1, ttl=1.0)

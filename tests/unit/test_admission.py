@@ -297,3 +297,33 @@ async def test_the_expected_wait_counts_the_grants_before_a_request_at_the_mean_
         assert isinstance(waiter, Waiter)
         admission.abandon(waiter)
     held.release()
+
+
+async def test_interactive_requests_go_before_batch_ones_and_keys_take_turns_within_each_class() -> None:
+    admission = Admission(slots=1, queue_max=20, queue_timeout_s=10)
+    holder = admission.enqueue("X")
+    assert isinstance(holder, Lease)
+    batch, interactive = Need(batch=True), Need()
+    order = [
+        ("A", batch),
+        ("A", batch),
+        ("B", batch),
+        ("C", interactive),
+        ("D", interactive),
+        ("C", interactive),
+    ]
+    waiters = [(f"{key}{i}", admission.enqueue(key, need=need)) for i, (key, need) in enumerate(order)]
+    served: list[str] = []
+    lease = holder
+    while True:
+        lease.release()
+        granted = [
+            (n, w) for n, w in waiters if n not in served and isinstance(w, Waiter) and w.future.done()
+        ]
+        if not granted:
+            break
+        [(name, waiter)] = granted
+        served.append(name)
+        lease = await admission.wait(waiter)
+    assert served == ["C3", "D4", "C5", "A0", "B2", "A1"]  # interactive first, turns within each class
+    assert admission.in_use == 0 and admission.queue_depth == 0
