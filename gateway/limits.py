@@ -137,6 +137,13 @@ class RateLimiter:
             ticket.reserved = reserve
             ticket.window_reset = await self._headers("tokens", item, key, ticket.headers)
 
+    async def describe(self, ticket: Ticket) -> None:
+        """Write the key's tokens-per-minute headers into ``ticket`` without charging anything: a
+        request answered before its reservation (refused for the queue) shows them too."""
+        principal = ticket.principal
+        if principal.tpm and "x-ratelimit-limit-tokens" not in ticket.headers:
+            await self._headers("tokens", self._item(principal.tpm), principal.key_id, ticket.headers)
+
     async def settle(self, ticket: Ticket, used_tokens: int) -> None:
         """Settle the reservation against ``used_tokens``: charge what was used beyond it; give back
         what was not used if the window it was taken from still runs (a later one owes it nothing)."""

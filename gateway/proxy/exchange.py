@@ -16,6 +16,7 @@ one whose body never arrived or was invalid too.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections.abc import Mapping
@@ -38,6 +39,7 @@ from gateway.telemetry.record import RequestTelemetry
 from gateway.telemetry.recorder import RequestRecorder
 from gateway.telemetry.spec import COUNTERS
 
+log = logging.getLogger("gateway.errors")
 #: Seconds between ``: queued N`` comments to a waiting stream.
 QUEUE_COMMENT_INTERVAL_S = 5.0
 #: Seconds between two looks at a held request's backend circuit (a local check, no I/O).
@@ -262,6 +264,18 @@ class Exchange:
         if self.pipeline.owners is not None:
             backend = self.backend.name if self.backend is not None else None
             self.pipeline.owners.claim(response_id, Owner(self.principal.key_id, backend))
+
+    async def limit_headers(self) -> dict[str, str]:
+        """The key's ``x-ratelimit-*`` headers for an answer (a refusal too, also one given before the
+        tokens were reserved); none before the request was counted."""
+        if self.ticket is None:
+            return {}
+        try:
+            await self.pipeline.limits.describe(self.ticket)
+        except Exception:  # the headers inform; a limits store failing now must not make a 500 of it
+            request_id = self._headers["x-request-id"]
+            log.warning("request %s: the tokens-per-minute headers could not be read", request_id)
+        return self.ticket.headers
 
     async def count(self) -> None:
         """Count the request against its key's requests per minute (429 when spent), before its body

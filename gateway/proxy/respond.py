@@ -100,8 +100,8 @@ class ExchangeResponse(Response):
             except GatewayError as error:
                 log.log(error.kind.log_level, "request %s: %d %s", request_id, error.status, error.code)
                 exchange.status = error.status
-                if exchange.ticket is not None:  # the key's x-ratelimit-* on a refusal (429) as on an answer
-                    error.headers = {**exchange.ticket.headers, **error.headers}
+                # the key's x-ratelimit-* on a refusal (429) as on an answer
+                error.headers = {**await exchange.limit_headers(), **error.headers}
                 await reply.fail(error)
             except ClientDisconnectedError:
                 exchange.left()
