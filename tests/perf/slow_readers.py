@@ -8,15 +8,17 @@ Three parts, one gateway (``GATEWAY_SLOTS=2``, the default ``GATEWAY_STREAM_BUFF
    then the same while two stalled readers (raw sockets with a 4 KB receive buffer that read the
    response head and then nothing) each hold a stream whose answer (``--stalled-text``, ~400 KB of
    SSE) fits the buffer. Printed: TTFT p50 / max of each, and their ratio;
-2. **slot held without the backend working**: over part 1's second half, ``gateway_slots_in_use``
+2. **slot held without the backend working**: over each half of part 1, ``gateway_slots_in_use``
    minus the simulator's ``vllm:num_requests_running``, sampled every 10 ms and integrated: the
-   slot-seconds the gateway held a slot the backend was not using, per slot;
+   slot-seconds the gateway held a slot the backend was not using, per slot (alone, that is a
+   request's way to the backend and back; a stalled reader holding its slot would add its whole
+   stall);
 3. **RSS with ``--stalled`` stalled readers**: the gateway's resident memory before and once each of
    them has its whole answer buffered (every sequence finished at the backend), per reader.
 
 Usage::
 
-    .venv/bin/python -m tests.perf.slow_readers [--chats 10] [--stalled 200] [--json OUT]
+    .venv/bin/python -m tests.perf.slow_readers [--chats 30] [--stalled 200] [--json OUT]
 """
 
 from __future__ import annotations
@@ -114,7 +116,8 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     ):
         names = ["other", *(f"stalled-{i}" for i in range(max(2, args.stalled)))]
         keys = asyncio.run(make_keys(f"sqlite+aiosqlite:///{workdir / 'bench.db'}", names))
-        alone = asyncio.run(ttfts(gateway_url, keys["other"], args.chats))
+        with HeldIdle(gateway_url, sim_url) as held_alone:
+            alone = asyncio.run(ttfts(gateway_url, keys["other"], args.chats))
         stalled = [stalled_reader(gateway_url, keys[f"stalled-{i}"], args.stalled_text) for i in range(2)]
         try:
             with HeldIdle(gateway_url, sim_url) as held:
@@ -143,7 +146,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "ttft_beside_two_stalled_s": {"p50": statistics.median(beside), "max": max(beside)},
         "ttft_ratio_p50": statistics.median(beside) / statistics.median(alone),
         "ttft_p90_alone_s": pct(alone, 90),
-        "slot_held_backend_idle_s_per_slot": held.slot_s / 2,
+        "slot_held_backend_idle_s_per_slot": {"alone": held_alone.slot_s / 2, "beside": held.slot_s / 2},
         "rss_mb": {"before": before, f"with_{args.stalled}_stalled": with_readers},
         "rss_mb_per_stalled_reader": (with_readers - before) / args.stalled,
     }
@@ -151,7 +154,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--chats", type=int, default=10)
+    parser.add_argument("--chats", type=int, default=30)
     parser.add_argument("--stalled", type=int, default=200)
     parser.add_argument("--stalled-text", default="count from 1 to 2500")
     parser.add_argument("--decode-tps", type=float, default=20000)
@@ -166,7 +169,11 @@ def main() -> None:
         f"  beside two stalled readers: p50 {beside['p50'] * 1000:.1f} ms, max {beside['max'] * 1000:.1f} ms"
     )
     print(f"  beside / alone: ttft_p50 x{figures['ttft_ratio_p50']:.2f}")
-    print(f"slot held while the backend idled: {figures['slot_held_backend_idle_s_per_slot']:.3f} s per slot")
+    idle = figures["slot_held_backend_idle_s_per_slot"]
+    print(
+        f"slot held while the backend idled, s per slot: {idle['alone']:.3f} alone, {idle['beside']:.3f} "
+        "beside two stalled readers (the rest: a request on its way to the backend and back)"
+    )
     rss = figures["rss_mb"]
     print(
         f"gateway RSS {rss['before']:.0f} MB -> {rss[f'with_{args.stalled}_stalled']:.0f} MB with "
