@@ -5,7 +5,7 @@ sequence finishing and the next one arriving. Each line::
 
     {"request_id":"chatcmpl-<x-request-id>-<8 hex>","arrival":1234.5,"scheduled":1234.5,
      "first_token":1234.5,"finish":1234.6,"prompt_tokens":20,"output_tokens":4,"preemptions":0,
-     "reason":"length"}
+     "priority":0,"reason":"length"}
 
 Times are ``time.monotonic()`` seconds of the simulator process, i.e. Linux ``CLOCK_MONOTONIC``, which
 every process on the machine shares (comparable with another process's ``time.monotonic()``):
@@ -15,7 +15,8 @@ every process on the machine shares (comparable with another process's ``time.mo
   engine emitted its first token (None when it never got one);
 - ``finish``: it left the engine, its slot already given back (after its last token, or on abort).
 
-``output_tokens`` is what was emitted; ``reason`` is "stop", "length" or "abort" (client gone).
+``output_tokens`` is what was emitted; ``priority`` the request's (vLLM's field, 0 by default);
+``reason`` is "stop", "length" or "abort" (client gone).
 A sequence cancelled while stalled (``#sim:stall``) never reached the engine and has no line.
 
 Cost: a dict and an orjson encoding per sequence into a list; the lines are written to the file (opened

@@ -49,6 +49,7 @@ def test_one_line_per_sequence_with_ordered_monotonic_times(tmp_path):
             "first_token",
             "finish",
             "preemptions",
+            "priority",
             "prompt_tokens",
             "output_tokens",
             "reason",
