@@ -377,12 +377,12 @@ class Exchange:
 
     async def _send(self, backend: Backend, prepared: Prepared) -> UpstreamResponse:
         """One try on ``backend``, its circuit told how it went."""
-        breaker, now = backend.breaker, time.monotonic()
-        if not breaker.allows(now):
+        breaker = backend.breaker
+        if not breaker.allows(time.monotonic()):
             raise Unreachable(f"{backend.name} failed repeatedly; its circuit is open")
-        if self.pipeline.wants_counters():  # one loopback scrape (ms) before the request decodes
-            self._before = await backend.monitor.scrape(COUNTERS, timeout_s=1.0)
-        try:
+        try:  # from here a trial this request took is given back, however it ends
+            if self.pipeline.wants_counters():  # one loopback scrape (ms) before the request decodes
+                self._before = await backend.monitor.scrape(COUNTERS, timeout_s=1.0)
             response = await backend.upstream.open(
                 "POST", self.dialect.upstream_path, prepared.body, self._headers
             )
