@@ -200,7 +200,7 @@ class Admission(HeldLoad):
         return None
 
     def expected_wait_s(self, key: str) -> float:
-        if not self._turns and self.held.sequences < self.capacity.slots:
+        if self.held.sequences < self.capacity.slots:  # the waiters could not take it: this one may
             return 0.0
         queued = {k: len(q) for k, q in self._queues.items()}
         return expected_wait_s(self._mean_hold_s, self.slots, self._waiting, queued, key)

@@ -213,7 +213,7 @@ class SharedAdmission(HeldLoad):
     def expected_wait_s(self, key: str) -> float:
         """As :meth:`Admission.expected_wait_s`, from this replica's last call to Redis and its own
         measured hold times."""
-        if not self._waiting and self.held.sequences < self.slots:
+        if self.held.sequences < self.slots:  # the waiters could not take it: this one may
             return 0.0
         return expected_wait_s(self._mean_hold_s, self.slots, self._waiting, self._queued, key)
 

@@ -67,6 +67,8 @@ class Breaker:
     def failure(self, now: float, refused: bool = False) -> None:
         """The backend failed a request (``refused``: it could not be reached at all)."""
         self._failures += 1
+        if self._openings and not self._trial:
+            return  # open already: a request sent before it opened failed late
         self._refused = refused
         if refused or self._trial or self._failures >= THRESHOLD:
             self._until = now + min(MAX_S, BASE_S * 2**self._openings)

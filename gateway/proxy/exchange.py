@@ -405,6 +405,8 @@ class Exchange:
         """``backend`` refused the connection: if another one is up, take it out (its monitor will say
         when it is back), give its slot back and return True (queue again); else False."""
         backends = self.pipeline.backends
+        if self._stored_at is not None:  # a continuation: only its backend has the stored response
+            return False
         if not any(other.up for other in backends.all if other is not backend):
             return False
         assert self.lease is not None  # its wait is carried already (_admitted)

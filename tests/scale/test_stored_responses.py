@@ -57,3 +57,37 @@ def test_a_response_on_a_backend_no_longer_configured_is_not_found(start_sim, st
     assert missing.value.body["code"] == "response_not_found"
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model=MODEL, input="more", previous_response_id=on_b)
+
+
+def test_a_continuation_whose_backend_is_down_is_held_then_refused_without_stalling_others(
+    start_sim, start_gateway, make_key
+):
+    sims = {name: start_sim(responses_store=True) for name in ("a", "b")}
+    gateway = start_gateway(
+        ",".join(f"{name}={sim.url}" for name, sim in sims.items()), slots=1, upstream_restart_hold_s=2
+    )
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("agent"), max_retries=0)
+    on_a = None
+    for user in (f"conversation-{i}" for i in range(16)):
+        created = client.responses.create(model=MODEL, input="Count to 2.", store=True, user=user)
+        if httpx.get(f"{sims['a'].url}/v1/responses/{created.id}").is_success:
+            on_a = created.id
+            break
+    assert on_a is not None
+    sims["a"].stop()
+    result: dict[str, object] = {}
+
+    def follow_up() -> None:
+        try:
+            client.responses.create(model=MODEL, input="more", previous_response_id=on_a, timeout=30)
+        except openai.APIStatusError as error:
+            result["status"] = error.status_code
+
+    import threading
+
+    thread = threading.Thread(target=follow_up)
+    thread.start()
+    while thread.is_alive():  # the gateway keeps answering meanwhile (its event loop is not held)
+        assert httpx.get(gateway.url + "/health", timeout=1).status_code == 200
+        thread.join(0.2)
+    assert result == {"status": 503}

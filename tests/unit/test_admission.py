@@ -327,3 +327,14 @@ async def test_interactive_requests_go_before_batch_ones_and_keys_take_turns_wit
         lease = await admission.wait(waiter)
     assert served == ["C3", "D4", "C5", "A0", "B2", "A1"]  # interactive first, turns within each class
     assert admission.in_use == 0 and admission.queue_depth == 0
+
+
+async def test_a_free_slot_its_waiters_cannot_take_means_no_wait() -> None:
+    admission = Admission(slots=2, queue_max=10, queue_timeout_s=10)
+    held = admission.enqueue("A", max_concurrency=1)
+    waiting = admission.enqueue("A", max_concurrency=1)  # blocked by its key's bound
+    assert isinstance(held, Lease) and isinstance(waiting, Waiter)
+    assert admission.expected_wait_s("B") == 0.0
+    other = admission.enqueue("B")  # queued behind A's waiter, and granted in the same call
+    assert isinstance(other, Waiter) and other.future.done()
+    admission.abandon(waiting)

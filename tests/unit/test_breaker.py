@@ -50,3 +50,10 @@ def test_the_monitor_reaching_the_backend_closes_a_circuit_opened_by_refusals_on
     failing.reachable()  # its /metrics answers, but its answers fail: it stays open
     assert refused.state == "closed" and refused.allows(0.0)
     assert failing.state == "open" and not failing.allows(0.0)
+
+
+def test_a_burst_of_failures_opens_it_once_for_the_first_cool_down() -> None:
+    breaker = Breaker()
+    for _ in range(8):  # eight requests in flight fail together
+        breaker.failure(0.0)
+    assert not breaker.allows(BASE_S - 0.01) and breaker.allows(BASE_S)
