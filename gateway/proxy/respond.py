@@ -50,7 +50,7 @@ from gateway.json_limits import JsonLimits
 from gateway.proxy.body import body_bounds, read_json
 from gateway.proxy.exchange import QUEUE_COMMENT_INTERVAL_S, Asked, Exchange
 from gateway.proxy.pipeline import Pipeline
-from gateway.proxy.relay import RelayOutcome, let_waiter_send, relay_events
+from gateway.proxy.relay import RelayOutcome, relay_events
 from gateway.proxy.reply import Reply
 from gateway.proxy.stream_buffer import StreamBuffer
 from gateway.proxy.upstream import Unreachable
@@ -133,9 +133,7 @@ async def _serve(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
             await exchange.wait()
         upstream = await exchange.open_when_back(prepared)
         body = await upstream.read()
-        if exchange.release_early():
-            await let_waiter_send()
-        await exchange.upstream_done()
+        await exchange.upstream_done()  # the slot handed on before the answer is rewritten
         answer = prepared.translator.answer(body)
         exchange.status, exchange.complete = upstream.status, True
         await reply.json(upstream.status, answer, headers)
