@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PACKAGES := gateway dspark_cli dspark_sim dspark_qualify dspark_runtime dspark_common
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install demo test unit lint test-deps
@@ -43,9 +44,9 @@ $(AGENTS)/claude:
 	  @anthropic-ai/claude-code@2.1.328 @openai/codex@0.169.0
 
 lint: install
-	$(BIN)/ruff check gateway tests scripts
-	$(BIN)/ruff format --check gateway tests scripts
-	$(BIN)/mypy gateway
+	$(BIN)/ruff check $(PACKAGES) tests scripts
+	$(BIN)/ruff format --check $(PACKAGES) tests scripts
+	$(BIN)/mypy $(PACKAGES)
 	$(BIN)/lint-imports
 
 test: test-deps lint

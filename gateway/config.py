@@ -127,7 +127,7 @@ class Settings(BaseSettings):
     model_aliases: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
         description="Comma-separated model names or globs (claude-*, gpt-5*) that mean the served model, "
-        "for clients that insist on their own model names (gateway.aliases)",
+        "for clients that insist on their own model names (gateway.proxy.aliases)",
     )
     slots: int = Field(default=2, ge=1, description="Requests in flight upstream; vLLM --max-num-seqs")
     queue_max: int = Field(default=64, ge=0, description="Requests allowed to wait for a slot")
@@ -401,7 +401,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _defaults_from_profile(self) -> Settings:
         if self.runtime_profile:
-            from gateway.runtime import gateway_defaults, load_profile
+            from dspark_runtime import gateway_defaults, load_profile
 
             defaults = gateway_defaults(load_profile(self.runtime_profile))
             if "slots" not in self.model_fields_set:

@@ -143,10 +143,6 @@ class MalformedResponseError(ValueError):
     """An upstream chunk or body that is not the shape its API promises (a client SDK would fail on it)."""
 
 
-class ClientDisconnectedError(Exception):
-    """The client closed the connection before it could be answered (logged as 499, nginx's code)."""
-
-
 class ClientTooSlowError(Exception):
     """A stream's client read nothing for ``timeout_s`` while ``buffered`` bytes (its whole buffer)
     waited for it: it is cut, and its upstream aborted."""

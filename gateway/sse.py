@@ -120,7 +120,7 @@ def event_data(event: bytes) -> bytes | None:
 
 
 def with_data(event: bytes, data: bytes) -> bytes:
-    """``event`` with its ``data`` replaced by ``data`` (one line: JSON as :mod:`gateway.json_codec`
+    """``event`` with its ``data`` replaced by ``data`` (one line: JSON as :mod:`dspark_common.json_codec`
     writes it, with no line break). Its other lines — ``id``, ``event``, ``retry``, comments — stay,
     in their order, the new data line where its first data line was; lines end with LF."""
     if _lone_data_line(event):  # vLLM's every event: nothing else to keep

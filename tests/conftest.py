@@ -13,10 +13,10 @@ import pytest
 import uvloop
 from sqlalchemy import make_url
 
+from dspark_sim import SimConfig, create_sim_app
 from gateway.app import create_app
 from gateway.auth import KeyStore
 from gateway.config import Settings
-from gateway.sim import SimConfig, create_sim_app
 from tests.support.servers import ThreadedServer
 from tests.support.services import ServiceUnavailable, own_database, postgres_server, redis_server
 

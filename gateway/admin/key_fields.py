@@ -21,10 +21,10 @@ from pydantic import (
     model_validator,
 )
 
-from gateway import json_codec
+from dspark_common import json_codec
+from gateway.admin.durations import expires_after, parse_duration
 from gateway.auth.store import METADATA_BYTES, METADATA_DEPTH, check_aliases, check_name
-from gateway.durations import expires_after, parse_duration
-from gateway.json_limits import deeper_than
+from gateway.body.json_limits import deeper_than
 from gateway.openai_api.thinking import EFFORT_MAP, LEVELS, Level
 
 #: The largest limit a key may have: PostgreSQL's ``integer`` (SQLAlchemy ``Integer``).

@@ -4,7 +4,7 @@ Every change is made by :class:`~gateway.admin.key_admin.KeyAdmin`, which writes
 (actor, action, key, client address) — the local CLI's changes go the same way. A new or rotated
 secret appears once, in the response that made it; never in the audit log, the ledger or a log line.
 Bodies are read by the handlers, after authentication, bounded (:data:`BODY_BYTES`,
-:data:`gateway.json_limits.ADMIN`) and validated by :mod:`gateway.admin.key_fields` (400 naming the
+:data:`gateway.body.json_limits.ADMIN`) and validated by :mod:`gateway.admin.key_fields` (400 naming the
 field).
 """
 
@@ -21,11 +21,11 @@ from starlette.responses import JSONResponse
 from gateway.admin.key_admin import Actor, KeyAdmin
 from gateway.admin.key_fields import KeyCreate, KeyLimits, KeyRotate
 from gateway.auth import KeyExistsError, KeyNotFoundError, KeyStore, Principal
+from gateway.body.json_limits import ADMIN
+from gateway.body.read import body_bounds, read_json
 from gateway.dialects.openai import OPENAI
 from gateway.errors import GatewayError, invalid_request
 from gateway.http.auth import admin_for, client_address
-from gateway.json_limits import ADMIN
-from gateway.proxy.body import body_bounds, read_json
 
 AdminDep = Annotated[Principal, Depends(admin_for(OPENAI))]
 #: Largest admin request body, bytes.

@@ -1,5 +1,5 @@
 """``/admin`` reads: usage, live status, the audit trail and recent requests (admin scope: the route
-table, :mod:`gateway.routes`, attaches the check)."""
+table, :mod:`gateway.app.routes`, attaches the check)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import Query
 from starlette.requests import Request
 
-from gateway.durations import parse_since
+from gateway.admin.durations import parse_since
 from gateway.errors import GatewayError
 from gateway.telemetry.ledger import GroupBy, UsageLedger
 

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.auth.principal import Principal
 from gateway.auth.store import METADATA_DEPTH, readable
-from gateway.tables import AuditRow, utc
+from gateway.storage.tables import AuditRow, utc
 
 #: How deep an action's detail may nest in a listing (it holds a key's metadata one level down).
 DETAIL_DEPTH = METADATA_DEPTH + 1

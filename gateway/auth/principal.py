@@ -17,7 +17,7 @@ class Principal:
     Limits (``rpm`` requests/min, ``tpm`` tokens/min, ``max_concurrency`` requests in flight) are None
     when unlimited; ``priority`` >= 1 is the key's weight in the fair queue. ``aliases`` are the key's
     own model names, ``{alias: served model name}``: they win over the gateway's
-    (``GATEWAY_MODEL_ALIASES``, :mod:`gateway.aliases`). ``max_wait_s``: the longest queue wait its
+    (``GATEWAY_MODEL_ALIASES``, :mod:`gateway.proxy.aliases`). ``max_wait_s``: the longest queue wait its
     requests accept when they name none (None: as long as the queue allows); ``request_class``
     (``interactive`` | ``batch``): its requests' class by default, and the highest they may ask for.
     """

@@ -1,4 +1,4 @@
-"""Key store: API key records in the gateway database (see :mod:`gateway.db`).
+"""Key store: API key records in the gateway database (see :mod:`gateway.storage.db`).
 
 A key has a public id (``key_…``), a unique name (what metrics, logs and the ledger show), and a
 secret of which only the SHA-256 is stored. Rotation stores a new hash and keeps the previous one
@@ -19,9 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from gateway.auth.principal import Principal
 from gateway.auth.secrets import display_prefix, generate_key, hash_key
-from gateway.db import open_engine
-from gateway.json_limits import deeper_than
-from gateway.tables import ApiKeyRow, utc
+from gateway.body.json_limits import deeper_than
+from gateway.storage.db import open_engine
+from gateway.storage.tables import ApiKeyRow, utc
 
 #: Name prefixes of identities that are not keys (a JWT's ``jwt:<sub>``, the bootstrap admin key): a key
 #: named so would pass for them in the audit trail, the queue and the usage ledger.

@@ -1,26 +1,12 @@
-"""``dspark-gateway`` command line (typer): serve, sim, keys, db, token, usage, audit, requests,
-status, runtime, bench, proof. :func:`main` is the entry point (``[project.scripts]``)."""
+"""The gateway's commands (typer): ``keys``, ``db``, ``token`` and the reads (usage, audit, requests,
+status) on the database or a running gateway's admin API, and ``serve``'s server
+(:mod:`gateway.cli.serve`). :mod:`dspark_cli` mounts them in the one command line, on :data:`app`."""
 
-from gateway.cli import reads
 from gateway.cli.db import db_app
-from gateway.cli.failures import run
 from gateway.cli.keys import keys_app
-from gateway.cli.main import app
-from gateway.qualify import bench_command, proof_command
-from gateway.runtime.cli import runtime_app
+from gateway.cli.main import app, token
+from gateway.cli.reads import audit, requests, status, usage
 
-app.add_typer(keys_app, name="keys")
-app.add_typer(db_app, name="db")
-app.add_typer(runtime_app, name="runtime")
-for read in (reads.usage, reads.audit, reads.requests, reads.status):
-    app.command()(read)
-app.command("bench")(bench_command)
-app.command("proof")(proof_command)
+READS = (usage, audit, requests, status)
 
-
-def main() -> None:
-    """``dspark-gateway``: the command line, each failure one line on stderr (:func:`run`)."""
-    raise SystemExit(run(app))
-
-
-__all__ = ["app", "main"]
+__all__ = ["READS", "app", "db_app", "keys_app", "token"]

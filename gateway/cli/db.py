@@ -1,5 +1,5 @@
 """``dspark-gateway db``: the database's schema — where it stands (``current``) and moving it to the one
-this gateway runs on (``upgrade``). ``serve`` refuses any other schema (:mod:`gateway.migrations`)."""
+this gateway runs on (``upgrade``). ``serve`` refuses any other schema (:mod:`gateway.storage.migrations`)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from gateway.cli.local import database_failure, missing_file
 from gateway.cli.options import DatabaseOpt
 from gateway.cli.settings import fail, settings
-from gateway.db import on_connection
-from gateway.migrations import schema
+from gateway.storage.db import on_connection
+from gateway.storage.migrations import schema
 
 db_app = typer.Typer(help="The database's schema: where it stands, and upgrading it.", no_args_is_help=True)
 
@@ -25,7 +25,7 @@ T = TypeVar("T")
 def _run(database_url: str | None, work: Callable[[Connection], T], create: bool = False) -> T:
     """``work`` on the database in one transaction, committed if it returns. A SQLite file that does
     not exist (a mistyped path) is refused unless ``create``; that, its
-    :class:`~gateway.migrations.schema.SchemaError`, or a database that cannot be reached or read, is
+    :class:`~gateway.storage.migrations.schema.SchemaError`, or a database that cannot be reached or read, is
     the command's one-line error."""
     url = settings(database_url=database_url).database_url
     missing = missing_file(url)

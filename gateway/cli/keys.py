@@ -16,13 +16,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from gateway.admin.durations import parse_duration
 from gateway.admin.key_fields import THINKING_CHOICES, thinking_level
 from gateway.cli.failures import CliError, checked
 from gateway.cli.keys_backend import KeysBackend, LocalKeys, RemoteKeys
 from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt, one_place
 from gateway.cli.remote import AdminClient
 from gateway.cli.settings import settings
-from gateway.durations import parse_duration
 
 keys_app = typer.Typer(help="Manage API keys: in the database, or on a running gateway with --url.")
 

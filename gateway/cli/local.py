@@ -19,8 +19,8 @@ from gateway.auth import Principal
 from gateway.cli.failures import CliError, describe
 from gateway.cli.settings import announce_database, shown_url
 from gateway.config import Settings
-from gateway.db import open_engine
-from gateway.migrations.schema import SchemaError
+from gateway.storage.db import open_engine
+from gateway.storage.migrations.schema import SchemaError
 
 T = TypeVar("T")
 

@@ -19,13 +19,13 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.admin.durations import parse_since
 from gateway.auth.audit import AuditLog
 from gateway.cli.failures import CliError, checked
 from gateway.cli.local import on_database
 from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt, one_place
 from gateway.cli.remote import AdminClient
 from gateway.cli.settings import settings
-from gateway.durations import parse_since
 from gateway.telemetry.ledger import UsageLedger
 
 T = TypeVar("T")

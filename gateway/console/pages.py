@@ -35,11 +35,11 @@ from gateway.admin.key_fields import KeyCreate, KeyLimits, KeyRotate
 from gateway.admin.keys import changed, key_admin
 from gateway.auth import KeyExistsError, KeyNotFoundError, Principal
 from gateway.auth.tokens import expires_at
+from gateway.body.json_limits import ADMIN, parse_object
 from gateway.console import charts, live
 from gateway.console.sessions import Session, Sessions
 from gateway.errors import GatewayError
 from gateway.http.auth import ADMIN_SCOPE, authenticate
-from gateway.json_limits import ADMIN, parse_object
 
 HERE = Path(__file__).parent
 TEMPLATES = Jinja2Templates(env=Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True))

@@ -50,7 +50,7 @@ class Context:
     observe_answer: Callable[[Observation], None]
     telemetry: Callable[[], dict[str, Any]] | None = None
     #: ``claim(response_id)``: the response the backend stores under this id is the caller's
-    #: (the Responses API's ``store``; :class:`~gateway.response_owners.ResponseOwners`).
+    #: (the Responses API's ``store``; :class:`~gateway.storage.response_owners.ResponseOwners`).
     claim: Callable[[str], None] = lambda _id: None
 
 
@@ -114,7 +114,7 @@ class Dialect(Protocol):
       or Anthropic's ``ping`` event).
     - ``credentials(headers)``: the caller's secret (key or JWT) from the request headers; raises 401
       ``invalid_api_key`` when there is none or it is malformed.
-    - ``parse(body)``: the parsed JSON body (:mod:`gateway.json_limits`) validated into
+    - ``parse(body)``: the parsed JSON body (:mod:`gateway.body.json_limits`) validated into
       :class:`Parsed`; raises 400 for a body that isn't valid.
     - ``prepare(parsed, context)``: normalised for vLLM serving DeepSeek-V4 (thinking controls, field
       names, usage always asked for) under the field policy; raises 400 for values it can't honour

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gateway import json_codec
+from dspark_common import json_codec
 from gateway.auth.authenticator import unauthorized
 from gateway.auth.principal import Principal
 from gateway.config import Settings

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gateway import json_codec
+from dspark_common import json_codec
 from gateway.auth.authenticator import unauthorized
 from gateway.dialects.base import Context, Parsed, Prepared
 from gateway.dialects.prompt_count import TokenCount

@@ -12,7 +12,8 @@ reasoning and tool parsers: the answer comes back as ``reasoning``, ``message`` 
 - ``background: true`` is refused: the backend would go on generating after the request ends, outside
   the slots the gateway counts.
 - Stored responses: the id of a response the backend may store (``store`` not false) is claimed for
-  the caller's key (:mod:`gateway.response_owners`); ``previous_response_id`` must be one of the key's.
+  the caller's key (:mod:`gateway.storage.response_owners`); ``previous_response_id`` must be one
+  of the key's.
 - Telemetry: the first ``*.delta`` event of output is the first token; usage from
   ``response.completed`` (or ``.incomplete`` / ``.failed``), ``input_tokens`` / ``output_tokens``.
 """
@@ -24,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway import json_codec
+from dspark_common import json_codec
 from gateway.dialects.base import Context, Parsed, Prepared, text_length
 from gateway.dialects.openai import OpenAIDialect
 from gateway.dialects.prompt_count import responses_count

@@ -9,8 +9,8 @@ without the query string.
   for uvicorn keep working. The query string is left out: a client that puts its key in the URL
   (``?api_key=``, a habit of some SDKs) must not have it written to the log.
 
-``gateway.serve`` runs every server with uvicorn's own access line off and this logger on uvicorn's
-access handler (:func:`gateway.serve.log_config`).
+``gateway.cli.serve`` runs every server with uvicorn's own access line off and this logger on uvicorn's
+access handler (:func:`gateway.cli.serve.log_config`).
 """
 
 from __future__ import annotations

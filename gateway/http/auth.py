@@ -1,4 +1,4 @@
-"""Authentication as FastAPI dependencies, attached by the route table (:mod:`gateway.routes`) to
+"""Authentication as FastAPI dependencies, attached by the route table (:mod:`gateway.app.routes`) to
 every route that is not public — deny by default — and the public routes' per-address limit.
 An address with too many failed authentications is refused before its credentials are checked
 (:mod:`gateway.http.throttle`) — unless they are ones that authenticated before, so a guesser at

@@ -5,7 +5,7 @@ open while draining, so a client (or a load balancer) that still sends a request
 ``503 draining`` with ``Retry-After`` and ``Connection: close`` instead of a refused connection, and
 ``/ready`` turns 503 so health-checking balancers take the replica out. Requests already in flight
 — queued for a slot or streaming — run to their end; when none is left, or when the grace period
-(``GATEWAY_SHUTDOWN_GRACE_S``) is over, :mod:`gateway.serve` lets uvicorn shut down, which cancels
+(``GATEWAY_SHUTDOWN_GRACE_S``) is over, :mod:`gateway.cli.serve` lets uvicorn shut down, which cancels
 what still runs (slots are released and usage rows recorded by the cancelled requests' own exits)
 and flushes the usage ledger.
 

@@ -17,9 +17,10 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from gateway import json_codec
+from dspark_common import json_codec
+from dspark_common.asgi import ClientDisconnectedError
 from gateway.dialects.base import Dialect
-from gateway.errors import ClientDisconnectedError, GatewayError, internal_error, invalid_request
+from gateway.errors import GatewayError, internal_error, invalid_request
 
 log = logging.getLogger("gateway.errors")
 #: The dialect of the route at a path (the OpenAI one for any path not in the route table).

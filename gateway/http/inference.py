@@ -14,11 +14,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway import json_codec
+from dspark_common import json_codec
+from gateway.body.read import body_bounds, read_json
 from gateway.dialects.base import Dialect
 from gateway.dialects.messages import COUNT_TOKENS
 from gateway.errors import GatewayError
-from gateway.proxy.body import body_bounds, read_json
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.respond import INFERENCE, ExchangeResponse
 from gateway.proxy.upstream import Upstream

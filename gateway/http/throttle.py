@@ -18,7 +18,7 @@ from limits.aio.storage import Storage
 from limits.aio.strategies import FixedWindowRateLimiter
 
 from gateway.errors import GatewayError
-from gateway.limits import retry_after_s
+from gateway.limits.rate import retry_after_s
 
 
 class AddressThrottle:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway import json_codec
+from dspark_common import json_codec
 from gateway.errors import MalformedResponseError
 from gateway.reasoning.policy import UPSTREAM_REASONING_FIELDS
 from gateway.telemetry.observation import Observation

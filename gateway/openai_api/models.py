@@ -1,6 +1,6 @@
 """Request bodies of the inference routes: the fields the gateway reads or checks.
 
-A body is parsed once, by orjson (:mod:`gateway.json_limits`: bounded, and no ``NaN`` / ``Infinity``),
+A body is parsed once, by orjson (:mod:`gateway.body.json_limits`: bounded, and no ``NaN`` / ``Infinity``),
 and these models validate the fields the gateway reads; everything else stays in the parsed object
 as the client sent it and is forwarded (vLLM accepts many extensions: ``chat_template_kwargs``,
 ``top_k``, ``include_metrics``, ...), subject to the field policy (:mod:`gateway.openai_api.fields`).

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway import json_codec
+from dspark_common import json_codec
 from gateway.openai_api.choice_writer import ChoiceWriter
 from gateway.openai_api.chunks import (
     SLOTS,

@@ -28,13 +28,13 @@ from gateway.admission import Lease, Need, Waiter
 from gateway.auth.principal import Principal
 from gateway.dialects.base import Context, Dialect, Prepared
 from gateway.errors import GatewayError
-from gateway.limits import Ticket
+from gateway.limits.rate import Ticket
 from gateway.proxy.backends import Backend, BackendDown, affinity_key
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.prompt_size import estimate, prompt_size
 from gateway.proxy.relay import let_waiter_send
 from gateway.proxy.upstream import Unreachable, UpstreamResponse
-from gateway.response_owners import Owner
+from gateway.storage.response_owners import Owner
 from gateway.telemetry.record import RequestTelemetry
 from gateway.telemetry.recorder import RequestRecorder
 from gateway.telemetry.spec import COUNTERS

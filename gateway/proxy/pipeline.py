@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gateway.admission import Need
-from gateway.aliases import ModelAliases
 from gateway.auth.principal import Principal
 from gateway.config import Settings
 from gateway.dialects.base import Prepared
 from gateway.errors import GatewayError
-from gateway.limits import RateLimiter
+from gateway.limits.rate import RateLimiter
+from gateway.proxy.aliases import ModelAliases
 from gateway.proxy.backends import Backend, Backends
-from gateway.response_owners import Owner
+from gateway.storage.response_owners import Owner
 from gateway.telemetry.record import RequestTelemetry
 from gateway.traits import UpstreamTraits
 
@@ -34,7 +34,7 @@ class Sink(Protocol):
 
 class Owners(Protocol):
     """Which key created which stored response, on which backend
-    (:class:`~gateway.response_owners.ResponseOwners`)."""
+    (:class:`~gateway.storage.response_owners.ResponseOwners`)."""
 
     def claim(self, response_id: str, owner: Owner) -> None: ...
 

@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
-from gateway import json_codec
+from dspark_common import json_codec
 from gateway.config import Settings
 from gateway.dialects.prompt_count import TokenCount
 from gateway.errors import GatewayError

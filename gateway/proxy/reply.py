@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from starlette.types import Send
 
-from gateway import json_codec
+from dspark_common import json_codec
 from gateway.dialects.base import Dialect, Translator
 from gateway.errors import GatewayError
 

@@ -19,7 +19,7 @@ through the request's life in order, answering through one :class:`~gateway.prox
 4. relay the stream (:func:`~gateway.proxy.relay.relay_events`) or answer the whole body.
 
 From the body read on, the work races the client's ``http.disconnect``
-(:func:`~gateway.asgi.unless_disconnected`): a client that leaves cancels it at once, whatever phase
+(:func:`~dspark_common.asgi.unless_disconnected`): a client that leaves cancels it at once, whatever phase
 it is in (queued, waiting for headers, mid-stream), and the exchange's exit aborts the upstream and
 frees the slot. Errors are answered in the route's dialect from here only.
 """
@@ -36,18 +36,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.asgi import unless_disconnected
+from dspark_common.asgi import ClientDisconnectedError, unless_disconnected
 from gateway.auth.principal import Principal
+from gateway.body.json_limits import JsonLimits
+from gateway.body.read import body_bounds, read_json
 from gateway.dialects.base import Dialect, Prepared
 from gateway.errors import (
-    ClientDisconnectedError,
     ClientTooSlowError,
     GatewayError,
     MalformedResponseError,
     internal_error,
 )
-from gateway.json_limits import JsonLimits
-from gateway.proxy.body import body_bounds, read_json
 from gateway.proxy.exchange import QUEUE_COMMENT_INTERVAL_S, Asked, Exchange
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.relay import RelayOutcome, relay_events

@@ -19,7 +19,7 @@ from sqlalchemy import String, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ColumnElement
 
-from gateway.tables import UsageRow, utc
+from gateway.storage.tables import UsageRow, utc
 from gateway.telemetry.record import RequestTelemetry
 
 log = logging.getLogger("gateway.ledger")

@@ -25,8 +25,8 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
+from dspark_common.metric_series import BoundSeries
 from gateway.admission import Load, Reason
-from gateway.metric_series import BoundSeries
 from gateway.telemetry.record import RequestTelemetry
 
 _SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200)

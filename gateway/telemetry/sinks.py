@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from gateway import json_codec
+from dspark_common import json_codec
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.telemetry.record import RequestTelemetry

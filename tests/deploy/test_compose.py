@@ -123,7 +123,9 @@ def test_dockerfile_is_slim_non_root_and_small_context() -> None:
     assert user and user[-1].split(":")[0] not in ("root", "0")
     copies = re.findall(r"^COPY (?!--from)(.+)$", DOCKERFILE, re.MULTILINE)
     sources = {word for line in copies for word in line.split()[:-1]}
-    assert sources == {"pyproject.toml", "README.md", "gateway/"}
+    packages = {f"{path.parent.name}/" for path in REPO.glob("*/__init__.py") if path.parent.name != "tests"}
+    assert "gateway/" in packages and "dspark_sim/" in packages
+    assert sources == {"pyproject.toml", "README.md", *packages}
     assert 'VOLUME ["/data"]' in DOCKERFILE
     assert "GATEWAY_DATABASE_URL=sqlite+aiosqlite:////data/gateway.db" in DOCKERFILE
     assert DOCKERFILE.rstrip().endswith(

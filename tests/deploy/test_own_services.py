@@ -10,7 +10,7 @@ import pytest
 
 from gateway.auth import Authenticator, KeyStore, Principal
 from gateway.errors import GatewayError
-from gateway.limits import RateLimiter, storage_for
+from gateway.limits.rate import RateLimiter, storage_for
 from tests.support import services
 
 

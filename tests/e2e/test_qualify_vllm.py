@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gateway.qualify import qualify_app
+from dspark_qualify import qualify_app
 from tests.support.vllm_server import TINY_MODEL_NAME, VLLMServer
 
 

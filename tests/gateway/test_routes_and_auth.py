@@ -13,7 +13,7 @@ import pytest
 from fastapi.routing import APIRoute
 from starlette.routing import Mount, Route
 
-from gateway.routes import PUBLIC_MOUNTS, PUBLIC_ROUTES, ROUTES
+from gateway.app.routes import PUBLIC_MOUNTS, PUBLIC_ROUTES, ROUTES
 from tests.support.probes import scrape
 
 MODEL = "deepseek-v4-flash-0731"

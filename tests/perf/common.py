@@ -157,7 +157,7 @@ def simulator_and_gateway(
     ``gateway_settings`` as ``GATEWAY_*``); yield (simulator url, gateway url, pids). Logs in ``workdir``.
     The gateway stops first, so the simulator sees its last requests end."""
     sim_port, gw_port = free_port(), free_port()
-    sim_cmd = [sys.executable, "-m", "gateway.sim", "--port", str(sim_port), "--log-level", "warning"]
+    sim_cmd = [sys.executable, "-m", "dspark_sim", "--port", str(sim_port), "--log-level", "warning"]
     sim_cmd += ["--slots", str(slots), "--ttft-base-s", "0", "--prefill-tps", "1e7", *sim_args]
     env = clean_env(
         upstream=f"http://127.0.0.1:{sim_port}",

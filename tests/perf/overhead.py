@@ -296,7 +296,7 @@ SERVER = {"direct": "simulator", "relay": "relay", "gateway": "gateway", "litell
 def ttft_split(sent: dict[str, tuple[float, float]], trace: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Where a path's TTFT goes, from each stream's send time and TTFT (``sent``: request id ->
     (``perf_counter`` s, TTFT s)) and the simulator's trace line of it (``trace``, by request id;
-    ``gateway.sim.trace``: ``arrival`` once its request was parsed, ``first_token`` when the engine
+    ``dspark_sim.trace``: ``arrival`` once its request was parsed, ``first_token`` when the engine
     emitted its first token, both ``time.monotonic()``): per stream, ``to_backend`` = arrival - sent
     (the request's way to the model server, through the path), ``backend`` = first_token - arrival,
     ``to_client`` = the client's first content - first_token; the three add up to its TTFT. Reported

@@ -21,7 +21,7 @@ Figures:
   covers the drain. Not sampled during the drain: reading the gateway's ``/proc/<pid>/status`` every
   0.5 s then put the slot idle gap p99 at 1.66, 2.00, 1.99 ms against 1.58, 1.71, 1.80 without
   (3 alternating pairs, 2026-12-01), a stall of the gateway the benchmark itself caused.
-- **Slot idle gap**: measured at the simulator from its sequence trace (``gateway.sim.trace``; all
+- **Slot idle gap**: measured at the simulator from its sequence trace (``dspark_sim.trace``; all
   times ``CLOCK_MONOTONIC``). Every sequence's ``finish`` (it left the engine, its slot given back)
   frees a slot; every ``arrival`` (the simulator parsed the request and built its sequence) takes one.
   Walking the events in time order, each arrival is matched to the earliest unmatched finish before

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from gateway.qualify import qualify_app
-from gateway.qualify.haystack import build_haystack
-from gateway.qualify.load import arrival_offsets
-from gateway.qualify.schema import schema_errors
-from gateway.qualify.serving_metrics import METRICS, PERCENTILES, percentile
-from gateway.qualify.stream import decode_rate
-from gateway.qualify.urls import public_url
-from gateway.qualify.workloads import check_counting
+from dspark_qualify import qualify_app
+from dspark_qualify.haystack import build_haystack
+from dspark_qualify.load import arrival_offsets
+from dspark_qualify.schema import schema_errors
+from dspark_qualify.serving_metrics import METRICS, PERCENTILES, percentile
+from dspark_qualify.stream import decode_rate
+from dspark_qualify.urls import public_url
+from dspark_qualify.workloads import check_counting
 
 MODEL = "deepseek-v4-flash-0731"
 

@@ -23,9 +23,9 @@ import httpx
 import pytest
 from jose import jwt
 
+from dspark_sim import SimConfig, create_sim_app
 from gateway.auth import Authenticator, KeyStore
 from gateway.auth.secrets import hash_key
-from gateway.sim import SimConfig, create_sim_app
 from tests.conftest import FAST_SIM
 from tests.support.probes import wait_until
 from tests.support.servers import ThreadedServer, free_port

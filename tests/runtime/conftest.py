@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.runtime import NodeEnv, RuntimeProfile, load_node_env, load_profile
+from dspark_runtime import NodeEnv, RuntimeProfile, load_node_env, load_profile
 
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME = REPO / "runtime"

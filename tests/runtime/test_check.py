@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.runtime import NodeEnv, RuntimeProfile, check, load_profile
+from dspark_runtime import NodeEnv, RuntimeProfile, check, load_profile
 from tests.runtime.conftest import HEAD_TEMPLATE
 
 

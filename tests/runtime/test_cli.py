@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.runtime import ProfileError, load_profile, render
-from gateway.runtime.cli import default_env_file, node_env_files
-from gateway.runtime.profile import RUNTIME_DIR
+from dspark_runtime import ProfileError, load_profile, render
+from dspark_runtime.cli import default_env_file, node_env_files
+from dspark_runtime.profile import RUNTIME_DIR
 from tests.runtime.conftest import HEAD_TEMPLATE, WORKER_TEMPLATE
 
 BIN = str(Path(sys.executable).parent / "dspark-gateway")

@@ -1,5 +1,5 @@
 """runtime/ compose files: valid against the Compose Specification, fed entirely by the env templates,
-and launching exactly the command ``gateway.runtime.render`` prints."""
+and launching exactly the command ``dspark_runtime.render`` prints."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.runtime import load_profile, render
-from gateway.runtime.profile import PROFILES_DIR, read_env_file
+from dspark_runtime import load_profile, render
+from dspark_runtime.profile import PROFILES_DIR, read_env_file
 from tests.runtime.conftest import HEAD_TEMPLATE, RUNTIME, TEMPLATES, WORKER_TEMPLATE, argv_dict
 from tests.support.compose_spec import compose_spec_errors
 

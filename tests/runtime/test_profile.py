@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.runtime import ProfileError, load_node_env, load_profile
-from gateway.runtime.profile import parse_env_text, profile_path
+from dspark_runtime import ProfileError, load_node_env, load_profile
+from dspark_runtime.profile import parse_env_text, profile_path
 from tests.runtime.conftest import HEAD_TEMPLATE
 
 

@@ -7,7 +7,8 @@ import shlex
 
 import pytest
 
-from gateway.runtime import RuntimeProfile, gateway_defaults, load_profile, render
+from dspark_runtime import RuntimeProfile, gateway_defaults, load_profile, render
+from dspark_runtime.profile import profile_path
 from tests.runtime.conftest import HEAD_TEMPLATE, WORKER_TEMPLATE, argv_dict
 
 # The DSpark Graph-8 recipe, "Canonical runtime profile" (flags) ...
@@ -129,9 +130,7 @@ def test_the_priority_scheduling_option(tmp_path) -> None:
     requests' priority; empty (both profiles' default): neither."""
     profile = tmp_path / "priority.env"
     profile.write_text(
-        (HEAD_TEMPLATE.parent / "profiles" / "balanced.env")
-        .read_text()
-        .replace("SCHEDULING_POLICY=\n", "SCHEDULING_POLICY=priority\n")
+        profile_path("balanced").read_text().replace("SCHEDULING_POLICY=\n", "SCHEDULING_POLICY=priority\n")
     )
     flags = argv_dict(render(load_profile(profile, HEAD_TEMPLATE), 0)[0])
     assert flags["--scheduling-policy"] == "priority"

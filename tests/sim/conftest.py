@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.sim import SimConfig, SimServer
+from dspark_sim import SimConfig, SimServer
 from tests.sim.helpers import FAST
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.sim import SimConfig
+from dspark_sim import SimConfig
 from tests.support.probes import wait_until as wait_for
 from tests.support.servers import ThreadedServer
 

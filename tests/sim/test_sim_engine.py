@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.sim.config import SimConfig
-from gateway.sim.engine import SimEngine, draw_accepted, plan_steps
-from gateway.sim.scheduler import Preempted, Scheduler
-from gateway.sim.sequence import Sequence, Step
+from dspark_sim.config import SimConfig
+from dspark_sim.engine import SimEngine, draw_accepted, plan_steps
+from dspark_sim.scheduler import Preempted, Scheduler
+from dspark_sim.sequence import Sequence, Step
 
 
 def seq(name: str) -> Sequence:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.sim.errors import SimError
-from gateway.sim.faults import Faults, parse_faults
+from dspark_sim.errors import SimError
+from dspark_sim.faults import Faults, parse_faults
 
 
 def test_no_directive():

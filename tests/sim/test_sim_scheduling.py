@@ -9,7 +9,7 @@ import time
 
 import httpx
 
-from gateway.sim import SimConfig, create_sim_app
+from dspark_sim import SimConfig, create_sim_app
 from tests.sim.helpers import FAST, MODEL, chat_body, scrape, serve_app, sse_events, wait_for
 
 RUNNING = "vllm:num_requests_running"

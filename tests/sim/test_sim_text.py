@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.sim.text import THINK_END, build_output, estimate_prompt_tokens, pieces
+from dspark_sim.text import THINK_END, build_output, estimate_prompt_tokens, pieces
 
 
 def output(instruction: str = "hello", **kwargs):

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.sim.errors import SimError
-from gateway.sim.text import THINK_END, build_output, pieces
-from gateway.sim.tools import ToolCall, result_answer, scripted_call
+from dspark_sim.errors import SimError
+from dspark_sim.text import THINK_END, build_output, pieces
+from dspark_sim.tools import ToolCall, result_answer, scripted_call
 
 SHELL = frozenset({"shell"})
 LS = ToolCall("shell", '{"cmd": "ls -la", "n": 3}')

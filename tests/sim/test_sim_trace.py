@@ -11,10 +11,10 @@ from typing import Any
 
 import httpx
 
-from gateway.sim import SimConfig, SimServer
-from gateway.sim.sequence import Sequence
-from gateway.sim.state import SimState
-from gateway.sim.trace import SequenceTrace
+from dspark_sim import SimConfig, SimServer
+from dspark_sim.sequence import Sequence
+from dspark_sim.state import SimState
+from dspark_sim.trace import SequenceTrace
 from tests.sim.helpers import FAST, chat_body, wait_for
 
 

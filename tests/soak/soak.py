@@ -114,7 +114,7 @@ def run(duration_s: float, rss_mb_per_hour: float, seed: int, workdir: Path) -> 
     keys, admin = asyncio.run(_make_keys(database_url))
     sim_port = free_port()
     sim = subprocess.Popen(
-        [sys.executable, "-m", "gateway.sim", "--port", str(sim_port), "--log-level", "warning"]
+        [sys.executable, "-m", "dspark_sim", "--port", str(sim_port), "--log-level", "warning"]
         + ["--decode-tps", "1000", "--ttft-base-s", "0.02", "--prefill-tps", "100000"],
         stdout=subprocess.DEVNULL,
         stderr=(workdir / "sim.log").open("wb"),

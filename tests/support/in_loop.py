@@ -13,8 +13,8 @@ import uvicorn
 
 from gateway.app import UpstreamFactory, aiohttp_upstream, create_app
 from gateway.auth import KeyStore
+from gateway.cli.serve import server_config
 from gateway.config import Settings
-from gateway.serve import server_config
 
 #: Settings that keep the gateway from sending its upstream anything but the requests under test.
 QUIET = {"spec_counters": "never", "backend_poll_s": 3600.0}

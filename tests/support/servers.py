@@ -1,5 +1,5 @@
 """Real servers for tests: an ASGI app under uvicorn, configured as ``dspark-gateway serve`` configures it
-(:func:`gateway.serve.server_config`), on a free loopback port, in a background thread."""
+(:func:`gateway.cli.serve.server_config`), on a free loopback port, in a background thread."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import uvicorn
 
-from gateway.serve import server_config
+from gateway.cli.serve import server_config
 
 
 def free_port() -> int:

@@ -1,4 +1,4 @@
-"""``python -m gateway.sim`` as a real child process on a free loopback port: start, wait until its
+"""``python -m dspark_sim`` as a real child process on a free loopback port: start, wait until its
 ``/health`` answers, kill -9 (a backend pair that dies mid-run)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class SimProcess:
 
     def start(self, timeout_s: float = 30) -> SimProcess:
         with self.log_path.open("ab") as log:
-            command = [sys.executable, "-m", "gateway.sim", *self.args]
+            command = [sys.executable, "-m", "dspark_sim", *self.args]
             self.process = subprocess.Popen(command, stdout=log, stderr=log)
 
         wait_serving(self.process, self.url + "/health", self.log_path, timeout_s, "simulator")

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.body.json_limits import JsonLimits, ShapeScanner, deeper_than, param_at, parse_object
 from gateway.errors import GatewayError
-from gateway.json_limits import JsonLimits, ShapeScanner, deeper_than, param_at, parse_object
 
 LOOSE = JsonLimits(max_values=10**9, max_strings=10**9, max_containers=10**9, max_depth=10**6)
 

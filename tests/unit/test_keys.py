@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import event
 
+from gateway.admin.durations import parse_duration
 from gateway.auth import Authenticator, KeyExistsError, KeyStore
 from gateway.auth.secrets import is_well_formed
-from gateway.db import open_engine
 from gateway.dialects.openai import bearer_token
-from gateway.durations import parse_duration
 from gateway.errors import GatewayError
+from gateway.storage.db import open_engine
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gateway.db import open_engine
+from gateway.storage.db import open_engine
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.record import RequestTelemetry
 from gateway.telemetry.spec import SpecStats

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.auth.principal import Principal
 from gateway.errors import GatewayError
-from gateway.limits import RateLimiter, Ticket, reset_after, storage_for
+from gateway.limits.rate import RateLimiter, Ticket, reset_after, storage_for
 
 KEY = Principal(key_id="key_1", name="team", tpm=100)
 

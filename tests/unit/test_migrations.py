@@ -4,7 +4,7 @@ admin API on SQLite and PostgreSQL by ``make_fixtures.py`` there) is refused by 
 line, recognised by ``db current``, upgraded by the real ``dspark-gateway db upgrade``, and then every
 row is still there with every value it had, every secret authenticates or is refused as its own
 gateway answered, and the gateway's own classes read every row. A fresh database opens at the newest
-revision, which Alembic's ``compare_metadata`` finds equal to ``gateway/tables.py``."""
+revision, which Alembic's ``compare_metadata`` finds equal to ``gateway/storage/tables.py``."""
 
 from __future__ import annotations
 
@@ -26,10 +26,10 @@ from sqlalchemy.engine import make_url
 
 from gateway.auth import KeyStore
 from gateway.auth.audit import AuditLog
-from gateway.db import on_connection, open_engine
-from gateway.migrations import schema, unversioned
-from gateway.response_owners import Owner, ResponseOwners
-from gateway.tables import Base
+from gateway.storage.db import on_connection, open_engine
+from gateway.storage.migrations import schema, unversioned
+from gateway.storage.response_owners import Owner, ResponseOwners
+from gateway.storage.tables import Base
 from gateway.telemetry.ledger import UsageLedger
 from tests.support.gateway_process import BIN, GatewayProcess, clean_env
 from tests.support.servers import free_port

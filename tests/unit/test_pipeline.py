@@ -16,7 +16,7 @@ from gateway.auth.principal import Principal
 from gateway.config import Settings
 from gateway.dialects.chat import CHAT
 from gateway.errors import GatewayError
-from gateway.limits import RateLimiter, storage_for
+from gateway.limits.rate import RateLimiter, storage_for
 from gateway.proxy.backends import Backend, Backends
 from gateway.proxy.counting import CountGate
 from gateway.proxy.pipeline import Pipeline

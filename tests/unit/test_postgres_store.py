@@ -19,7 +19,7 @@ from gateway.auth import Authenticator, KeyStore
 from gateway.auth.audit import AuditLog
 from gateway.auth.principal import Principal
 from gateway.errors import GatewayError
-from gateway.tables import Base
+from gateway.storage.tables import Base
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.record import RequestTelemetry
 

@@ -9,8 +9,8 @@ import gc
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
+from gateway.cli.serve import FULL_COLLECTION_EVERY, _GatewayServer
 from gateway.http.drain import Drain
-from gateway.serve import FULL_COLLECTION_EVERY, _GatewayServer
 
 
 async def _app(scope: Scope, receive: Receive, send: Send) -> None:

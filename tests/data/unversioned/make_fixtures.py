@@ -1,7 +1,7 @@
 """Writes the fixtures of databases that landed gateways made before schema migrations existed.
 
 Before ``d1f8dc9`` the gateway created its tables with ``create_all`` and wrote no ``alembic_version``;
-five table shapes landed that way (``gateway/migrations/unversioned.py`` lists them). For the commit
+five table shapes landed that way (``gateway/storage/migrations/unversioned.py`` lists them). For the commit
 named for each shape below, this script checks the commit out in a temporary ``git worktree``,
 installs it in a virtual environment of its own (its own ``pyproject.toml`` dependencies), and uses
 that gateway as an operator did: its CLI creates keys (an admin, limits and a thinking default where

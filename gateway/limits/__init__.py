@@ -1,0 +1,1 @@
+"""Per-key limits counted over time windows: requests and tokens per minute (:mod:`~gateway.limits.rate`)."""

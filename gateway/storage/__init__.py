@@ -1,0 +1,3 @@
+"""What the gateway keeps in its database: the engine (:mod:`~gateway.storage.db`), the tables
+(:mod:`~gateway.storage.tables`), the stored responses' owners (:mod:`~gateway.storage.response_owners`)
+and the schema's migrations (:mod:`~gateway.storage.migrations`)."""

@@ -1,0 +1,117 @@
+"""The gateway's tables: API keys, the audit trail, the usage ledger and stored responses' owners, on
+one declarative base.
+
+Read and written by :mod:`gateway.auth.store`, :mod:`gateway.auth.audit` and
+:mod:`gateway.telemetry.ledger`. This is the schema at the newest migration
+(:mod:`gateway.storage.migrations`, which creates and upgrades it; a test checks that the two
+agree): a change here needs a revision there. Times are stored timezone-aware (UTC).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, Integer, String
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every gateway table."""
+
+
+def utc(value: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes: read them back as the UTC they were written in."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
+class ApiKeyRow(Base):
+    """One API key. ``key_hash`` is SHA-256 hex of the secret; the secret itself is never stored.
+    ``aliases``: the key's own model names, ``{alias: served model name}`` (None: none)."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    prefix: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    models: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    scopes: Mapped[list[str]] = mapped_column(JSON, default=list)
+    default_thinking: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    rpm: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    tpm: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_concurrency: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    priority: Mapped[int] = mapped_column(Integer, default=1)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    previous_hash: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    previous_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    aliases: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
+    max_wait_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    request_class: Mapped[str | None] = mapped_column(String(16), nullable=True)
+
+
+class AuditRow(Base):
+    """One admin action. ``detail`` never holds a secret (new keys are not logged, only their prefix)."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    actor: Mapped[str] = mapped_column(String(200))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    client: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class UsageRow(Base):
+    """One request's usage and telemetry."""
+
+    __tablename__ = "usage_ledger"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    request_id: Mapped[str] = mapped_column(String(128), index=True)
+    key_id: Mapped[str] = mapped_column(String(40), index=True)
+    key_name: Mapped[str] = mapped_column(String(200))
+    model: Mapped[str] = mapped_column(String(200))
+    route: Mapped[str] = mapped_column(String(64))
+    stream: Mapped[bool] = mapped_column(Boolean)
+    arrived_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    status: Mapped[int] = mapped_column(Integer)
+    finish_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    client_disconnected: Mapped[bool] = mapped_column(Boolean)
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    completion_tokens: Mapped[int] = mapped_column(Integer)
+    cached_tokens: Mapped[int] = mapped_column(Integer)
+    reasoning_tokens: Mapped[int] = mapped_column(Integer)
+    queue_wait_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ttft_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    upstream_ttft_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    decode_tokens_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    e2e_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    waited_for: Mapped[dict[str, float] | None] = mapped_column(JSON, nullable=True)
+    prompt_size_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    prompt_size_source: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    kv_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    lane: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    end_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    spec: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    spec_candidates: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+
+
+class ResponseOwnerRow(Base):
+    """Which key created a response the backend stores (the Responses API's ``store``): only that key
+    may read, continue (``previous_response_id``), cancel or delete it. No response content."""
+
+    __tablename__ = "response_owners"
+
+    response_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(40), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    backend: Mapped[str | None] = mapped_column(String(64), nullable=True)
