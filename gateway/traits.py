@@ -1,4 +1,5 @@
-"""What the gateway learns about its upstream while serving (shared by reasoning and telemetry)."""
+"""What the gateway learns about a backend while serving (read by reasoning, telemetry and the prompt
+count; one per backend: :class:`~gateway.proxy.backends.Backend`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 
 @dataclass(slots=True)
 class UpstreamTraits:
-    """What the gateway has learnt about its upstream (None: not seen yet).
+    """What the gateway has learnt about one backend (None: not seen yet).
 
     ``splits_reasoning``: it sends reasoning fields (vLLM ``--reasoning-parser``);
     ``reasoning_markers``: its raw text, with thinking on, shows reasoning markers (True: one did;
@@ -21,3 +22,11 @@ class UpstreamTraits:
     reasoning_markers: bool | None = None
     per_request_metrics: bool | None = None
     counts_prompts: bool | None = None
+
+    def status(self) -> dict[str, bool | None]:
+        """``/admin/status``'s ``upstream`` object: the traits an operator acts on."""
+        return {
+            "splits_reasoning": self.splits_reasoning,
+            "per_request_metrics": self.per_request_metrics,
+            "counts_prompts": self.counts_prompts,
+        }

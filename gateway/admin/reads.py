@@ -38,16 +38,7 @@ async def usage(
 
 async def status(request: Request) -> dict[str, Any]:
     pipeline = request.app.state.pipeline
-    traits = pipeline.traits
-    return {
-        **pipeline.backends.status(),
-        "long_prompt_tokens": pipeline.settings.long_prompt_tokens,
-        "upstream": {
-            "splits_reasoning": traits.splits_reasoning,
-            "per_request_metrics": traits.per_request_metrics,
-            "counts_prompts": traits.counts_prompts,
-        },
-    }
+    return {**pipeline.backends.status(), "long_prompt_tokens": pipeline.settings.long_prompt_tokens}
 
 
 async def audit(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict[str, Any]:

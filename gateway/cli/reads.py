@@ -257,15 +257,20 @@ def status(json_out: JsonOpt = False, url: UrlOpt = None, admin_key: AdminKeyOpt
         table.add_row(name, str(counts["in_flight"]), str(counts["waiting"]))
     if state["keys"]:
         console.print(table)
-    upstream = ", ".join(
-        f"{trait.replace('_', ' ')} {_learnt(seen)}" for trait, seen in state.get("upstream", {}).items()
-    )
-    if upstream:
-        console.print(f"upstream: {upstream}", highlight=False)
+    if "upstream" in state:
+        console.print(f"upstream: {_traits(state['upstream'])}", highlight=False)
+    else:
+        for backend in backends:
+            console.print(f"upstream {backend['name']}: {_traits(backend['upstream'])}", highlight=False)
+
+
+def _traits(learnt: dict[str, Any]) -> str:
+    """``splits reasoning yes, per request metrics unknown, …`` (``/admin/status``'s ``upstream``)."""
+    return ", ".join(f"{trait.replace('_', ' ')} {_learnt(seen)}" for trait, seen in learnt.items())
 
 
 def _learnt(value: Any) -> str:
-    """A trait the gateway learns about its upstream (``gateway.traits``: True, False or None for not
+    """A trait the gateway learns about a backend (``gateway.traits``: True, False or None for not
     seen yet) as ``yes``, ``no`` or ``unknown``."""
     if value is None:
         return "unknown"

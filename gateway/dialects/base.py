@@ -38,14 +38,16 @@ class Parsed:
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What a dialect may read to prepare one request: the caller, the settings, what the gateway learnt
-    of its upstream, where telemetry facts go (``observe`` each stream chunk's, ``observe_answer`` a
-    whole body's), and the client ``telemetry`` object's builder when the client asked for one
-    (header ``x-gateway-telemetry: 1``), else None."""
+    """What a dialect may read to prepare one request: the caller, the settings, what the gateway
+    learnt of the backend that answers (``traits()``, called once the response arrives: the backend
+    is chosen after the request is prepared, and again on a fail-over), where telemetry facts go
+    (``observe`` each stream chunk's, ``observe_answer`` a whole body's), and the client
+    ``telemetry`` object's builder when the client asked for one (header ``x-gateway-telemetry: 1``),
+    else None."""
 
     principal: Principal
     settings: Settings
-    traits: UpstreamTraits
+    traits: Callable[[], UpstreamTraits]
     observe: Callable[[Observation], None]
     observe_answer: Callable[[Observation], None]
     telemetry: Callable[[], dict[str, Any]] | None = None

@@ -146,7 +146,15 @@ class OpenAITranslator:
         self._policy = policy
         self._view = view
         self._context = context
-        self._stream = StreamRewriter(policy, context.traits, view, context.observe)
+        self._stream: StreamRewriter | None = None
+
+    def _rewriter(self) -> StreamRewriter:
+        """The stream's rewriter, made at its first event: the backend answering is known by then, and
+        its traits with it."""
+        if self._stream is None:
+            context = self._context
+            self._stream = StreamRewriter(self._policy, context.traits(), self._view, context.observe)
+        return self._stream
 
     def ends(self, event: bytes, data: bytes | None) -> bool:
         """``data: [DONE]``."""
@@ -155,17 +163,17 @@ class OpenAITranslator:
     def error_event(self, error: GatewayError) -> bytes:
         """The text the reasoning split still held (:meth:`StreamRewriter.flush`), then OpenAI's error
         object as one ``data:`` event (what the OpenAI SDKs raise on)."""
-        held = b"".join(self._stream.flush())
+        held = b"".join(self._stream.flush()) if self._stream is not None else b""
         return held + b"data: " + json_codec.dumps(error_body(error)) + b"\n\n"
 
     def step(self, event: bytes, data: bytes | None) -> list[bytes]:
         """One upstream SSE event: :meth:`StreamRewriter.step`."""
-        return self._stream.step(event, data)
+        return self._rewriter().step(event, data)
 
     def answer(self, body: bytes) -> bytes:
         """A non-stream body: split, observed, shown as the client asked."""
         obj = json_object(body, "the response")
-        reasoning_chars, content_chars, dropped = rewrite_body(obj, self._policy, self._context.traits)
+        reasoning_chars, content_chars, dropped = rewrite_body(obj, self._policy, self._context.traits())
         self._context.observe_answer(
             observation(obj, obj.get("choices") or [], True, reasoning_chars, content_chars, dropped)
         )

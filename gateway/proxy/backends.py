@@ -30,6 +30,7 @@ from gateway.errors import GatewayError
 from gateway.proxy.breaker import Breaker
 from gateway.proxy.counting import CountGate
 from gateway.proxy.upstream import Upstream
+from gateway.traits import UpstreamTraits
 
 
 class Monitor(Protocol):
@@ -54,8 +55,10 @@ class BackendDown(GatewayError):
 @dataclass(eq=False, slots=True)
 class Backend:
     """One backend pair: its ``name`` (metric label, shared-admission key), client, admission, its
-    monitor (health, and the ``/metrics`` reads of the spec-counter deltas), and the bound of the
-    prompt counts sent to it outside the slots (with a client of their own)."""
+    monitor (health, and the ``/metrics`` reads of the spec-counter deltas), the bound of the
+    prompt counts sent to it outside the slots (with a client of their own), and what the gateway
+    learnt of it while serving (``traits``: each backend its own, as two may run different vLLM
+    versions or flags)."""
 
     name: str
     upstream: Upstream
@@ -63,6 +66,7 @@ class Backend:
     monitor: Monitor
     counts: CountGate
     breaker: Breaker = field(default_factory=Breaker)
+    traits: UpstreamTraits = field(default_factory=UpstreamTraits)
     up: bool = True
     routed: int = 0
     """Requests routed here whose admission has not answered yet (a shared one's figures lag by a
@@ -172,9 +176,13 @@ class Backends:
         return counts
 
     def status(self) -> dict[str, object]:
-        """``/admin/status``: the first backend's view when there is one, else the sums; and
-        ``backends``: each one's name, health and admission status."""
-        each = [{"name": b.name, "up": b.up, **b.admission.status()} for b in self.all]
+        """``/admin/status``: the first backend's view when there is one (its ``upstream`` traits
+        included), else the sums; and ``backends``: each one's name, health, admission status and
+        ``upstream`` traits."""
+        each = [
+            {"name": b.name, "up": b.up, **b.admission.status(), "upstream": b.traits.status()}
+            for b in self.all
+        ]
         if len(self.all) == 1:
             top = dict(each[0])
             del top["name"], top["up"]

@@ -38,6 +38,7 @@ from gateway.storage.response_owners import Owner
 from gateway.telemetry.record import RequestTelemetry
 from gateway.telemetry.recorder import RequestRecorder
 from gateway.telemetry.spec import COUNTERS
+from gateway.traits import UpstreamTraits
 
 log = logging.getLogger("gateway.errors")
 #: Seconds between ``: queued N`` comments to a waiting stream.
@@ -214,7 +215,7 @@ class Exchange:
         context = Context(
             self.principal,
             pipeline.settings,
-            pipeline.traits,
+            self._traits,
             recorder.observe,
             recorder.observe_answer,
             (lambda: recorder.snapshot().client_view()) if self._telemetry else None,
@@ -248,7 +249,7 @@ class Exchange:
         size = await prompt_size(
             backend.counts,
             self.principal.name,
-            pipeline.traits,
+            backend.traits,
             pipeline.settings,
             prepared.count,
             self._size,
@@ -259,6 +260,11 @@ class Exchange:
         self._need = replace(pipeline.need(prepared, size.tokens), batch=self._batch)
         record.prompt_size_tokens, record.prompt_size_source = size.tokens, size.source
         record.kv_tokens, record.lane = self._need.kv_tokens, "long" if self._need.long else "short"
+
+    def _traits(self) -> UpstreamTraits:
+        """What the gateway learnt of the backend answering (the translator asks once it answers)."""
+        assert self.backend is not None
+        return self.backend.traits
 
     def _claim(self, response_id: str) -> None:
         if self.pipeline.owners is not None:
@@ -381,7 +387,7 @@ class Exchange:
         if not breaker.allows(time.monotonic()):
             raise Unreachable(f"{backend.name} failed repeatedly; its circuit is open")
         try:  # from here a trial this request took is given back, however it ends
-            if self.pipeline.wants_counters():  # one loopback scrape (ms) before the request decodes
+            if self.pipeline.wants_counters(backend):  # one loopback scrape (ms) before the request decodes
                 self._before = await backend.monitor.scrape(COUNTERS, timeout_s=1.0)
             response = await backend.upstream.open(
                 "POST", self.dialect.upstream_path, prepared.body, self._headers
@@ -458,8 +464,8 @@ class Exchange:
         pipeline = self.pipeline
         end = self._gone_as if self.client_gone else "complete" if self.complete else "error"
         record = self.recorder.finish(self.status, self.client_gone, await self._counters(), end)
-        if self.recorder.saw_backend_metrics:
-            pipeline.traits.per_request_metrics = True
+        if self.recorder.saw_backend_metrics and self.backend is not None:
+            self.backend.traits.per_request_metrics = True
         pipeline.sink.publish(record)
         if self.ticket is not None:
             await pipeline.limits.settle(self.ticket, self._used(record))

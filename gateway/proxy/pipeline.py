@@ -22,7 +22,6 @@ from gateway.proxy.aliases import ModelAliases
 from gateway.proxy.backends import Backend, Backends
 from gateway.storage.response_owners import Owner
 from gateway.telemetry.record import RequestTelemetry
-from gateway.traits import UpstreamTraits
 
 
 class Sink(Protocol):
@@ -54,7 +53,6 @@ class Pipeline:
     sink: Sink
     limits: RateLimiter
     owners: Owners | None = None
-    traits: UpstreamTraits = field(default_factory=UpstreamTraits)
     background: set[asyncio.Task[None]] = field(default_factory=set)
     aliases: ModelAliases = field(init=False)
 
@@ -126,10 +124,10 @@ class Pipeline:
             raise GatewayError("context_length_exceeded", message, param=param)
         return need
 
-    def wants_counters(self) -> bool:
-        """Whether to scrape vLLM's spec-decode counters around a request (``metrics_delta``)."""
+    def wants_counters(self, backend: Backend) -> bool:
+        """Whether to scrape ``backend``'s spec-decode counters around a request (``metrics_delta``)."""
         mode = self.settings.spec_counters
-        return mode == "always" or (mode == "auto" and self.traits.per_request_metrics is not True)
+        return mode == "always" or (mode == "auto" and backend.traits.per_request_metrics is not True)
 
     def in_background(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run ``work`` off the request's path; :meth:`settled` waits for it."""

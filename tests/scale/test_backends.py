@@ -107,3 +107,43 @@ def test_a_backend_killed_mid_run_loses_nothing_silently_and_leaks_no_slot(
     assert (state["slots_in_use"], state["queue_depth"]) == (0, 0)
     assert [s["up"] for s in state["backends"]] == [True, False]
     wait_until(lambda: len(traced(tmp_path, "a")) == 5, what="a's five sequences traced")
+
+
+def test_what_one_backend_shows_is_learnt_for_it_alone(start_gateway, make_key, tmp_path):
+    """A backend without vLLM's tokenizer route answers the prompt count 404: its prompts are
+    estimated from then on, while the other backend's are still counted by it."""
+    sims = {
+        "a": SimProcess(tmp_path / "sim-a.log", "--no-tokenize-route").start(),
+        "b": SimProcess(tmp_path / "sim-b.log").start(),
+    }
+    try:
+        gateway = start_gateway(f"a={sims['a'].url},b={sims['b'].url}", slots=1, tokenize_min_bytes=1)
+        key, admin = make_key("counted"), make_key("admin", scopes=["admin"])
+
+        def served_by(user: str) -> str:
+            """Send one chat of ``user``'s conversation (affinity keeps it on one backend); the name of
+            the backend that ran it."""
+            before = {name: scrape(sim.url)["vllm:request_success_total"] for name, sim in sims.items()}
+            assert chat(gateway.url, key, max_tokens=2, user=user).status_code == 200
+            after = {name: scrape(sim.url)["vllm:request_success_total"] for name, sim in sims.items()}
+            [name] = [name for name in sims if after[name] > before[name]]
+            return name
+
+        def counts(name: str) -> float:
+            return scrape(sims[name].url).get("dspark_sim_token_counts_total", 0.0)
+
+        on = {}
+        for user in (f"user-{n}" for n in range(32)):
+            on.setdefault(served_by(user), user)
+            if len(on) == 2:
+                break
+        assert set(on) == {"a", "b"}
+        assert served_by(on["a"]) == "a"  # a answered its count 404 (at the latest) here
+        counted = counts("b")
+        assert served_by(on["b"]) == "b"
+        assert counts("b") == counted + 1
+        backends = {b["name"]: b["upstream"] for b in admin_status(gateway, admin)["backends"]}
+        assert backends["a"]["counts_prompts"] is False and backends["b"]["counts_prompts"] is True
+    finally:
+        for sim in sims.values():
+            sim.kill()

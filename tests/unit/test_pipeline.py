@@ -55,7 +55,7 @@ def build(
     limits = RateLimiter(storage_for("memory://"))
     backend = Backend("default", upstream, admission, monitor, CountGate(upstream, 2, 1))
     pipeline = Pipeline(Backends([backend]), config, records, limits)
-    pipeline.traits.reasoning_markers = False if plain else None
+    backend.traits.reasoning_markers = False if plain else None
     return pipeline, records
 
 
