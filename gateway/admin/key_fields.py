@@ -2,7 +2,7 @@
 ``…/rotate``, validated once here for the admin API and the local CLI alike (no web framework).
 
 Every number has a bound the database's integer columns hold. A key's thinking default is given as
-any level or ``reasoning_effort`` a request accepts (:mod:`gateway.openai_api.thinking`) and kept as
+any level or ``reasoning_effort`` a request accepts (:mod:`gateway.dialects.thinking`) and kept as
 its DeepSeek-V4 level (``medium`` → ``high``), which is what a request without its own choice gets.
 """
 
@@ -25,7 +25,7 @@ from dspark_common import json_codec
 from gateway.admin.durations import expires_after, parse_duration
 from gateway.auth.store import METADATA_BYTES, METADATA_DEPTH, check_aliases, check_name
 from gateway.body.json_limits import deeper_than
-from gateway.openai_api.thinking import EFFORT_MAP, LEVELS, Level
+from gateway.dialects.thinking import EFFORT_MAP, LEVELS, Level
 
 #: The largest limit a key may have: PostgreSQL's ``integer`` (SQLAlchemy ``Integer``).
 INT_MAX = 2**31 - 1
@@ -151,7 +151,7 @@ class KeyCreate(KeyLimits):
     scopes: list[Literal["admin", "backend_fields"]] = Field(
         default_factory=list,
         description='["admin"] for an admin key; "backend_fields" lets it set vLLM\'s scheduling, '
-        "template and KV fields (gateway/openai_api/fields.py)",
+        "template and KV fields (gateway/dialects/fields.py)",
     )
 
     @field_validator("name")

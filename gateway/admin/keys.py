@@ -23,7 +23,7 @@ from gateway.admin.key_fields import KeyCreate, KeyLimits, KeyRotate
 from gateway.auth import KeyExistsError, KeyNotFoundError, KeyStore, Principal
 from gateway.body.json_limits import ADMIN
 from gateway.body.read import body_bounds, read_json
-from gateway.dialects.openai import OPENAI
+from gateway.dialects.openai.dialect import OPENAI
 from gateway.errors import GatewayError, invalid_request
 from gateway.http.auth import admin_for, client_address
 

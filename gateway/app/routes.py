@@ -35,15 +35,15 @@ from fastapi import Depends, FastAPI
 from gateway.admin import keys, reads
 from gateway.console import pages as console
 from gateway.dialects.base import Dialect
-from gateway.dialects.chat import CHAT
-from gateway.dialects.completions import COMPLETIONS
 from gateway.dialects.messages import COUNT_TOKENS, MESSAGES, CountTokensRequest, MessagesRequest
-from gateway.dialects.openai import OPENAI
+from gateway.dialects.openai.chat import CHAT
+from gateway.dialects.openai.completions import COMPLETIONS
+from gateway.dialects.openai.dialect import OPENAI
+from gateway.dialects.openai.models import ChatCompletionRequest, CompletionRequest
 from gateway.dialects.responses import RESPONSES, ResponsesRequest
 from gateway.http import health, inference, metrics_route, stored
 from gateway.http.auth import admin_for, principal_for, public_limit
 from gateway.http.openapi import DOCS_ASSETS, documented
-from gateway.openai_api import ChatCompletionRequest, CompletionRequest
 
 #: Static files anyone may fetch: the docs pages' and the console's JavaScript and CSS (served by the
 #: gateway, not a CDN).

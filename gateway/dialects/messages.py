@@ -10,7 +10,7 @@ blocks and is relayed unchanged.
 - Thinking: ``thinking`` ``{"type": "enabled", "budget_tokens"}`` / ``{"type": "adaptive"}`` (on) or
   ``{"type": "disabled"}`` (off), ``output_config.effort`` (the level), ``chat_template_kwargs``
   (wins), else the key's default: written as DeepSeek-V4's ``chat_template_kwargs``
-  (:mod:`gateway.openai_api.thinking`). An enabled ``thinking`` stays, so vLLM caps the reasoning at
+  (:mod:`gateway.dialects.thinking`). An enabled ``thinking`` stays, so vLLM caps the reasoning at
   ``budget_tokens``; a disabled one and ``output_config.effort`` are replaced by the template's
   controls (vLLM would send the template an effort DeepSeek-V4 does not know).
 - Telemetry: the first ``content_block_delta`` is the first token; usage from ``message_start``
@@ -29,13 +29,12 @@ from gateway.auth.authenticator import unauthorized
 from gateway.auth.principal import Principal
 from gateway.config import Settings
 from gateway.dialects.base import Context, Parsed, Prepared, text_length
-from gateway.dialects.openai import bearer_token
+from gateway.dialects.fields import check_fields
 from gateway.dialects.prompt_count import messages_count
+from gateway.dialects.sse import event_name
+from gateway.dialects.thinking import as_level, resolve_thinking, set_template_thinking
+from gateway.dialects.wire import bearer_token, json_object
 from gateway.errors import GatewayError, invalid_request
-from gateway.openai_api.chunks import json_object
-from gateway.openai_api.fields import check_fields
-from gateway.openai_api.thinking import as_level, resolve_thinking, set_template_thinking
-from gateway.sse import event_name
 from gateway.telemetry.observation import Observation
 
 #: Anthropic's error ``type`` by HTTP status (API reference, "Errors"); anything else 5xx: ``api_error``.

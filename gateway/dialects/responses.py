@@ -27,13 +27,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dspark_common import json_codec
 from gateway.dialects.base import Context, Parsed, Prepared, text_length
-from gateway.dialects.openai import OpenAIDialect
+from gateway.dialects.fields import check_fields
+from gateway.dialects.openai.dialect import OpenAIDialect
 from gateway.dialects.prompt_count import responses_count
+from gateway.dialects.sse import event_name
+from gateway.dialects.thinking import as_level, resolve_thinking, set_template_thinking
+from gateway.dialects.wire import json_object
 from gateway.errors import GatewayError
-from gateway.openai_api.chunks import json_object
-from gateway.openai_api.fields import check_fields
-from gateway.openai_api.thinking import as_level, resolve_thinking, set_template_thinking
-from gateway.sse import event_name
 from gateway.telemetry.observation import Observation
 
 #: The events a Responses stream ends with (API reference, "Streaming events").

@@ -16,9 +16,9 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
 from gateway.dialects.base import Translator
+from gateway.dialects.sse import MAX_EVENT_BYTES, EventTooLargeError, SSEDecoder
 from gateway.errors import GatewayError, MalformedResponseError
 from gateway.proxy.upstream import UpstreamResponse
-from gateway.sse import MAX_EVENT_BYTES, EventTooLargeError, SSEDecoder
 
 #: Event-loop steps a releasing request yields so the next one reaches the backend first
 #: (:func:`let_waiter_send`). In the first, the granted waiter runs up to aiohttp's body write;

@@ -5,7 +5,7 @@ pinned with ``taskset``) prints one JSON object.
   Firecracker VM's drifts by up to 2× within a session);
 - ``socketpair_roundtrip_us``: one 300-byte send + recv over a socketpair, µs;
 - ``event_hot_us`` / ``event_after_idle_us``: the gateway's own work for one relayed vLLM chunk (SSE
-  decode and :class:`~gateway.openai_api.rewrite.StreamRewriter` step), µs, median of 200: back to back,
+  decode and :class:`~gateway.dialects.openai.rewrite.StreamRewriter` step), µs, median of 200: back to back,
   and as the first thing done after :data:`IDLE_S` of sleep. On this VM the second is many times the
   first (likely caches and branch predictors gone cold while the vCPU slept), and it is what a
   proxy pays whenever its load leaves it idle between events: at one stream, or at 32 streams of
@@ -23,10 +23,10 @@ import socket
 import statistics
 import time
 
-from gateway.openai_api.client_view import ClientView
-from gateway.openai_api.rewrite import StreamRewriter
+from gateway.dialects.openai.client_view import ClientView
+from gateway.dialects.openai.rewrite import StreamRewriter
+from gateway.dialects.sse import SSEDecoder
 from gateway.reasoning.policy import ReasoningPolicy
-from gateway.sse import SSEDecoder
 from gateway.traits import UpstreamTraits
 
 #: Sleep before each "after idle" sample, s: longer than the gap between a 32-stream level's chunks.

@@ -2,10 +2,10 @@
 
 A real gateway in front of the simulator, both on loopback; the schema is loaded from the running
 gateway's ``/openapi.json`` (the ``/v1`` request bodies there are generated from the pydantic models
-in :mod:`gateway.openai_api`). Every public operation is fuzzed with schema-valid data (positive) and
-schema-violating data (negative) under a client key as bearer auth, the admin routes likewise under an
-admin key. Checks: no 5xx, a response whose content type and body conform to the schema where it
-documents them, and every 4xx body in OpenAI error shape.
+in :mod:`gateway.dialects.openai.models`). Every public operation is fuzzed with schema-valid data
+(positive) and schema-violating data (negative) under a client key as bearer auth, the admin routes
+likewise under an admin key. Checks: no 5xx, a response whose content type and body conform to the
+schema where it documents them, and every 4xx body in OpenAI error shape.
 
 Deterministic (Hypothesis derandomized, no example database) and small: CI has two cores.
 

@@ -15,8 +15,8 @@ import pytest
 
 from gateway.auth.principal import Principal
 from gateway.dialects.base import Dialect
-from gateway.dialects.chat import CHAT
 from gateway.dialects.messages import MESSAGES, PING
+from gateway.dialects.openai.chat import CHAT
 from gateway.dialects.responses import RESPONSES
 from gateway.errors import GatewayError
 from gateway.proxy.pipeline import Pipeline

@@ -13,7 +13,7 @@ from sqlalchemy import event
 from gateway.admin.durations import parse_duration
 from gateway.auth import Authenticator, KeyExistsError, KeyStore
 from gateway.auth.secrets import is_well_formed
-from gateway.dialects.openai import bearer_token
+from gateway.dialects.wire import bearer_token
 from gateway.errors import GatewayError
 from gateway.storage.db import open_engine
 

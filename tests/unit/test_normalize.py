@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from gateway.dialects.openai.normalize import normalize_chat, normalize_completion
+from gateway.dialects.thinking import EFFORT_MAP
 from gateway.errors import GatewayError
-from gateway.openai_api.normalize import normalize_chat, normalize_completion
-from gateway.openai_api.thinking import EFFORT_MAP
 
 
 def chat(**fields):

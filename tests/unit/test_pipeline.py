@@ -14,7 +14,7 @@ import pytest
 from gateway.admission import Admission
 from gateway.auth.principal import Principal
 from gateway.config import Settings
-from gateway.dialects.chat import CHAT
+from gateway.dialects.openai.chat import CHAT
 from gateway.errors import GatewayError
 from gateway.limits.rate import RateLimiter, storage_for
 from gateway.proxy.backends import Backend, Backends

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gateway.openai_api.chunks import observation
+from gateway.dialects.openai.chunks import observation
 from gateway.telemetry.record import RequestTelemetry
 from gateway.telemetry.recorder import RequestRecorder
 from gateway.telemetry.spec import ACCEPTED, DRAFT_TOKENS, DRAFTS, from_counters, from_stream

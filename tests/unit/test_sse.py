@@ -7,7 +7,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.sse import SSEDecoder, event_data
+from gateway.dialects.sse import SSEDecoder, event_data
 
 STREAM = (
     b'data: {"a":1}\n\n'

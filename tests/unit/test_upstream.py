@@ -15,11 +15,11 @@ from typing import TypeVar
 import pytest
 
 from gateway.admission import Admission
+from gateway.dialects.sse import DONE
 from gateway.errors import GatewayError
 from gateway.proxy.aiohttp_upstream import AiohttpUpstream as Upstream
 from gateway.proxy.aiohttp_upstream import build_session
 from gateway.proxy.relay import RelayOutcome, let_waiter_send, relay_events
-from gateway.sse import DONE
 from tests.support.raw_http import chunked, head, read_message, read_request, server
 
 T = TypeVar("T")

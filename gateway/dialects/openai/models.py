@@ -3,7 +3,7 @@
 A body is parsed once, by orjson (:mod:`gateway.body.json_limits`: bounded, and no ``NaN`` / ``Infinity``),
 and these models validate the fields the gateway reads; everything else stays in the parsed object
 as the client sent it and is forwarded (vLLM accepts many extensions: ``chat_template_kwargs``,
-``top_k``, ``include_metrics``, ...), subject to the field policy (:mod:`gateway.openai_api.fields`).
+``top_k``, ``include_metrics``, ...), subject to the field policy (:mod:`gateway.dialects.fields`).
 Field names are OpenAI's (API reference, "Create chat completion").
 """
 

@@ -3,18 +3,18 @@
 Normalisation for vLLM serving DeepSeek-V4: thinking controls (``reasoning_effort``, ``thinking``,
 ``chat_template_kwargs``; the key's default, then ``GATEWAY_DEFAULT_THINKING``) become
 ``chat_template_kwargs``, and assistant messages' reasoning goes under the field the backend reads
-(:func:`~gateway.openai_api.normalize.normalize_chat`). The output budget is
+(:func:`~gateway.dialects.openai.normalize.normalize_chat`). The output budget is
 ``max_completion_tokens``, else the older ``max_tokens`` (the one vLLM uses when both are sent).
 """
 
 from __future__ import annotations
 
 from gateway.dialects.base import Context, Parsed, Prepared
-from gateway.dialects.openai import OpenAIDialect, finish
+from gateway.dialects.openai.dialect import OpenAIDialect, finish
+from gateway.dialects.openai.models import ChatCompletionRequest
+from gateway.dialects.openai.normalize import normalize_chat
 from gateway.dialects.prompt_count import chat_count
-from gateway.openai_api import ChatCompletionRequest
-from gateway.openai_api.normalize import normalize_chat
-from gateway.openai_api.thinking import as_level
+from gateway.dialects.thinking import as_level
 
 
 class ChatCompletions(OpenAIDialect):

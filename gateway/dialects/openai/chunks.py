@@ -1,14 +1,14 @@
-"""Reading an OpenAI-shaped upstream chunk or body: parsed (:func:`json_object`), its choices checked
-(:func:`check_shape`: chat ``delta``/``message`` or a ``text_completion`` choice, text fields strings
-or null) and observed for telemetry (:func:`observation`). Pure: no I/O, no web framework."""
+"""Reading an OpenAI-shaped upstream chunk or body (parsed by :func:`~gateway.dialects.wire.json_object`):
+its choices checked (:func:`check_shape`: chat ``delta``/``message`` or a ``text_completion`` choice,
+text fields strings or null) and observed for telemetry (:func:`observation`). Pure: no I/O, no web
+framework."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from dspark_common import json_codec
-from gateway.errors import MalformedResponseError
+from gateway.dialects.wire import MalformedChunkError
 from gateway.reasoning.policy import UPSTREAM_REASONING_FIELDS
 from gateway.telemetry.observation import Observation
 
@@ -29,21 +29,6 @@ def slot_of(obj: dict[str, Any]) -> str | None:
 Observer = Callable[[Observation], None]
 #: The text fields whose content counts as output (the first token), besides ``tool_calls``.
 OUTPUT_FIELDS = ("content", "text", "reasoning", "reasoning_content")
-
-
-class MalformedChunkError(MalformedResponseError):
-    """An upstream chunk or body whose choices don't have OpenAI's shape."""
-
-
-def json_object(data: bytes, what: str) -> dict[str, Any]:
-    """``data`` parsed; :class:`MalformedChunkError` naming ``what`` unless it is a JSON object."""
-    try:
-        obj = json_codec.loads(data)
-    except ValueError:
-        raise MalformedChunkError(f"{what} is not JSON") from None
-    if not isinstance(obj, dict):
-        raise MalformedChunkError(f"{what} is not a JSON object")
-    return obj
 
 
 def observation(

@@ -12,7 +12,7 @@ Invariants: events the policy does not change are forwarded byte for byte; ``id`
 DSML markup became tool calls); no empty delta is invented — a chunk whose only text was held back
 (a possible marker) is dropped, and the text comes out with the next one. An event's SSE fields other
 than ``data`` go on with it whether or not its data was rewritten; a dropped event's ``id`` and
-``retry`` go on with the next event sent (:mod:`gateway.sse`). A client that asked for
+``retry`` go on with the next event sent (:mod:`gateway.dialects.sse`). A client that asked for
 ``stream_options.include_usage`` gets OpenAI's closing ``choices: []`` usage chunk even from an
 upstream that put usage only on chunks with choices (API reference, "Create chat completion": "an
 additional chunk will be streamed before the data: [DONE] message ... the choices field will always
@@ -24,20 +24,19 @@ from __future__ import annotations
 from typing import Any
 
 from dspark_common import json_codec
-from gateway.openai_api.choice_writer import ChoiceWriter
-from gateway.openai_api.chunks import (
+from gateway.dialects.openai.choice_writer import ChoiceWriter
+from gateway.dialects.openai.chunks import (
     SLOTS,
-    MalformedChunkError,
     Observer,
     check_shape,
-    json_object,
     observation,
     slot_of,
     text_fields,
 )
-from gateway.openai_api.client_view import ClientView
+from gateway.dialects.openai.client_view import ClientView
+from gateway.dialects.sse import DONE, lasting_fields, with_data
+from gateway.dialects.wire import MalformedChunkError, json_object
 from gateway.reasoning.policy import ReasoningPolicy
-from gateway.sse import DONE, lasting_fields, with_data
 from gateway.traits import UpstreamTraits
 
 #: The fields a chunk the gateway adds (closing usage, held text of a broken stream) copies from the
@@ -81,7 +80,7 @@ class StreamRewriter:
 
     def step(self, event: bytes, data: bytes | None) -> list[bytes]:
         """Rewrite one whole SSE event (bytes including its blank-line terminator) whose ``data``
-        payload is ``data`` (:func:`~gateway.sse.event_data`; None if it has none).
+        payload is ``data`` (:func:`~gateway.dialects.sse.event_data`; None if it has none).
 
         Raises :class:`MalformedChunkError` for a ``data`` payload that is not a JSON object (a client
         SDK would fail on it with a parse error) or a chunk whose choices are not OpenAI-shaped.

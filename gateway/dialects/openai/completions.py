@@ -2,16 +2,16 @@
 
 vLLM's reasoning parser never touches this route, so the gateway splits reasoning itself whenever
 thinking is on — when the raw prompt ends with the start marker (``<think>``)
-(:func:`~gateway.openai_api.normalize.normalize_completion`) — unless the split is off.
+(:func:`~gateway.dialects.openai.normalize.normalize_completion`) — unless the split is off.
 """
 
 from __future__ import annotations
 
 from gateway.dialects.base import Context, Parsed, Prepared
-from gateway.dialects.openai import OpenAIDialect, finish
+from gateway.dialects.openai.dialect import OpenAIDialect, finish
+from gateway.dialects.openai.models import CompletionRequest
+from gateway.dialects.openai.normalize import normalize_completion
 from gateway.dialects.prompt_count import completion_count
-from gateway.openai_api import CompletionRequest
-from gateway.openai_api.normalize import normalize_completion
 from gateway.reasoning.policy import SplitMode
 
 

@@ -1,6 +1,6 @@
 """Request normalisation: what the client sent -> what vLLM serving DeepSeek-V4 reads.
 
-- thinking dialects -> ``chat_template_kwargs`` (:mod:`gateway.openai_api.thinking`);
+- thinking dialects -> ``chat_template_kwargs`` (:mod:`gateway.dialects.thinking`);
 - assistant messages' ``reasoning_content``/``reasoning`` -> the one field the backend reads
   (vLLM >= 0.16 reads only ``reasoning``);
 - ``include_reasoning`` is taken out and applied by the gateway (tokens are still generated and counted);
@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.dialects.thinking import Level, Thinking, apply_thinking, resolve_thinking
 from gateway.errors import GatewayError
-from gateway.openai_api.thinking import Level, Thinking, apply_thinking, resolve_thinking
 
 _REASONING_INPUT_FIELDS = ("reasoning_content", "reasoning")
 #: vLLM's structured-output request fields (``structured_outputs``, and the older ``guided_*``).

@@ -13,36 +13,19 @@ from typing import Any
 from pydantic import ValidationError
 
 from dspark_common import json_codec
-from gateway.auth.authenticator import unauthorized
 from gateway.dialects.base import Context, Parsed, Prepared
+from gateway.dialects.fields import check_fields
+from gateway.dialects.openai.chunks import observation
+from gateway.dialects.openai.client_view import ClientView
+from gateway.dialects.openai.models import InferenceRequest
+from gateway.dialects.openai.normalize import Normalized
+from gateway.dialects.openai.rewrite import StreamRewriter, rewrite_body
 from gateway.dialects.prompt_count import TokenCount
+from gateway.dialects.sse import DONE, KEEP_ALIVE_COMMENT
+from gateway.dialects.wire import bearer_token, json_object
 from gateway.errors import GatewayError, invalid_request
-from gateway.openai_api import InferenceRequest
-from gateway.openai_api.chunks import json_object, observation
-from gateway.openai_api.client_view import ClientView
-from gateway.openai_api.fields import check_fields
-from gateway.openai_api.normalize import Normalized
-from gateway.openai_api.rewrite import StreamRewriter, rewrite_body
 from gateway.reasoning import Markers
 from gateway.reasoning.policy import ReasoningPolicy, SplitMode
-from gateway.sse import DONE, KEEP_ALIVE_COMMENT
-
-
-def bearer_token(header: str | None) -> str:
-    """The token of an ``Authorization`` header value.
-
-    The scheme is case-insensitive (RFC 7235) and separated from the token by spaces (RFC 6750
-    ``1*SP``); only SP and HTAB count as whitespace around the token (RFC 9110 OWS), not everything
-    :meth:`str.strip` removes (e.g. a no-break space, which a latin-1 header can carry).
-    Raises :class:`GatewayError` 401 when the header is missing or not ``Bearer <token>``.
-    """
-    if not header:
-        raise unauthorized("Missing API key: send 'Authorization: Bearer <key>'.")
-    scheme, _, token = header.partition(" ")
-    token = token.strip(" \t")
-    if scheme.lower() != "bearer" or not token:
-        raise unauthorized("Malformed Authorization header: expected 'Bearer <key>'.")
-    return token
 
 
 def error_body(error: GatewayError) -> dict[str, Any]:

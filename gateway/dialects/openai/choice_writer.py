@@ -32,30 +32,37 @@ class ChoiceWriter:
         Returns whether anything is left to send for this choice (False: its text is held back), and
         the split it released.
         """
-        target: dict[str, Any] = choice
-        if slot:
-            target = choice.get(slot)  # type: ignore[assignment]  # check_shape: a dict or None
-            if not target:  # an empty or null delta/message still carries what a finish releases
-                target = choice[slot] = {}
+        target = _target(choice, slot)
         text_key = "content" if slot else "text"
-        upstream_reasoning = None
-        for name in UPSTREAM_REASONING_FIELDS:
-            if name in target:
-                value = target.pop(name)
-                if isinstance(value, str):
-                    upstream_reasoning = (upstream_reasoning or "") + value
         text = target.get(text_key)
-        out = self.split.take(upstream_reasoning, text)
-        reason = choice.get("finish_reason")
-        finished = closing or reason is not None
+        out = self.split.take(_upstream_reasoning(target), text)
+        finished = closing or choice.get("finish_reason") is not None
         if finished:
-            tail = self.split.close(reason)
-            out.reasoning += tail.reasoning
-            out.content += tail.content
-            out.tool_calls.extend(tail.tool_calls)
-            out.tool_calls_dropped += tail.tool_calls_dropped
-            if reason == "stop" and self.split.tool_calls_seen:
-                choice["finish_reason"] = "tool_calls"
+            self._finish(choice, out)
+        self._write(target, slot, text_key, text, out)
+        if slot == "delta":
+            return finished or bool(target) or choice.get("logprobs") is not None, out
+        sent_text = bool(out.content or out.tool_calls or (out.reasoning and self.policy.include_reasoning))
+        whole = slot == "message"
+        return finished or sent_text or whole or choice.get("logprobs") is not None, out
+
+    def _finish(self, choice: dict[str, Any], out: SplitDelta) -> None:
+        """The choice ends: what the split still held joins ``out``; a stop after DSML tool calls is
+        OpenAI's ``tool_calls`` finish."""
+        reason = choice.get("finish_reason")
+        tail = self.split.close(reason)
+        out.reasoning += tail.reasoning
+        out.content += tail.content
+        out.tool_calls.extend(tail.tool_calls)
+        out.tool_calls_dropped += tail.tool_calls_dropped
+        if reason == "stop" and self.split.tool_calls_seen:
+            choice["finish_reason"] = "tool_calls"
+
+    def _write(
+        self, target: dict[str, Any], slot: str | None, text_key: str, text: Any, out: SplitDelta
+    ) -> None:
+        """``out`` into ``target``: reasoning under the policy's fields, the answer under ``text_key``
+        (``text`` what it held before), tool calls."""
         whole = slot == "message"
         if self.policy.include_reasoning and (out.reasoning or whole):
             for name in self.policy.fields:
@@ -68,10 +75,6 @@ class ChoiceWriter:
             del target[text_key]  # held back or moved to reasoning: no empty delta invented
         if out.tool_calls:
             self._write_tool_calls(target, out)
-        if slot == "delta":
-            return finished or bool(target) or choice.get("logprobs") is not None, out
-        sent_text = bool(out.content or out.tool_calls or (out.reasoning and self.policy.include_reasoning))
-        return finished or sent_text or whole or choice.get("logprobs") is not None, out
 
     def _write_tool_calls(self, target: dict[str, Any], out: SplitDelta) -> None:
         calls = target.get("tool_calls") or []
@@ -86,3 +89,26 @@ class ChoiceWriter:
             for i, call in enumerate(out.tool_calls)
         )
         target["tool_calls"] = calls
+
+
+def _target(choice: dict[str, Any], slot: str | None) -> dict[str, Any]:
+    """The object ``choice`` holds its text in: its ``slot`` (made if empty or null: it still carries
+    what a finish releases), or the choice itself (a text completion)."""
+    if not slot:
+        return choice
+    target = choice.get(slot)
+    if not target:
+        target = choice[slot] = {}
+    return target  # type: ignore[no-any-return]  # check_shape: a dict
+
+
+def _upstream_reasoning(target: dict[str, Any]) -> str | None:
+    """The reasoning the backend split itself (vLLM's ``reasoning``/``reasoning_content``), taken out
+    of ``target``: the policy decides where it is written."""
+    reasoning = None
+    for name in UPSTREAM_REASONING_FIELDS:
+        if name in target:
+            value = target.pop(name)
+            if isinstance(value, str):
+                reasoning = (reasoning or "") + value
+    return reasoning
