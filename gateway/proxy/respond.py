@@ -47,9 +47,11 @@ from gateway.errors import (
     MalformedResponseError,
     internal_error,
 )
-from gateway.proxy.exchange import QUEUE_COMMENT_INTERVAL_S, Asked, Exchange
+from gateway.proxy.asks import Asked
+from gateway.proxy.exchange import QUEUE_COMMENT_INTERVAL_S, Exchange
 from gateway.proxy.pipeline import Pipeline
-from gateway.proxy.relay import RelayOutcome, relay_events
+from gateway.proxy.placement import Placement
+from gateway.proxy.relay import SEQUENCE_END, Relayed, RelayOutcome, relay_events
 from gateway.proxy.reply import Reply
 from gateway.proxy.stream_buffer import StreamBuffer
 from gateway.proxy.upstream import Unreachable
@@ -86,7 +88,7 @@ class ExchangeResponse(Response):
         ) as exchange:
             try:
                 try:
-                    await exchange.count()
+                    await exchange.billing.count()
                     body, size = await read_json(
                         request, body_bounds(settings, settings.max_body_bytes, INFERENCE)
                     )
@@ -98,9 +100,9 @@ class ExchangeResponse(Response):
                     raise GatewayError("upstream_error", message, status=502) from exc
             except GatewayError as error:
                 log.log(error.kind.log_level, "request %s: %d %s", request_id, error.status, error.code)
-                exchange.status = error.status
+                exchange.failed(error.status)
                 # the key's x-ratelimit-* on a refusal (429) as on an answer
-                error.headers = {**await exchange.limit_headers(), **error.headers}
+                error.headers = {**await exchange.billing.headers(), **error.headers}
                 await reply.fail(error)
             except ClientDisconnectedError:
                 exchange.left()
@@ -115,39 +117,40 @@ class ExchangeResponse(Response):
                 raise
             except Exception:
                 log.exception("request %s failed", request_id)
-                exchange.status = 500
+                exchange.failed(500)
                 await reply.fail(internal_error())
             finally:
                 reply.stop_keep_alive()
 
 
 async def _serve(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
-    """The prompt's size and the tokens' reservation, then steps 2 to 4 of the module doc; sets
-    ``exchange.status`` (a failure raises)."""
+    """The prompt's size and the tokens' reservation, then steps 2 to 4 of the module doc; tells the
+    exchange how it ended (a failure raises)."""
+    placement = exchange.placement
     await exchange.measure(prepared)
     headers = await exchange.reserve(prepared)
-    admitted = await exchange.enqueue()
+    admitted = await placement.enqueue()
     if not prepared.stream:
         if not admitted:
-            await exchange.wait()
-        upstream = await exchange.open_when_back(prepared)
+            await placement.wait()
+        upstream = await placement.open_when_back(prepared)
         body = await upstream.read()
-        await exchange.upstream_done()  # the slot handed on before the answer is rewritten
+        await placement.upstream_done()  # the slot handed on before the answer is rewritten
         answer = prepared.translator.answer(body)
-        exchange.status, exchange.complete = upstream.status, True
+        exchange.answered(upstream.status)  # what the client is sent next is all of it
         await reply.json(upstream.status, answer, headers)
         return
     if not admitted:
         await reply.start_stream(headers)
-        await _commented(reply, exchange.wait(), exchange.position)
+        await _commented(reply, placement.wait(), placement.position)
     try:
-        await exchange.open(prepared)
+        await placement.open(prepared)
     except Unreachable:  # down, perhaps restarting: held, the stream told so meanwhile
         if not exchange.pipeline.settings.upstream_restart_hold_s:
             raise
         if not reply.streaming:
             await reply.start_stream(headers)
-        await _commented(reply, exchange.open_when_back(prepared), _held)
+        await _commented(reply, placement.open_when_back(prepared), _held)
     if not reply.streaming:
         await reply.start_stream(headers)
     await _relay(exchange, prepared, reply)
@@ -187,15 +190,14 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
     finishes, whatever the client's pace), one writes what waits there to the client. A client that
     reads nothing for ``GATEWAY_CLIENT_WRITE_TIMEOUT_S`` while the buffer is full is cut
     (:class:`~gateway.errors.ClientTooSlowError`); the exchange's exit aborts the upstream."""
-    assert exchange.upstream is not None
+    placement = exchange.placement
+    assert placement.upstream is not None
     settings = exchange.pipeline.settings
     outcome = RelayOutcome()
-    exchange.status = 200
-    events = relay_events(
-        exchange.upstream, prepared.translator, outcome, 2 * settings.max_body_bytes, exchange.release_early
-    )
+    exchange.streaming()
+    events = relay_events(placement.upstream, prepared.translator, outcome, 2 * settings.max_body_bytes)
     buffer = StreamBuffer(settings.stream_buffer_bytes)
-    reading = asyncio.create_task(_read(events, buffer, outcome, settings.client_write_timeout_s, exchange))
+    reading = asyncio.create_task(_read(events, buffer, outcome, settings.client_write_timeout_s, placement))
     writing = asyncio.create_task(_write(buffer, reply, outcome))
     try:
         done, _ = await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_EXCEPTION)
@@ -205,28 +207,30 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
         for task in (reading, writing):
             task.cancel()
         await asyncio.gather(reading, writing, return_exceptions=True)
-        exchange.complete = outcome.delivered  # a client that hangs up right after [DONE] got it all
+        exchange.stream_ended(outcome.delivered, outcome.error)
     if outcome.error is not None:
-        exchange.status = outcome.error.status
         await reply.fail(outcome.error)
     else:
         await reply.end()
 
 
 async def _read(
-    events: AsyncGenerator[bytes, None],
+    events: AsyncGenerator[Relayed, None],
     buffer: StreamBuffer,
     outcome: RelayOutcome,
     timeout_s: float,
-    exchange: Exchange,
+    placement: Placement,
 ) -> None:
-    """Put the relay's output into ``buffer`` (closed at the end) and release the slot once the
-    upstream has ended; :class:`ClientTooSlowError` when there was no room for ``timeout_s``."""
+    """Put the relay's output into ``buffer`` (closed at the end), handing the slot on when the
+    backend has finished the sequence and at the latest once the upstream has ended;
+    :class:`ClientTooSlowError` when there was no room for ``timeout_s``."""
     async with contextlib.aclosing(events):
         async for data in events:
-            if not await buffer.put(data, timeout_s, final=outcome.done):
+            if data is SEQUENCE_END:
+                await placement.sequence_ended()
+            elif not await buffer.put(data, timeout_s, final=outcome.done):
                 raise ClientTooSlowError(timeout_s, buffer.size)
-    await exchange.upstream_done()
+    await placement.upstream_done()
     buffer.close()
 
 

@@ -19,7 +19,8 @@ from gateway.dialects.sse import DONE
 from gateway.errors import GatewayError
 from gateway.proxy.aiohttp_upstream import AiohttpUpstream as Upstream
 from gateway.proxy.aiohttp_upstream import build_session
-from gateway.proxy.relay import RelayOutcome, let_waiter_send, relay_events
+from gateway.proxy.placement import let_waiter_send
+from gateway.proxy.relay import SEQUENCE_END, RelayOutcome, relay_events
 from tests.support.raw_http import chunked, head, read_message, read_request, server
 
 T = TypeVar("T")
@@ -136,7 +137,7 @@ async def test_a_cookie_the_upstream_sets_is_never_sent_back() -> None:
 
 
 async def test_the_relay_reports_done_as_soon_as_it_arrives() -> None:
-    """``on_done`` (the slot's early release) fires when [DONE] is read, while the upstream still
+    """``SEQUENCE_END`` (the slot's early release) comes when [DONE] is read, while the upstream still
     holds the response open, and the relay then waits for the response's real end."""
     upstream_closed = asyncio.Event()
 
@@ -151,17 +152,18 @@ async def test_the_relay_reports_done_as_soon_as_it_arrives() -> None:
         await writer.drain()
 
     done_while_open: list[bool] = []
-
-    def on_done() -> bool:
-        done_while_open.append(not upstream_closed.is_set())
-        return False
+    relayed: list[bytes] = []
 
     async with server(handler) as url:
         session = build_session(1.0, 5.0, 4)
         try:
             response = await Upstream(url, session).open("POST", "/v1/chat/completions", b"{}")
             outcome = RelayOutcome()
-            relayed = [out async for out in relay_events(response, PassThrough(), outcome, release=on_done)]
+            async for out in relay_events(response, PassThrough(), outcome):
+                if out is SEQUENCE_END:
+                    done_while_open.append(not upstream_closed.is_set())
+                else:
+                    relayed.append(out)
             response.close()
         finally:
             await session.close()

@@ -1,0 +1,70 @@
+"""A request's account with its key's limits: counted against its requests per minute before its body
+is read, its tokens per minute reserved once its prompt is sized, settled against its real usage
+at its end; and the key's ``x-ratelimit-*`` headers for whatever it is answered."""
+
+from __future__ import annotations
+
+import logging
+
+from gateway.auth.principal import Principal
+from gateway.config import Settings
+from gateway.limits.rate import RateLimiter, Ticket
+from gateway.telemetry.record import RequestTelemetry
+
+log = logging.getLogger("gateway.errors")
+
+
+class Billing:
+    """One request's :class:`~gateway.limits.rate.Ticket` (None until it was counted)."""
+
+    def __init__(
+        self, limits: RateLimiter, principal: Principal, settings: Settings, request_id: str
+    ) -> None:
+        self._limits = limits
+        self._principal = principal
+        self._settings = settings
+        self._request_id = request_id
+        self.ticket: Ticket | None = None
+
+    async def count(self) -> None:
+        """Count the request against its key's requests per minute (429 when spent), before its body
+        is read: the rate limit's ticket."""
+        self.ticket = await self._limits.count(self._principal)
+
+    async def reserve(self, prompt_tokens: int, sequences: int, output_budget: int | None) -> dict[str, str]:
+        """Reserve the request's prompt size and whole output budget of its key's tokens per minute
+        (``GATEWAY_TPM_OUTPUT_RESERVE_TOKENS`` a sequence when it sets none; 429 when they don't fit);
+        the ticket's headers."""
+        assert self.ticket is not None
+        if self._principal.tpm:
+            output = output_budget or self._settings.tpm_output_reserve_tokens
+            await self._limits.reserve(self.ticket, prompt_tokens + sequences * output)
+        return self.ticket.headers
+
+    async def headers(self) -> dict[str, str]:
+        """The key's ``x-ratelimit-*`` headers for an answer (a refusal too, also one given before the
+        tokens were reserved); none before the request was counted."""
+        if self.ticket is None:
+            return {}
+        try:
+            await self._limits.describe(self.ticket)
+        except Exception:  # the headers inform; a limits store failing now must not make a 500 of it
+            log.warning("request %s: the tokens-per-minute headers could not be read", self._request_id)
+        return self.ticket.headers
+
+    async def settle(self, record: RequestTelemetry, prompt_tokens: int) -> None:
+        """Charge the tokens the request used (:func:`charged`) instead of its reservation."""
+        if self.ticket is not None:
+            await self._limits.settle(self.ticket, charged(record, self.ticket.reserved, prompt_tokens))
+
+
+def charged(record: RequestTelemetry, reserved: int, prompt_tokens: int) -> int:
+    """The tokens a request is charged: its usage; a client that left may have run the backend for
+    more than it saw — a whole body it never received, a prefill before its first usage —, so its
+    reservation stands (non-stream), or at least its prompt's size (stream: ``prompt_tokens``)."""
+    used = record.prompt_tokens + record.completion_tokens
+    if not record.client_disconnected:
+        return used
+    if not record.stream:
+        return max(used, reserved)
+    return max(used, record.completion_tokens + prompt_tokens)

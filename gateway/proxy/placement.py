@@ -1,0 +1,248 @@
+"""Where one request runs, and its hold there: the backend chosen for it, its place in that backend's
+queue or its slot, its upstream response; fail-over to another backend, the hold through a backend's
+restart, the slot handed on as soon as the backend has finished the sequence, and the spec-decode
+counters read around it.
+
+:class:`Placement` is owned by an :class:`~gateway.proxy.exchange.Exchange`, whose exit calls
+:meth:`Placement.close` once, however the request left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Mapping
+
+from gateway.admission import Lease, Need, Waiter
+from gateway.auth.principal import Principal
+from gateway.dialects.base import Prepared
+from gateway.errors import GatewayError
+from gateway.proxy.backends import Backend, BackendDown
+from gateway.proxy.pipeline import Pipeline
+from gateway.proxy.upstream import Unreachable, UpstreamResponse
+from gateway.telemetry.recorder import RequestRecorder
+from gateway.telemetry.spec import COUNTERS
+
+#: Seconds between two looks at a held request's backend circuit (a local check, no I/O).
+HOLD_POLL_S = 0.1
+#: Event-loop steps a releasing request yields so the next one reaches the backend first
+#: (:func:`let_waiter_send`). In the first, the granted waiter runs up to aiohttp's body write;
+#: aiohttp (``ClientRequest.send``) writes the body in a task of its own, started eagerly on Python
+#: 3.12+ (in that same step) but only scheduled on 3.11, where it needs a second step
+#: (``python -m bench.queue_scale`` measures the hand-off).
+HANDOFF_STEPS = 1 if sys.version_info >= (3, 12) else 2
+
+
+async def let_waiter_send() -> None:
+    """Yield :data:`HANDOFF_STEPS` loop steps: a request just granted a slot, sending over a pooled
+    upstream connection, has written its request when this returns."""
+    for _ in range(HANDOFF_STEPS):
+        await asyncio.sleep(0)
+
+
+class Placement:
+    """One request's backend, slot and upstream response. ``recorder`` is told when the request is
+    admitted (and how long it waited, on every backend it queued for)."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        principal: Principal,
+        upstream_path: str,
+        headers: dict[str, str],
+        recorder: RequestRecorder,
+    ) -> None:
+        self._pipeline = pipeline
+        self._principal = principal
+        self._path = upstream_path
+        self._headers = headers
+        self._recorder = recorder
+        self.backend: Backend | None = None
+        self.waiter: Waiter | None = None
+        self.lease: Lease | None = None
+        self.upstream: UpstreamResponse | None = None
+        #: The backend storing the request's ``previous_response_id`` (the only one it may run on).
+        self.stored_at: Backend | None = None
+        self.affinity: str | None = None
+        self.need = Need()
+        self._left: list[Backend] = []  # backends that went down while it waited for them
+        self._waited_s = 0.0  # waited before, on backends it left
+        self._waited_for: dict[str, float] = {}  # that wait, by reason
+        self._before: dict[str, float] | None = None  # spec counters when the sequence started
+        self._after: dict[str, float] | None = None  # ... and when it ended (upstream_done)
+        self._after_taken = False
+
+    def route(self) -> Backend:
+        """The backend the request would go to now (:meth:`~gateway.proxy.backends.Backends.route`)."""
+        return self.stored_at or self._pipeline.backends.route(self.affinity, self._left)
+
+    def close(self) -> None:
+        """Give everything back, once: the upstream response closed (vLLM aborts a sequence still
+        running), then the slot released or the place in the queue given up."""
+        try:
+            if self.upstream is not None:
+                self.upstream.close()
+        finally:
+            if self.lease is not None:
+                self.lease.release()
+            elif self.waiter is not None and self.backend is not None:
+                self.backend.admission.abandon(self.waiter)
+
+    async def enqueue(self) -> bool:
+        """Choose a backend (:meth:`route`) and be admitted there now if the request fits and fairness
+        allows, else take a place in the key's queue (429 ``queue_full``); True if admitted."""
+        principal = self._principal
+        backend = self.backend = self.route()
+        entry = await backend.admit(principal.name, principal.priority, principal.max_concurrency, self.need)
+        if isinstance(entry, Lease):
+            self._admitted(entry)
+            return True
+        self.waiter = entry
+        return False
+
+    async def wait(self) -> None:
+        """Wait for admission (429 ``queue_timeout``; cancellation gives the place up); queue again on
+        another backend when the one it waits for goes down."""
+        while True:
+            assert self.waiter is not None and self.backend is not None
+            try:
+                lease = await self.backend.admission.wait(self.waiter)
+            except BackendDown:
+                self._carry(time.monotonic() - self.waiter.enqueued_at, self.waiter.waited_for)
+                self._left.append(self.backend)
+                self.waiter = None
+                if await self.enqueue():
+                    return
+                continue
+            self._admitted(lease)
+            return
+
+    def position(self) -> tuple[int, str]:
+        """Grants before this request's (1 = next; 0 once admitted) and what it waits for (``slot``,
+        ``kv``, ``lane``, ...: :class:`~gateway.admission.Reason`)."""
+        waiter = self.waiter
+        if waiter is None or self.lease is not None:
+            return 0, ""
+        assert self.backend is not None
+        return self.backend.admission.position(waiter), waiter.reason.value if waiter.reason else "slot"
+
+    def _admitted(self, lease: Lease) -> None:
+        self.lease = lease
+        self._carry(lease.queue_wait_s, lease.waited_for)
+        self._recorder.admitted(self._waited_s, dict(self._waited_for))
+
+    def _carry(self, waited_s: float, waited_for: Mapping[str, float]) -> None:
+        """Add a wait (s, and by reason) to the request's: its waits on every backend it queued for."""
+        self._waited_s += waited_s
+        for reason, seconds in waited_for.items():
+            self._waited_for[reason] = self._waited_for.get(reason, 0.0) + seconds
+
+    async def open(self, prepared: Prepared) -> UpstreamResponse:
+        """Send the request upstream once the slot is held; return when its headers arrive (503 / 504 /
+        the upstream's own error status). A backend whose circuit is open is not tried (503 at once,
+        :mod:`~gateway.proxy.breaker`); one that refuses the connection while another is up is left
+        for that one (queue again there)."""
+        while True:
+            backend = self.backend
+            assert backend is not None
+            try:
+                self.upstream = await self._send(backend, prepared)
+            except Unreachable:
+                if not self._fail_over(backend):
+                    raise
+                if not await self.enqueue():
+                    await self.wait()
+                continue
+            return self.upstream
+
+    async def open_when_back(self, prepared: Prepared) -> UpstreamResponse:
+        """:meth:`open`, held while the backend can't be reached (a restart): for up to
+        ``GATEWAY_UPSTREAM_RESTART_HOLD_S`` the request waits, its slot held, for the circuit to let a
+        request through again, and tries; the last 503 when the hold is over."""
+        deadline = time.monotonic() + self._pipeline.settings.upstream_restart_hold_s
+        while True:
+            try:
+                return await self.open(prepared)
+            except Unreachable:
+                if time.monotonic() >= deadline:
+                    raise
+            assert self.backend is not None
+            now = time.monotonic()
+            await asyncio.sleep(min(deadline - now, self.backend.breaker.wait_s(now, HOLD_POLL_S)))
+
+    async def _send(self, backend: Backend, prepared: Prepared) -> UpstreamResponse:
+        """One try on ``backend``, its circuit told how it went."""
+        breaker = backend.breaker
+        if not breaker.allows(time.monotonic()):
+            raise Unreachable(f"{backend.name} failed repeatedly; its circuit is open")
+        try:  # from here a trial this request took is given back, however it ends
+            if self._pipeline.wants_counters(backend):  # one loopback scrape (ms) before the request decodes
+                self._before = await backend.monitor.scrape(COUNTERS, timeout_s=1.0)
+            response = await backend.upstream.open("POST", self._path, prepared.body, self._headers)
+        except Unreachable:
+            breaker.failure(time.monotonic(), refused=True)
+            raise
+        except GatewayError as error:
+            if error.status >= 500:
+                breaker.failure(time.monotonic())
+            else:
+                breaker.success()
+            raise
+        except BaseException:
+            breaker.given_up()
+            raise
+        breaker.success()
+        return response
+
+    def _fail_over(self, backend: Backend) -> bool:
+        """``backend`` refused the connection: if another one is up, take it out (its monitor will say
+        when it is back), give its slot back and return True (queue again); else False."""
+        backends = self._pipeline.backends
+        if self.stored_at is not None:  # a continuation: only its backend has the stored response
+            return False
+        if not any(other.up for other in backends.all if other is not backend):
+            return False
+        assert self.lease is not None  # its wait is carried already (_admitted)
+        self.lease.release()
+        self.lease, self.waiter, self._before = None, None, None
+        self._left.append(backend)
+        backends.mark(backend, False)
+        return True
+
+    async def sequence_ended(self) -> None:
+        """The backend has finished the sequence (a stream's last event has arrived): hand the slot on
+        now, while the response is still rewritten and sent; a waiting request granted it is let send
+        first (:func:`let_waiter_send`). Not while a spec-counter delta is being taken
+        (``GATEWAY_SPEC_COUNTERS``): the next sequence's steps would count as this one's
+        (:meth:`upstream_done` takes it and releases once the upstream's body has ended). :meth:`close`
+        releases it anyway, once."""
+        lease = self.lease
+        if lease is not None and self._before is None and not lease.released and lease.release():
+            await let_waiter_send()
+
+    async def upstream_done(self) -> None:
+        """The upstream has sent everything: hand the slot on now, whatever the client's pace. When a
+        spec-counter delta is being taken, its second scrape comes first (the next sequence's steps
+        must not count as this one's); a waiting request granted the slot is let send first
+        (:func:`let_waiter_send`)."""
+        if self.lease is None or self.lease.released:
+            return
+        if self._before is not None and not self._after_taken:
+            assert self.backend is not None
+            self._after = await self.backend.monitor.scrape(COUNTERS, timeout_s=1.0)
+            self._after_taken = True
+        if self.lease.release():
+            await let_waiter_send()
+
+    async def counters(self) -> tuple[dict[str, float], dict[str, float], bool] | None:
+        """The spec-decode counters before and after the sequence, and whether it ran alone (a delta
+        then is its own); None when none were read."""
+        if self._before is None or self.lease is None or self.backend is None:
+            return None
+        monitor = self.backend.monitor
+        after = self._after if self._after_taken else await monitor.scrape(COUNTERS, timeout_s=1.0)
+        if after is None:
+            return None
+        before = {n: self._before[n] for n in COUNTERS if n in self._before}
+        return before, {n: after[n] for n in COUNTERS if n in after}, not self.lease.overlapped
