@@ -44,14 +44,20 @@ $(AGENTS)/claude:
 	  @anthropic-ai/claude-code@2.1.328 @openai/codex@0.169.0
 
 lint: install
-	$(BIN)/ruff check $(PACKAGES) tests scripts
-	$(BIN)/ruff format --check $(PACKAGES) tests scripts
+	$(BIN)/ruff check $(PACKAGES) tests bench scripts
+	$(BIN)/ruff format --check $(PACKAGES) tests bench scripts
 	$(BIN)/mypy $(PACKAGES)
 	$(BIN)/lint-imports
 
+# The whole suite, its 20 slowest tests named, then the share of the distribution's statements it ran
+# (the gateway and simulator processes the tests start are measured too: [tool.coverage.run]).
 test: test-deps lint
-	$(BIN)/python -m pytest -q
+	rm -f .coverage .coverage.*
+	COVERAGE_FILE=$(CURDIR)/.coverage $(BIN)/coverage run -m pytest -q --durations=20
+	COVERAGE_FILE=$(CURDIR)/.coverage $(BIN)/coverage combine -q
+	@echo "coverage: $$(COVERAGE_FILE=$(CURDIR)/.coverage $(BIN)/coverage report --format=total)% of the statements of $(PACKAGES)"
 
-# The fast tests: no vLLM, no servers (the request pipeline runs against an in-memory upstream).
+# The fast tests: in-process only (the pure core, the pipeline against an in-memory upstream; no
+# server, no database server, no child process), a few seconds.
 unit: install
 	$(BIN)/python -m pytest -q tests/unit

@@ -4,7 +4,7 @@
 (``app.command("bench")(bench_command)``); ``qualify_app`` has both, for use on its own.
 
 The measuring code (and the ``openai`` SDK it drives) is imported when a command runs, not when the
-CLI loads: ``dspark-gateway serve`` shares this CLI and would otherwise carry ~17 MB it never uses.
+CLI loads: ``dspark-gateway serve`` shares this CLI and would otherwise carry megabytes it never uses.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """``create_sim_app(config)``: the simulator's ASGI app, its route table and middleware.
 
-A plain Starlette app: the handlers take a ``Request`` and return a ``Response``, so FastAPI's
-routing and dependency layers would only add per-request work (about 0.1 ms of the simulator's CPU
-a request, measured with ``tests/perf/queue_scale.py``'s direct floor), and that work sits in the
-slot idle gap the benchmark measures. Unknown routes and wrong methods still answer FastAPI's (and so
-vLLM's) ``{"detail": ...}`` JSON.
+A plain Starlette app: the handlers take a ``Request`` and return a ``Response``, so FastAPI's routing and
+dependency layers would only add per-request work, and that work sits in the slot idle gap the benchmark
+(``bench/queue_scale.py``'s direct floor) measures. Unknown routes and wrong methods still answer FastAPI's
+(and so vLLM's) ``{"detail": ...}`` JSON.
 
 All state is built here and kept on ``app.state.sim``; nothing is created at import time.
 """

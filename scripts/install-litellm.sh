@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the LiteLLM proxy into <repo>/.venv-litellm, for the gateway-overhead comparison benchmark
-# (tests/perf/litellm_proxy.py starts it in front of the simulator).
+# (bench/litellm_proxy.py starts it in front of the simulator).
 #
 # Its own venv: litellm[proxy] pins versions (fastapi, uvicorn, pydantic, openai, ...) that must not
 # leak into the project's .venv. Idempotent: a marker file records a successful install; when it

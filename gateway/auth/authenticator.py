@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from gateway.auth.principal import Principal
@@ -60,9 +61,12 @@ class Authenticator:
         ttl_s: float,
         tokens: TokenConfig | None = None,
         admin_key_sha256: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock``: the cache's time in seconds (monotonic)."""
         self._store = store
         self._ttl_s = ttl_s
+        self._clock = clock
         self._tokens = tokens
         self._admin_hash = admin_key_sha256.lower() if admin_key_sha256 else None
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
@@ -108,7 +112,7 @@ class Authenticator:
         return record.principal()
 
     async def _lookup(self, key_hash: str) -> KeyRecord | None:
-        now = time.monotonic()
+        now = self._clock()
         hit = self._cache.get(key_hash)
         if hit is not None and now - hit[0] < self._ttl_s:
             return hit[1]

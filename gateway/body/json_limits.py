@@ -37,10 +37,10 @@ class JsonLimits:
     """Bounds of one body: values (one per comma outside strings, plus one), strings (keys too),
     containers (objects and arrays), depth.
 
-    The inference default admits a 1M-token prompt sent as token ids (a million numbers: orjson parses
-    them in ~15 ms here) and a conversation of thousands of messages with tools; strings and
-    containers cost many times a number to build (a dict of 100,000 distinct keys: ~45 ms), so they
-    are bounded lower.
+    The inference default admits a 1M-token prompt sent as token ids (a million numbers, which
+    orjson parses quickly) and a conversation of thousands of messages with tools; strings and
+    containers cost many times a number to build (a dict of distinct keys above all), so they are
+    bounded lower.
     """
 
     max_values: int = 1_100_000

@@ -109,20 +109,19 @@ class _GatewayServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         """uvicorn's start-up (the app's lifespan included), then everything it left alive (modules,
-        the app, pools: ~110,000 objects) moves out of the cyclic GC's sight (:func:`gc.freeze`).
+        the app, pools: a large heap) moves out of the cyclic GC's sight (:func:`gc.freeze`).
 
-        A full (generation 2) collection traverses every tracked object: ~50 ms on this heap, during
-        which the event loop serves nothing, and it runs whenever objects that outlived two younger
+        A full (generation 2) collection traverses every tracked object, tens of milliseconds on that heap
+        during which the event loop serves nothing, and it runs whenever objects that outlived two younger
         collections (those of streams in flight) grow by a quarter of the long-lived ones (CPython's
-        ``gcmodule.c``). Frozen, start-up's objects are never traversed again; they are freed as ever
-        when their reference count drops. Cyclic garbage created from then on is still collected.
+        ``gcmodule.c``). Frozen, start-up's objects are never traversed again; they are freed as ever when
+        their reference count drops. Cyclic garbage created from then on is still collected.
 
         Full collections are also spaced out: one per :data:`FULL_COLLECTION_EVERY` generation-1
         collections instead of CPython's 10 (the other condition, long-lived objects grown by a
-        quarter, still holds). While 5,000 clients queue, the heap grows by ~100 tracked objects per
-        request, and the default made 9 full collections (median 38–57 ms, longest 170–213 ms; 544–796
-        ms in all of a 1.7–2.5 s ramp with the loop stopped); with 100, one of 51–63 ms, at the same
-        peak RSS (``queue_scale``, 3 runs each, ``gc.callbacks``). Cyclic garbage that reached the
+        quarter, still holds): while thousands of clients queue, the heap grows with every request,
+        and CPython's default makes a full collection many times per ramp with the loop stopped
+        (``bench/queue_scale.py`` counts them with ``gc.callbacks``). Cyclic garbage that reached the
         oldest generation waits longer.
         """
         await super().startup(sockets)

@@ -23,9 +23,9 @@ from gateway.storage.tables import UsageRow, utc
 from gateway.telemetry.record import RequestTelemetry
 
 log = logging.getLogger("gateway.ledger")
-#: Rows per INSERT statement of a flush (see :meth:`UsageLedger.flush`). 10 rather than 50: slot idle
-#: gap p99 3.0–4.2 ms over 4 runs against 4.1–4.8 ms over 5 (python -m tests.perf.queue_scale, 5,000
-#: clients, 2026-11-30), at no more CPU per request.
+#: Rows per INSERT statement of a flush (see :meth:`UsageLedger.flush`): small, so the event loop
+#: serves requests between statements (the slot idle gap ``queue_scale`` measures is lower with 10
+#: than with 50, at no more CPU per request).
 _STATEMENT_ROWS = 10
 GroupBy = Literal["day", "key", "model", "route"]
 
@@ -77,8 +77,8 @@ class UsageLedger:
             return 0
         try:
             async with self._engine.begin() as conn:
-                # one transaction, but statements of at most _STATEMENT_ROWS rows: binding a row costs
-                # ~25-35 µs of the event loop's time, and the loop serves requests between statements
+                # one transaction, but statements of at most _STATEMENT_ROWS rows: binding rows takes
+                # the event loop's time, and the loop serves requests between statements
                 for start in range(0, len(batch), _STATEMENT_ROWS):
                     await conn.execute(_INSERT, batch[start : start + _STATEMENT_ROWS])
             return len(batch)

@@ -1,4 +1,4 @@
-"""The soak script's CI variant: 60 s of 50 mixed clients at 2 slots (tests/soak/soak.py; a release
+"""The soak script's CI variant: 60 s of 50 mixed clients at 2 slots (bench/soak.py; a release
 runs it for 30 minutes, where RSS must stay under the script's default 10 MB/h after warm-up).
 
 Sixty seconds are still the process's warm-up (its bounded stores filling), so the RSS slope here is
@@ -18,11 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.timeout(300)
 def test_sixty_second_soak_has_no_errors_flat_rss_and_one_row_per_request(tmp_path: Path) -> None:
-    """Runs ``python -m tests.soak.soak --duration 60``: exit 0 and every check of its report true,
+    """Runs ``python -m bench.soak --duration 60``: exit 0 and every check of its report true,
     with enough traffic of every kind for the checks to mean something."""
     out = tmp_path / "soak.json"
     run = subprocess.run(
-        [sys.executable, "-m", "tests.soak.soak", "--duration", "60", "--rss-mb-per-hour", "3600"]
+        [sys.executable, "-m", "bench.soak", "--duration", "60", "--rss-mb-per-hour", "3600"]
         + ["--json", str(out)],
         cwd=ROOT,
         capture_output=True,

@@ -193,7 +193,7 @@ class StreamRewriter:
         Such a chunk has one choice, not finishing, whose non-empty delta has string (or null) text
         and reasoning fields, for a choice already seen whose split passes them through
         (:meth:`ChoiceSplit.passes_through`): the upstream's reasoning goes under the client's field
-        names, the text stays. tests/unit/test_rewrite.py checks it against the general path on
+        names, the text stays. tests/unit/dialects/test_rewrite.py checks it against the general path on
         generated streams.
         """
         if type(choice) is not dict or choice.get("finish_reason") is not None:

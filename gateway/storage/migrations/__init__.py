@@ -3,7 +3,7 @@
 
 Revision ``0001`` is the schema of release 0.1.0, ``0002`` adds per-key model aliases, ``0003`` what
 admission saw of each request to the usage ledger. The newest
-revision must equal :mod:`gateway.storage.tables` (``tests/unit/test_migrations.py`` compares them with
+revision must equal :mod:`gateway.storage.tables` (``tests/storage/test_migrations.py`` compares them with
 Alembic's ``compare_metadata``): a change to the tables comes with a new revision here, written by
 hand or drafted by ``alembic.command.revision(schema.config(connection), message, autogenerate=True)``.
 """

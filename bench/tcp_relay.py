@@ -1,6 +1,6 @@
 """A zero-work TCP relay: the benchmark's floor for any proxy pinned beside the gateway.
 
-``python -m tests.perf.tcp_relay LISTEN_PORT UPSTREAM_PORT`` accepts on 127.0.0.1 and copies bytes both
+``python -m bench.tcp_relay LISTEN_PORT UPSTREAM_PORT`` accepts on 127.0.0.1 and copies bytes both
 ways to the upstream (one upstream connection per client connection), on uvloop like the gateway. It
 parses nothing and authenticates nothing, so what it adds to latency and what it costs per chunk is
 what putting *any* process on CPU 0 in the path costs on this machine: the extra loopback hop, the
@@ -63,7 +63,7 @@ def tcp_relay(workdir: Path, upstream_port: int, cpu: int | None) -> Iterator[tu
     (base URL, pid)."""
     port = free_port()
     pinned = ["taskset", "-c", str(cpu)] if cpu is not None else []
-    command = [*pinned, sys.executable, "-m", "tests.perf.tcp_relay", str(port)]
+    command = [*pinned, sys.executable, "-m", "bench.tcp_relay", str(port)]
     with (workdir / "relay.log").open("wb") as log:
         proc = subprocess.Popen([*command, str(upstream_port)], stdout=log, stderr=log)
     try:

@@ -8,7 +8,7 @@ was (~70 % busy): its CPU per chunk was measured with every event arriving alone
 one :class:`asyncio.Protocol` that writes its request once and then, per read, counts the text
 events completed by it (the :data:`TEXT` pattern over the bytes up to the last blank line, in C),
 so CPU 1 can offer the proxy more than it can relay. Inter-chunk gaps are kept as in
-:func:`tests.perf.overhead.stream_once`: the time between reads holding text events, 0 for further
+:func:`bench.overhead.stream_once`: the time between reads holding text events, 0 for further
 events in the same read.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from tests.perf.common import BenchError, Target, raw_post
+from bench.common import BenchError, Target, raw_post
 
 #: A non-empty text field in a chunk's delta (role-only, usage-only and [DONE] events don't count).
 TEXT = re.compile(rb'"(?:content|reasoning|reasoning_content)":\s*"[^"]')

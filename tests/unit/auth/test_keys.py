@@ -64,12 +64,14 @@ async def test_authenticate_paths(store: KeyStore) -> None:
 
 
 async def test_cache_bounds_revocation_delay(store: KeyStore) -> None:
-    auth = Authenticator(store, ttl_s=1.0)
+    now = [100.0]
+    auth = Authenticator(store, ttl_s=1.0, clock=lambda: now[0])
     _, secret = await store.create("cached")
     await auth.authenticate(secret)
     await store.revoke("cached")
+    now[0] += 0.99
     await auth.authenticate(secret)  # still cached: allowed
-    await asyncio.sleep(1.05)
+    now[0] += 0.02
     with pytest.raises(GatewayError):
         await auth.authenticate(secret)
     await auth.aclose()

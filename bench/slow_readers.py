@@ -18,7 +18,7 @@ Three parts, one gateway (``GATEWAY_SLOTS=2``, the default ``GATEWAY_STREAM_BUFF
 
 Usage::
 
-    .venv/bin/python -m tests.perf.slow_readers [--chats 30] [--stalled 200] [--json OUT]
+    .venv/bin/python -m bench.slow_readers [--chats 30] [--stalled 200] [--json OUT]
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import Any
 
 import httpx
 
-from tests.perf.common import MODEL, make_keys, pct, simulator_and_gateway
-from tests.perf.overhead import stream_once
+from bench.common import MODEL, make_keys, pct, simulator_and_gateway
+from bench.overhead import stream_once
 from tests.support.probes import scrape, wait_until
 
 SHORT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16, "stream": True}

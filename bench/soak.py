@@ -14,7 +14,7 @@ a longer run measures it finer.
 
 Usage::
 
-    python -m tests.soak.soak --duration 1800 --json soak.json
+    python -m bench.soak --duration 1800 --json soak.json
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ One vLLM OpenAI server serves the scripted tiny model exactly as the end-to-end 
 (``tests/e2e/conftest.py``: ``--max-num-seqs 2``, deepseek_r1 reasoning parser, ngram speculation,
 per-request metrics), and one ``dspark-gateway serve`` sits in front of it (``GATEWAY_SLOTS=2``,
 ``GATEWAY_SPEC_COUNTERS=never``, an SQLite ledger in the work directory), beside the zero-work TCP
-relay of parts 1-2 (``tests/perf/tcp_relay.py``) as a third path. Nothing is pinned: vLLM needs the
+relay of parts 1-2 (``bench/tcp_relay.py``) as a third path. Nothing is pinned: vLLM needs the
 cores, so the gateway, the relay and this load generator share them with vLLM, and what a proxy costs
 shows up as lost throughput: its CPU time (vLLM's engine core keeps one core busy; its API server,
 the proxy and the load generator share the other; every relayed chunk is a loopback read and write
@@ -29,7 +29,7 @@ completion tokens, so all paths decode the same tokens.
 
 Usage::
 
-    .venv/bin/python -m tests.perf.real_vllm [--quick] [--json OUT]
+    .venv/bin/python -m bench.real_vllm [--quick] [--json OUT]
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ from typing import Any
 
 import httpx
 
+from bench.common import BenchError, Target, cpu_seconds, make_keys, pct, sse_events
+from bench.tcp_relay import tcp_relay
 from tests.e2e.conftest import DEFAULT_ARGS
-from tests.perf.common import BenchError, Target, cpu_seconds, make_keys, pct, sse_events
-from tests.perf.tcp_relay import tcp_relay
 from tests.support.gateway_process import GatewayProcess, clean_env
 from tests.support.vllm_server import CACHE_DIR, TINY_MODEL_NAME, VLLMServer, ensure_tiny_model
 
@@ -458,7 +458,7 @@ def main() -> int:
             print(f"request failed: {exc}", file=sys.stderr)
             return 1
     report = {
-        "command": shlex.join([os.path.relpath(sys.executable), "-m", "tests.perf.real_vllm", *sys.argv[1:]]),
+        "command": shlex.join([os.path.relpath(sys.executable), "-m", "bench.real_vllm", *sys.argv[1:]]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "duration_s": round(time.time() - started, 1),
         "machine": {

@@ -26,7 +26,7 @@ exits 1 if there are any.
 
 Usage::
 
-    .venv/bin/python -m tests.perf.kv_mix [--long 4] [--short-rate 2] [--seconds 60] [--json OUT]
+    .venv/bin/python -m bench.kv_mix [--long 4] [--short-rate 2] [--seconds 60] [--json OUT]
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from typing import Any
 
 import httpx
 
-from tests.perf.common import MODEL, BenchError, make_keys, pct, simulator_and_gateway
-from tests.perf.overhead import stream_once
+from bench.common import MODEL, BenchError, make_keys, pct, simulator_and_gateway
+from bench.overhead import stream_once
 from tests.support.probes import scrape
 
 POOL, CONTEXT, LONG_PROMPT = 137_258, 104_858, 90_000

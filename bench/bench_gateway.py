@@ -1,17 +1,17 @@
 """The gateway's performance benchmark, every part in one run on a 2-core machine.
 
 1. Added latency and 2. throughput, direct to the simulator vs through the gateway, and 4. the LiteLLM
-   proxy in the gateway's place, same loads (``tests.perf.overhead``);
-3. queue scale: thousands of clients waiting on 2 slots (``tests.perf.queue_scale``);
+   proxy in the gateway's place, same loads (``bench.overhead``);
+3. queue scale: thousands of clients waiting on 2 slots (``bench.queue_scale``);
 5. a real vLLM on CPU: aggregate tokens/s at concurrency 2, direct vs through the gateway
-   (``tests.perf.real_vllm``).
+   (``bench.real_vllm``).
 
 Prints a table per part, then each target with the figure that decides it; ``--json`` writes every
 figure. The method and the latest figures: docs/performance.md.
 
 Usage::
 
-    .venv/bin/python -m tests.perf.bench_gateway [--quick] [--json OUT] [--no-litellm] [--no-vllm]
+    .venv/bin/python -m bench.bench_gateway [--quick] [--json OUT] [--no-litellm] [--no-vllm]
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from tests.perf import overhead, queue_scale, real_vllm
-from tests.perf.common import GATEWAY_CPU, LOAD_CPU, BenchError, contention, log_problems, machine_speed
-from tests.perf.litellm_proxy import available as litellm_available
+from bench import overhead, queue_scale, real_vllm
+from bench.common import GATEWAY_CPU, LOAD_CPU, BenchError, contention, log_problems, machine_speed
+from bench.litellm_proxy import available as litellm_available
 from tests.support.vllm_server import VLLMNotInstalled, vllm_python
 
 #: Queued clients of the queue-scale part (the issue's figure; --quick: a tenth).
@@ -179,9 +179,7 @@ def main() -> int:
     speed_before = machine_speed()
     started = time.time()
     report: dict[str, Any] = {
-        "command": shlex.join(
-            [os.path.relpath(sys.executable), "-m", "tests.perf.bench_gateway", *sys.argv[1:]]
-        ),
+        "command": shlex.join([os.path.relpath(sys.executable), "-m", "bench.bench_gateway", *sys.argv[1:]]),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
         "machine": {
             "nproc": os.cpu_count(),

@@ -1,4 +1,4 @@
-"""How fast this CPU runs now, for the benchmark's report: ``python -m tests.perf.speed_probe`` (run it
+"""How fast this CPU runs now, for the benchmark's report: ``python -m bench.speed_probe`` (run it
 pinned with ``taskset``) prints one JSON object.
 
 - ``python_loop_3m_s``: seconds a 3M-iteration Python loop takes (the machine's plain speed; this

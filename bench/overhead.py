@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from tests.perf.common import (
+from bench.common import (
     GATEWAY_CPU,
     MODEL,
     BenchError,
@@ -39,9 +39,9 @@ from tests.perf.common import (
     simulator_and_gateway,
     sse_events,
 )
-from tests.perf.litellm_proxy import litellm_proxy
-from tests.perf.sse_counter import TEXT, run_streams
-from tests.perf.tcp_relay import tcp_relay
+from bench.litellm_proxy import litellm_proxy
+from bench.sse_counter import TEXT, run_streams
+from bench.tcp_relay import tcp_relay
 
 SLOTS = 512
 
@@ -258,7 +258,7 @@ def summarize_level(rounds: list[dict[str, Any]], plan: Plan, concurrency: int) 
 
 async def measure_throughput(target: Target, plan: Plan, pids: dict[str, int]) -> dict[str, Any]:
     """Text chunks/s of ``plan.tput_streams`` long streams for ``plan.tput_s`` s (the lean load generator,
-    :mod:`tests.perf.sse_counter`), CPU per 1,000 chunks, and the gaps between a stream's chunks (ITL)."""
+    :mod:`bench.sse_counter`), CPU per 1,000 chunks, and the gaps between a stream's chunks (ITL)."""
     deadline = time.perf_counter() + plan.tput_s
 
     def body(serial: int) -> dict[str, Any]:
@@ -393,7 +393,7 @@ def servers(
     workdir: Path, decode_tps: float, litellm: bool
 ) -> Iterator[tuple[dict[str, Target], dict[str, int], Path]]:
     """The simulator (its sequence trace in ``workdir``) and the gateway with :data:`SLOTS` slots
-    (nothing queues), the zero-work TCP relay (:mod:`tests.perf.tcp_relay`, CPU 0) and, if
+    (nothing queues), the zero-work TCP relay (:mod:`bench.tcp_relay`, CPU 0) and, if
     ``litellm``, the LiteLLM proxy (CPU 0; each idle while another path is measured); yield (chat
     completions target per path, pid per server, the trace file)."""
     keys = asyncio.run(make_keys(f"sqlite+aiosqlite:///{workdir / 'bench.db'}", ["bench"]))

@@ -48,7 +48,7 @@ the script exits 1 if there are any.
 
 Usage::
 
-    .venv/bin/python -m tests.perf.queue_scale [--clients N] [--keys K] [--json OUT]
+    .venv/bin/python -m bench.queue_scale [--clients N] [--keys K] [--json OUT]
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ from typing import Any
 
 import httpx
 
-from tests.perf.common import (
+from bench.common import (
     GATEWAY_CPU,
     LOAD_CPU,
     Meter,
@@ -531,9 +531,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="queue-scale-") as workdir:
         report = measure_queue_scale(Path(workdir), args.clients, args.keys)
     report = {
-        "command": shlex.join(
-            [os.path.relpath(sys.executable), "-m", "tests.perf.queue_scale", *sys.argv[1:]]
-        ),
+        "command": shlex.join([os.path.relpath(sys.executable), "-m", "bench.queue_scale", *sys.argv[1:]]),
         "machine": {
             "nproc": os.cpu_count(),
             "python": platform.python_version(),

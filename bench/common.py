@@ -190,12 +190,12 @@ def simulator_and_gateway(
 
 
 def machine_speed() -> dict[str, dict[str, float]]:
-    """Per CPU, :mod:`tests.perf.speed_probe`'s figures (a Python loop, a socketpair round trip, the
+    """Per CPU, :mod:`bench.speed_probe`'s figures (a Python loop, a socketpair round trip, the
     gateway's work for one chunk hot and after an idle spell), run pinned to it. Taken at a run's
     start and end, they tell which runs' absolute figures compare."""
     speed: dict[str, dict[str, float]] = {}
     for cpu in (GATEWAY_CPU, LOAD_CPU):
-        command = ["taskset", "-c", str(cpu), sys.executable, "-m", "tests.perf.speed_probe"]
+        command = ["taskset", "-c", str(cpu), sys.executable, "-m", "bench.speed_probe"]
         result = subprocess.run(command, capture_output=True, check=True, cwd=Path(__file__).parents[2])
         speed[f"cpu{cpu}"] = json.loads(result.stdout)
     return speed
@@ -214,6 +214,6 @@ def contention() -> dict[str, bool]:
         with contextlib.suppress(OSError):
             argv = cmdline.read_bytes()
             found["pytest_running"] |= b"pytest" in argv
-            found["soak_running"] |= b"tests.soak" in argv
+            found["soak_running"] |= b"bench.soak" in argv
             found["vllm_running"] |= b"vllm.entrypoints" in argv
     return found

@@ -22,7 +22,7 @@ keys and the ledger go to a database of the run's own, dropped at the end.
 
 Usage::
 
-    .venv/bin/python -m tests.perf.scale_out [--cycles 2000] [--seconds 10] [--concurrency 32] [--json OUT]
+    .venv/bin/python -m bench.scale_out [--cycles 2000] [--seconds 10] [--concurrency 32] [--json OUT]
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from typing import Any
 import httpx
 from redis.asyncio import Redis
 
+from bench.common import MODEL, make_keys, pct
 from gateway.admission import Admission, Capacity, Lease, Need, SharedAdmission
-from tests.perf.common import MODEL, make_keys, pct
 from tests.support.replicas import Replicas
 from tests.support.services import own_database, postgres_server, redis_server
 from tests.support.sim_process import SimProcess
