@@ -18,7 +18,6 @@ it: :meth:`Exchange.answered`, :meth:`Exchange.streaming`, :meth:`Exchange.strea
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import replace
 from types import TracebackType
@@ -36,10 +35,6 @@ from gateway.proxy.prompt_size import estimate, prompt_size
 from gateway.storage.response_owners import Owner
 from gateway.telemetry.recorder import RequestRecorder
 from gateway.traits import UpstreamTraits
-
-log = logging.getLogger("gateway.errors")
-#: Seconds between ``: queued N`` comments to a waiting stream.
-QUEUE_COMMENT_INTERVAL_S = 5.0
 
 
 class Exchange:

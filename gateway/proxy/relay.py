@@ -51,7 +51,7 @@ class EventPipe:
     """Upstream body bytes in, the bytes for the client out: whole SSE events through the
     ``translator``, the events one upstream read completes joined for one write.
 
-    :meth:`feed` yields once, :data:`SEQUENCE_END`, when the last event arrives (the upstream has
+    :meth:`feed` yields :data:`SEQUENCE_END` when the last event arrives (the upstream has
     finished the sequence), before it is rewritten. It raises :class:`MalformedResponseError` or
     :class:`EventTooLargeError`; the events completed before the failure stay in :attr:`ready` (they
     go on before the error event).

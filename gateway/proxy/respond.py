@@ -48,7 +48,7 @@ from gateway.errors import (
     internal_error,
 )
 from gateway.proxy.asks import Asked
-from gateway.proxy.exchange import QUEUE_COMMENT_INTERVAL_S, Exchange
+from gateway.proxy.exchange import Exchange
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.placement import Placement
 from gateway.proxy.relay import SEQUENCE_END, Relayed, RelayOutcome, relay_events
@@ -60,6 +60,8 @@ log = logging.getLogger("gateway.errors")
 T = TypeVar("T")
 #: The shape bounds of an inference body.
 INFERENCE = JsonLimits()
+#: Seconds between ``: queued N`` comments to a waiting stream.
+QUEUE_COMMENT_INTERVAL_S = 5.0
 
 
 class ExchangeResponse(Response):
