@@ -26,8 +26,8 @@ import time
 from gateway.dialects.openai.client_view import ClientView
 from gateway.dialects.openai.rewrite import StreamRewriter
 from gateway.dialects.sse import SSEDecoder
+from gateway.proxy.traits import UpstreamTraits
 from gateway.reasoning.policy import ReasoningPolicy
-from gateway.traits import UpstreamTraits
 
 #: Sleep before each "after idle" sample, s: longer than the gap between a 32-stream level's chunks.
 IDLE_S = 0.002

@@ -20,8 +20,8 @@ from gateway.auth.principal import Principal
 from gateway.config import Settings
 from gateway.dialects.prompt_count import TokenCount
 from gateway.errors import GatewayError
+from gateway.reasoning.policy import LearntReasoning
 from gateway.telemetry.observation import Observation
-from gateway.traits import UpstreamTraits
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +47,7 @@ class Context:
 
     principal: Principal
     settings: Settings
-    traits: Callable[[], UpstreamTraits]
+    traits: Callable[[], LearntReasoning]
     observe: Callable[[Observation], None]
     observe_answer: Callable[[Observation], None]
     telemetry: Callable[[], dict[str, Any]] | None = None

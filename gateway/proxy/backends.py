@@ -29,8 +29,8 @@ from gateway.admission.gate import status_view
 from gateway.errors import GatewayError
 from gateway.proxy.breaker import Breaker
 from gateway.proxy.counting import CountGate
+from gateway.proxy.traits import UpstreamTraits
 from gateway.proxy.upstream import Upstream
-from gateway.traits import UpstreamTraits
 
 
 class Monitor(Protocol):

@@ -32,9 +32,9 @@ from gateway.proxy.billing import Billing
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.placement import Placement
 from gateway.proxy.prompt_size import estimate, prompt_size
+from gateway.proxy.traits import UpstreamTraits
 from gateway.storage.response_owners import Owner
 from gateway.telemetry.recorder import RequestRecorder
-from gateway.traits import UpstreamTraits
 
 
 class Exchange:

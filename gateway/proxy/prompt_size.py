@@ -21,7 +21,7 @@ from gateway.config import Settings
 from gateway.dialects.prompt_count import TokenCount
 from gateway.errors import GatewayError
 from gateway.proxy.counting import CountBusy, CountGate
-from gateway.traits import UpstreamTraits
+from gateway.proxy.traits import UpstreamTraits
 
 log = logging.getLogger("gateway.admission")
 

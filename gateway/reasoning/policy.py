@@ -6,7 +6,7 @@ itself otherwise (no parser, or ``/v1/completions``), always taking DSML tool-ca
 answer. ``GATEWAY_REASONING_SPLIT``:
 
 - ``auto``: split raw text until the upstream shows it splits (a reasoning field on this choice, or
-  earlier on any response: remembered in :class:`UpstreamTraits`); then keep the upstream's split.
+  earlier on any response: remembered in :class:`LearntReasoning`); then keep the upstream's split.
 - ``gateway``: always split the text (upstream reasoning fields are kept as reasoning too).
 - ``upstream``: never split think markers; only DSML markup is taken out of the answer.
 - ``off``: pass reasoning through untouched (no split, no renaming, no DSML parsing).
@@ -14,7 +14,7 @@ answer. ``GATEWAY_REASONING_SPLIT``:
 Raw text is reasoning only where its markers show it (:mod:`gateway.reasoning.splitter`): with
 thinking on, a choice's text waits (state ``pending``) until a marker decides, unless the gateway
 knows more — a raw prompt that ends with the start marker (``opened``: the output starts inside
-reasoning), or what this upstream's earlier answers showed (:attr:`UpstreamTraits.reasoning_markers`:
+reasoning), or what this upstream's earlier answers showed (:attr:`LearntReasoning.reasoning_markers`:
 once one showed a marker, thinking output starts inside reasoning as DeepSeek-V4's template has it;
 once one finished with none, its text is the answer until a marker says otherwise). An answer
 held to a format (``structured``: ``response_format`` JSON) has no reasoning before it unless a
@@ -29,10 +29,20 @@ and counted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from gateway.reasoning.splitter import THINK, Markers, ReasoningSplitter, SplitDelta, State
-from gateway.traits import UpstreamTraits
+
+
+class LearntReasoning(Protocol):
+    """What the gateway learnt of a backend's reasoning output, read and written as its answers arrive
+    (None: not seen yet; :class:`~gateway.proxy.traits.UpstreamTraits` keeps it per backend):
+    ``splits_reasoning``, it sends reasoning fields (vLLM ``--reasoning-parser``);
+    ``reasoning_markers``, its raw text with thinking on shows reasoning markers."""
+
+    splits_reasoning: bool | None
+    reasoning_markers: bool | None
+
 
 SplitMode = Literal["auto", "gateway", "upstream", "off"]
 UPSTREAM_REASONING_FIELDS = ("reasoning", "reasoning_content")
@@ -67,7 +77,7 @@ class ReasoningPolicy:
 class ChoiceSplit:
     """Reasoning/content/tool-call split of one choice, fed piece by piece (stream) or once (non-stream)."""
 
-    def __init__(self, policy: ReasoningPolicy, traits: UpstreamTraits) -> None:
+    def __init__(self, policy: ReasoningPolicy, traits: LearntReasoning) -> None:
         self._policy = policy
         self._traits = traits
         upstream_splits = policy.mode == "upstream" or (

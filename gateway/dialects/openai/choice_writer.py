@@ -8,8 +8,7 @@ import uuid
 from typing import Any
 
 from gateway.reasoning import SplitDelta
-from gateway.reasoning.policy import UPSTREAM_REASONING_FIELDS, ChoiceSplit, ReasoningPolicy
-from gateway.traits import UpstreamTraits
+from gateway.reasoning.policy import UPSTREAM_REASONING_FIELDS, ChoiceSplit, LearntReasoning, ReasoningPolicy
 
 
 def tool_call_id() -> str:
@@ -19,7 +18,7 @@ def tool_call_id() -> str:
 class ChoiceWriter:
     """Applies one choice's split to its JSON object (``delta``, ``message`` or a text choice)."""
 
-    def __init__(self, policy: ReasoningPolicy, traits: UpstreamTraits) -> None:
+    def __init__(self, policy: ReasoningPolicy, traits: LearntReasoning) -> None:
         self.policy = policy
         self.split = ChoiceSplit(policy, traits)
 

@@ -36,8 +36,7 @@ from gateway.dialects.openai.chunks import (
 from gateway.dialects.openai.client_view import ClientView
 from gateway.dialects.sse import DONE, lasting_fields, with_data
 from gateway.dialects.wire import MalformedChunkError, json_object
-from gateway.reasoning.policy import ReasoningPolicy
-from gateway.traits import UpstreamTraits
+from gateway.reasoning.policy import LearntReasoning, ReasoningPolicy
 
 #: The fields a chunk the gateway adds (closing usage, held text of a broken stream) copies from the
 #: chunks before it.
@@ -64,7 +63,7 @@ class StreamRewriter:
     """
 
     def __init__(
-        self, policy: ReasoningPolicy, traits: UpstreamTraits, view: ClientView, observe: Observer
+        self, policy: ReasoningPolicy, traits: LearntReasoning, view: ClientView, observe: Observer
     ) -> None:
         self._policy = policy
         self._traits = traits
@@ -228,7 +227,7 @@ class StreamRewriter:
 
 
 def rewrite_body(
-    body: dict[str, Any], policy: ReasoningPolicy, traits: UpstreamTraits
+    body: dict[str, Any], policy: ReasoningPolicy, traits: LearntReasoning
 ) -> tuple[int, int, int]:
     """Apply the policy to a non-stream response in place; return its reasoning and answer characters
     and the tool calls dropped (no tools declared).

@@ -12,8 +12,8 @@ from gateway.dialects.openai.client_view import ClientView
 from gateway.dialects.openai.rewrite import StreamRewriter, rewrite_body
 from gateway.dialects.sse import event_data
 from gateway.dialects.wire import MalformedChunkError
+from gateway.proxy.traits import UpstreamTraits
 from gateway.reasoning.policy import ReasoningPolicy
-from gateway.traits import UpstreamTraits
 
 FW = "｜DSML｜"
 
