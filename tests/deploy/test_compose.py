@@ -9,6 +9,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -123,8 +125,10 @@ def test_dockerfile_is_slim_non_root_and_small_context() -> None:
     assert user and user[-1].split(":")[0] not in ("root", "0")
     copies = re.findall(r"^COPY (?!--from)(.+)$", DOCKERFILE, re.MULTILINE)
     sources = {word for line in copies for word in line.split()[:-1]}
-    packages = {f"{path.parent.name}/" for path in REPO.glob("*/__init__.py") if path.parent.name != "tests"}
-    assert "gateway/" in packages and "dspark_sim/" in packages
+    include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    names = (path.parent.name for path in REPO.glob("*/__init__.py"))
+    packages = {f"{name}/" for name in names if any(fnmatch(name, pattern) for pattern in include["include"])}
+    assert {"gateway/", "dspark_cli/", "dspark_sim/"} <= packages and "bench/" not in packages
     assert sources == {"pyproject.toml", "README.md", *packages}
     assert 'VOLUME ["/data"]' in DOCKERFILE
     assert "GATEWAY_DATABASE_URL=sqlite+aiosqlite:////data/gateway.db" in DOCKERFILE
