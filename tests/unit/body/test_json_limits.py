@@ -1,4 +1,4 @@
-"""Bounded JSON bodies (gateway/json_limits.py): the shape measured piece by piece is the shape of the
+"""Bounded JSON bodies (gateway/body/json_limits.py): the shape measured piece by piece is the shape of the
 whole, however the body is cut; bodies past a bound are refused after little of them was read;
 orjson refuses what is not JSON."""
 

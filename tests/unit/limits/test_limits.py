@@ -1,4 +1,4 @@
-"""Per-key limits (gateway/limits.py) on the ``limits`` memory storage: tokens per minute reserve
+"""Per-key limits (gateway/limits/rate.py) on the ``limits`` memory storage: tokens per minute reserve
 prompt + output at admission, so a parallel burst cannot take more than the window; settlement gives
 back what was not used while its window lasts, and charges what was used beyond."""
 
