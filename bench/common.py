@@ -196,7 +196,7 @@ def machine_speed() -> dict[str, dict[str, float]]:
     speed: dict[str, dict[str, float]] = {}
     for cpu in (GATEWAY_CPU, LOAD_CPU):
         command = ["taskset", "-c", str(cpu), sys.executable, "-m", "bench.speed_probe"]
-        result = subprocess.run(command, capture_output=True, check=True, cwd=Path(__file__).parents[2])
+        result = subprocess.run(command, capture_output=True, check=True, cwd=Path(__file__).parents[1])
         speed[f"cpu{cpu}"] = json.loads(result.stdout)
     return speed
 

@@ -35,7 +35,7 @@ import yaml
 from tests.support.probes import wait_until
 from tests.support.servers import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 LITELLM_VENV = ROOT / ".venv-litellm"
 LITELLM_PYTHON = LITELLM_VENV / "bin" / "python"
 LITELLM_BIN = LITELLM_VENV / "bin" / "litellm"
