@@ -51,11 +51,12 @@ lint: install
 
 # The whole suite, its 20 slowest tests named, then the share of the distribution's statements it ran
 # (the gateway and simulator processes the tests start are measured too: [tool.coverage.run]).
+test: export COVERAGE_FILE := $(CURDIR)/.coverage
 test: test-deps lint
 	rm -f .coverage .coverage.*
-	COVERAGE_FILE=$(CURDIR)/.coverage $(BIN)/coverage run -m pytest -q --durations=20
-	COVERAGE_FILE=$(CURDIR)/.coverage $(BIN)/coverage combine -q
-	@echo "coverage: $$(COVERAGE_FILE=$(CURDIR)/.coverage $(BIN)/coverage report --format=total)% of the statements of $(PACKAGES)"
+	$(BIN)/coverage run -m pytest -q --durations=20
+	$(BIN)/coverage combine -q
+	@echo "coverage: $$($(BIN)/coverage report --format=total)% of the statements of $(PACKAGES)"
 
 # The fast tests: in-process only (the pure core, the pipeline against an in-memory upstream; no
 # server, no database server, no child process), a few seconds.
