@@ -5,7 +5,8 @@
   ``HttpOnly``, ``SameSite=Strict``, ``Secure`` when the request came over TLS (the scheme a trusted
   proxy forwarded), ``Path=/console``, with the session's expiry. The key never reaches JavaScript.
 - Every page needs a live session (else a redirect to the sign-in page); every POST carries the
-  session's CSRF token in a hidden field (else 403). A client key signs in to nothing (403).
+  session's CSRF token in a hidden field (else 403), the sign-in form its own (double-submit cookie).
+  A client key signs in to nothing (403). A refusal keeps its headers (a throttle's ``Retry-After``).
 - Key changes go through :class:`~gateway.admin.key_admin.KeyAdmin`, as the admin API's do: one
   audit trail. Reads are the admin API's own handlers (:mod:`gateway.admin.reads`).
 - Templates are Jinja2 with autoescaping; pages send a ``Content-Security-Policy`` that allows only
@@ -15,9 +16,11 @@
 from __future__ import annotations
 
 import csv
+import hmac
 import io
 import json
-from collections.abc import Awaitable, Callable
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +53,9 @@ TEMPLATES.env.filters.update(
     jsontext=lambda v: json.dumps(v, ensure_ascii=False),  # then escaped, as all text
 )
 COOKIE = "dspark_console"
+#: The sign-in form's CSRF cookie, and how long a sign-in form stays good, s.
+LOGIN_COOKIE = "dspark_console_login"
+LOGIN_TTL_S = 3600
 #: Largest form body, bytes.
 FORM_BYTES = 64 * 1024
 SECURITY_HEADERS = {
@@ -67,12 +73,17 @@ def sessions(request: Request) -> Sessions:
     return store
 
 
-def render(request: Request, name: str, code: int = 200, **context: Any) -> Response:
-    """Template ``name`` with ``context`` (and the session's CSRF token when signed in), HTTP ``code``."""
+def render(
+    request: Request, name: str, code: int = 200, headers: Mapping[str, str] | None = None, **context: Any
+) -> Response:
+    """Template ``name`` with ``context`` (and the session's CSRF token when signed in), HTTP ``code``,
+    the :data:`SECURITY_HEADERS` and ``headers`` (a refusal's ``Retry-After``)."""
     session = sessions(request).get(request.cookies.get(COOKIE))
     context.setdefault("csrf", session.csrf if session else "")
     context.setdefault("admin", session.principal.name if session else None)
-    return TEMPLATES.TemplateResponse(request, name, context, status_code=code, headers=SECURITY_HEADERS)
+    return TEMPLATES.TemplateResponse(
+        request, name, context, status_code=code, headers={**SECURITY_HEADERS, **(headers or {})}
+    )
 
 
 def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -82,7 +93,7 @@ def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     async def guarded(request: Request) -> Response:
         token = request.cookies.get(COOKIE)
         session = sessions(request).get(token)
-        if session is None or not await still_admin(request, session.principal):
+        if session is None or not await still_admin(request, session):
             sessions(request).close(token)
             return RedirectResponse("/console/login", status_code=303)
         if request.method == "POST":
@@ -93,23 +104,27 @@ def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         try:
             return await handler(request, session)
         except GatewayError as error:
-            return render(request, "error.html", error.status, message=error.message)
+            return render(request, "error.html", error.status, error.headers, message=error.message)
 
     guarded.__name__ = handler.__name__
     return guarded
 
 
-async def still_admin(request: Request, principal: Principal) -> bool:
-    """Whether the key a session signed in with is still an active admin key (revoked, expired or
-    changed since: the session ends, as the API would refuse it). A JWT's session ends with the token
-    (:func:`login`); the bootstrap admin has no record."""
+async def still_admin(request: Request, session: Session) -> bool:
+    """Whether the secret a session signed in with still authenticates as an active admin key: a key
+    revoked, expired, changed since, or rotated to a new secret (once the old one's grace ends — at
+    once for a rotation without grace) ends the session, as the API would refuse the secret. A JWT's
+    session ends with the token (:func:`login`); the bootstrap admin has no record."""
+    principal = session.principal
     if principal.kind != "key":
         return True
-    try:
-        record = await request.app.state.store.get(principal.key_id)
-    except KeyNotFoundError:
-        return False
-    return record.status(datetime.now(UTC)) == "active" and ADMIN_SCOPE in record.scopes
+    record = await request.app.state.store.find_by_hash(session.credential)
+    return (
+        record is not None
+        and record.id == principal.key_id
+        and record.status(datetime.now(UTC)) == "active"
+        and ADMIN_SCOPE in record.scopes
+    )
 
 
 async def read_form(request: Request) -> dict[str, str]:
@@ -127,31 +142,59 @@ async def read_form(request: Request) -> dict[str, str]:
 
 
 async def login_form(request: Request) -> Response:
-    return render(request, "login.html")
+    return sign_in_page(request)
+
+
+def sign_in_page(
+    request: Request, code: int = 200, message: str | None = None, headers: Mapping[str, str] | None = None
+) -> Response:
+    """The sign-in form saying ``message`` (why the last attempt failed), HTTP ``code``, with a fresh
+    sign-in CSRF token in the form and in :data:`LOGIN_COOKIE` (:func:`login`)."""
+    token = secrets.token_urlsafe(32)
+    response = render(request, "login.html", code, headers, message=message, login_csrf=token)
+    _set_cookie(request, response, LOGIN_COOKIE, token, LOGIN_TTL_S)
+    return response
 
 
 async def login(request: Request) -> Response:
-    """Check the admin key or JWT of the form, open a session, set its cookie."""
-    token = (await read_form(request)).get("secret", "").strip()
+    """Check the admin key or JWT of the form, open a session, set its cookie.
+
+    The form must carry the sign-in CSRF token its page set in :data:`LOGIN_COOKIE` (double-submit,
+    OWASP CSRF cheat sheet, "Login CSRF"): another site's form, which can neither read the cookie nor
+    make the browser send a ``SameSite=Strict`` one, cannot sign a browser in to the attacker's key.
+    """
+    form = await read_form(request)
+    expected = request.cookies.get(LOGIN_COOKIE, "")
+    sent = form.get("login_csrf", "")
+    if not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
+        return sign_in_page(request, 403, "The sign-in form has expired; sign in again.")
+    token = form.get("secret", "").strip()
     try:
         principal = await authenticate(request, lambda: token)
     except GatewayError as error:
-        return render(request, "login.html", error.status, message=error.message)
+        return sign_in_page(request, error.status, error.message, error.headers)
     if ADMIN_SCOPE not in principal.scopes:
-        return render(request, "login.html", 403, message="This key is not an admin key.")
+        return sign_in_page(request, 403, "This key is not an admin key.")
     settings = request.app.state.settings
     sessions(request).close(request.cookies.get(COOKIE))  # a new sign-in ends the browser's old session
     response = RedirectResponse("/console", status_code=303)
+    session = sessions(request).open(principal, token, await credential_expiry(request, principal, token))
+    _set_cookie(request, response, COOKIE, session, int(settings.console_session_ttl_s))
+    response.delete_cookie(LOGIN_COOKIE, path="/console")
+    return response
+
+
+def _set_cookie(request: Request, response: Response, name: str, value: str, max_age: int) -> None:
+    """A console cookie: ``HttpOnly``, ``SameSite=Strict``, ``Path=/console``, ``Secure`` behind TLS."""
     response.set_cookie(
-        COOKIE,
-        sessions(request).open(principal, await credential_expiry(request, principal, token)),
-        max_age=int(settings.console_session_ttl_s),
+        name,
+        value,
+        max_age=max_age,
         path="/console",
         secure=request.url.scheme == "https",
         httponly=True,
         samesite="strict",
     )
-    return response
 
 
 async def credential_expiry(request: Request, principal: Principal, token: str) -> float | None:

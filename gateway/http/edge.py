@@ -3,7 +3,9 @@
 In order, for each request:
 
 1. header sanity (:func:`~gateway.http.headers.check_headers`): 431/400 before anything reads them;
-2. its request id (:mod:`gateway.http.request_id`), into the scope and onto the response's headers;
+2. its request id (:mod:`gateway.http.request_id`), into the scope and onto the response's headers,
+   with ``X-Content-Type-Options: nosniff`` (no browser may guess a type the gateway did not send:
+   a JSON error echoing input must never run as HTML);
 3. the drain (:mod:`gateway.http.drain`): 503 ``draining`` while the gateway shuts down, else the
    request counts as in flight until its last byte;
 4. the app;
@@ -31,6 +33,7 @@ from gateway.http.headers import check_headers
 from gateway.http.http_metrics import HttpMetrics
 from gateway.http.request_id import HEADER, request_id
 
+NOSNIFF = (b"x-content-type-options", b"nosniff")
 #: Renders a refusal for the request at a path.
 Render = Callable[[GatewayError, str], Response]
 
@@ -51,14 +54,14 @@ class EdgeMiddleware:
         started = time.perf_counter()
         rid = request_id(scope["headers"])
         scope.setdefault("state", {})["request_id"] = rid
-        rid_header = (HEADER, rid.encode())
+        added = [(HEADER, rid.encode()), NOSNIFF]
         status = 0
 
         async def edge_send(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", []), rid_header]
+                message["headers"] = [*message.get("headers", []), *added]
             await send(message)
 
         refusal = check_headers(scope)

@@ -13,7 +13,8 @@ import pytest
 from gateway.app import token_config
 from gateway.auth.tokens import expires_at, mint
 from gateway.config import Settings
-from tests.console.helpers import csrf_of, signed_in
+from gateway.console.pages import COOKIE
+from tests.console.helpers import csrf_of, sign_in, signed_in
 
 
 @pytest.fixture
@@ -35,27 +36,27 @@ def test_no_session_is_sent_to_sign_in(console) -> None:
 
 def test_a_client_key_signs_in_to_nothing_and_a_bad_one_is_401(console, make_key) -> None:
     gateway = console()
-    client = httpx.post(gateway.url + "/console/login", data={"secret": make_key("app")})
-    assert (
-        client.status_code == 403 and "not an admin key" in client.text and "set-cookie" not in client.headers
-    )
-    wrong = httpx.post(gateway.url + "/console/login", data={"secret": "dsk-" + "x" * 43})
-    assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
+    with httpx.Client(base_url=gateway.url) as browser:
+        client = sign_in(browser, make_key("app"))
+        wrong = sign_in(browser, "dsk-" + "x" * 43)
+    assert client.status_code == 403 and "not an admin key" in client.text
+    assert wrong.status_code == 401
+    for refused in (client, wrong):
+        assert COOKIE + "=" not in refused.headers.get("set-cookie", "")
 
 
 def test_the_session_cookie_is_httponly_strict_and_secure_behind_tls(console, make_key) -> None:
     gateway = console()
     admin = make_key("root", scopes=["admin"])
-    plain = httpx.post(gateway.url + "/console/login", data={"secret": admin})
-    cookie = plain.headers["set-cookie"]
+    with httpx.Client(base_url=gateway.url) as browser:
+        plain = sign_in(browser, admin)
+        behind_tls = sign_in(browser, admin, **{"X-Forwarded-Proto": "https"})
+    cookie = next(c for c in plain.headers.get_list("set-cookie") if c.startswith(COOKIE + "="))
     assert plain.status_code == 303 and plain.headers["location"] == "/console"
     assert re.match(r"dspark_console=[\w-]{40,};", cookie)
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/console" in cookie
     assert "Max-Age=28800" in cookie and "Secure" not in cookie and admin not in cookie
-    behind_tls = httpx.post(
-        gateway.url + "/console/login", data={"secret": admin}, headers={"X-Forwarded-Proto": "https"}
-    )
-    assert "Secure" in behind_tls.headers["set-cookie"]
+    assert all("Secure" in c for c in behind_tls.headers.get_list("set-cookie"))
 
 
 def test_a_form_without_its_csrf_token_is_refused(console, make_key) -> None:
@@ -146,3 +147,42 @@ def test_console_forms_refuse_what_the_api_refuses_and_keep_what_they_did_not_ch
         and record["aliases"] == {"a,b": "deepseek-v4-flash-0731"}
         and record["rpm"] == 9
     )
+
+
+def test_a_session_ends_when_the_secret_it_signed_in_with_is_rotated_away(console, make_key) -> None:
+    gateway = console()
+    admin, other = make_key("rotated", scopes=["admin"]), make_key("other", scopes=["admin"])
+    api = {"Authorization": f"Bearer {other}"}
+    with signed_in(gateway, admin) as browser:
+        assert browser.get("/console").status_code == 200
+        rotated = httpx.post(gateway.url + "/admin/keys/rotated/rotate", json={"grace_s": 0}, headers=api)
+        assert rotated.status_code == 200 and rotated.json()["key"] != admin
+        assert browser.get("/console").status_code == 303  # the old secret is no longer valid
+    with signed_in(gateway, rotated.json()["key"]) as browser:
+        httpx.post(gateway.url + "/admin/keys/rotated/rotate", json={"grace_s": 60}, headers=api)
+        assert browser.get("/console").status_code == 200  # within the grace the old secret works
+
+
+def test_the_sign_in_form_refuses_a_cross_site_post(console, make_key) -> None:
+    gateway = console()
+    admin = make_key("root", scopes=["admin"])
+    # another site's form: it can send the secret but neither read nor send the sign-in cookie
+    forged = httpx.post(gateway.url + "/console/login", data={"secret": admin, "login_csrf": "x" * 43})
+    assert forged.status_code == 403 and "expired" in forged.text
+    assert COOKIE + "=" not in forged.headers.get("set-cookie", "")
+    with httpx.Client(base_url=gateway.url) as browser:
+        browser.get("/console/login")  # a cookie, but a field that is not its token
+        mismatched = browser.post("/console/login", data={"secret": admin, "login_csrf": "y" * 43})
+        assert mismatched.status_code == 403
+        assert sign_in(browser, admin).status_code == 303
+
+
+def test_a_throttled_sign_in_says_when_to_retry_and_pages_are_not_sniffed(console, make_key) -> None:
+    gateway = console(auth_failures_per_minute=2)
+    with httpx.Client(base_url=gateway.url) as browser:
+        answers = [sign_in(browser, "dsk-" + "x" * 43) for _ in range(3)]
+    assert [a.status_code for a in answers] == [401, 401, 429]
+    assert 1 <= int(answers[-1].headers["retry-after"]) <= 60
+    with signed_in(console(), make_key("root", scopes=["admin"])) as browser:
+        for path in ("/console", "/console/keys", "/console/login", "/console/static/console.js"):
+            assert browser.get(path).headers["x-content-type-options"] == "nosniff", path

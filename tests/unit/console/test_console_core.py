@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -16,9 +17,10 @@ ADMIN = Principal(key_id="key_1", name="root", scopes=frozenset({"admin"}))
 
 def test_a_session_is_found_by_its_token_until_it_expires() -> None:
     sessions = Sessions(ttl_s=0.05)
-    token = sessions.open(ADMIN)
+    token = sessions.open(ADMIN, "dsk-secret")
     session = sessions.get(token)
     assert session is not None and session.principal is ADMIN
+    assert session.credential == hashlib.sha256(b"dsk-secret").hexdigest()  # as the key store holds it
     assert (
         session.allows(session.csrf)
         and not session.allows("x" * len(session.csrf))
@@ -31,7 +33,7 @@ def test_a_session_is_found_by_its_token_until_it_expires() -> None:
 
 def test_sessions_are_bounded_and_sign_out_forgets() -> None:
     sessions = Sessions(ttl_s=60, limit=2)
-    first, second, third = (sessions.open(ADMIN) for _ in range(3))
+    first, second, third = (sessions.open(ADMIN, "dsk-secret") for _ in range(3))
     assert sessions.get(first) is None and sessions.get(second) and sessions.get(third)
     sessions.close(third)
     assert sessions.get(third) is None
