@@ -120,16 +120,20 @@ class AnthropicDialect:
     request_model: type[CountTokensRequest] = CountTokensRequest
 
     def credentials(self, headers: Mapping[str, str]) -> str:
-        """``x-api-key``, else ``Authorization: Bearer``; 401 when neither is there."""
+        """``x-api-key``, else ``Authorization: Bearer``; 401 when neither is there, or when both are
+        and name different secrets (which one counts would be a guess: the caller may mean the other)."""
         key = headers.get("x-api-key")
-        if key is not None:
-            key = key.strip(" \t")
-            if not key:
-                raise unauthorized("Empty x-api-key header.")
-            return key
-        if not headers.get("authorization"):
-            raise unauthorized("Missing API key: send 'x-api-key: <key>'.")
-        return bearer_token(headers.get("authorization"))
+        authorization = headers.get("authorization")
+        if key is None:
+            if not authorization:
+                raise unauthorized("Missing API key: send 'x-api-key: <key>'.")
+            return bearer_token(authorization)
+        key = key.strip(" \t")
+        if not key:
+            raise unauthorized("Empty x-api-key header.")
+        if authorization is not None and bearer_token(authorization) != key:
+            raise unauthorized("x-api-key and Authorization name different keys: send one of them.")
+        return key
 
     def error_body(self, error: GatewayError) -> dict[str, Any]:
         return error_body(error)

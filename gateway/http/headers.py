@@ -7,8 +7,8 @@ through, so the gateway refuses:
   nginx's default total; a large identity-provider JWT is a few KiB);
 - an HTTP/1.1 request without ``Host``, or with more than one -> 400 (RFC 9112 section 3.2 says a
   server MUST refuse both);
-- more than one ``Authorization`` -> 400: which one counts would depend on who reads it (a proxy in
-  front may take the last, Starlette takes the first).
+- more than one ``Authorization`` or ``x-api-key`` -> 400: which one counts would depend on who reads
+  it (a proxy in front may take the last, Starlette takes the first).
 """
 
 from __future__ import annotations
@@ -22,19 +22,21 @@ MAX_HEADER_BYTES = 32 * 1024
 
 def check_headers(scope: Scope, max_bytes: int = MAX_HEADER_BYTES) -> GatewayError | None:
     """The error to answer ``scope``'s request with, or None if its headers are acceptable."""
-    size = hosts = authorizations = 0
+    size = hosts = authorizations = api_keys = 0
     for name, value in scope["headers"]:  # one pass: this runs on every request
         size += len(name) + len(value) + 4
         if name == b"host":
             hosts += 1
         elif name == b"authorization":
             authorizations += 1
+        elif name == b"x-api-key":
+            api_keys += 1
     if size > max_bytes:
         return GatewayError(
             "request_headers_too_large", f"The request headers are larger than {max_bytes} bytes."
         )
     if hosts > 1 or (hosts == 0 and scope.get("http_version") == "1.1"):
         return GatewayError("invalid_request", "Exactly one Host header is required.")
-    if authorizations > 1:
-        return GatewayError("invalid_request", "More than one Authorization header.")
+    if authorizations > 1 or api_keys > 1:
+        return GatewayError("invalid_request", "More than one Authorization or x-api-key header.")
     return None

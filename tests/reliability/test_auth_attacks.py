@@ -163,6 +163,29 @@ def test_malformed_credentials_are_refused_before_the_upstream(stack) -> None:
     assert [(m, p) for m, p, _ in up.calls()] == [("POST", "/v1/chat/completions")] * len(accepted)
 
 
+def test_ambiguous_anthropic_credentials_are_refused(stack) -> None:
+    """On the Messages route a repeated ``x-api-key`` is 400 (as a repeated ``Authorization``), and an
+    ``x-api-key`` beside a Bearer token naming another key is 401 — both in Anthropic's error shape —
+    instead of one silently winning; the same key in both is just that key."""
+    up, _, gw, key = stack
+    k = key.encode()
+    body = json.dumps({"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+    post = lambda headers: raw(gw.port, b"/v1/messages", headers, body=body.encode())  # noqa: E731
+    refused = {
+        b"X-Api-Key: " + k + b"\r\nX-Api-Key: dsk-x\r\n": (400, "invalid_request_error"),
+        b"X-Api-Key: dsk-x\r\nX-Api-Key: " + k + b"\r\n": (400, "invalid_request_error"),
+        b"X-Api-Key: " + k + b"\r\n" + bearer("dsk-" + "x" * 43): (401, "authentication_error"),
+        b"X-Api-Key: dsk-" + b"x" * 43 + b"\r\n" + bearer(key): (401, "authentication_error"),
+    }
+    for headers, (status, kind) in refused.items():
+        answer = post(headers)
+        assert answer.status == status, (headers, answer.body[:200])
+        assert json.loads(answer.body)["error"]["type"] == kind
+    assert up.calls() == []
+    assert post(b"X-Api-Key: " + k + b"\r\n" + bearer(key)).status == 200
+    assert [(m, p) for m, p, _ in up.calls()] == [("POST", "/v1/messages")]
+
+
 Results = list[tuple[float, int]]
 
 
