@@ -19,7 +19,7 @@ from uvicorn.config import LOGGING_CONFIG
 
 from gateway.app import create_app
 from gateway.config import Settings
-from gateway.http.access_log import ACCESS_LOGGER
+from gateway.http.access_log import ACCESS_FORMAT, ACCESS_LOGGER
 from gateway.http.drain import Drain
 from gateway.storage.db import open_engine
 
@@ -31,10 +31,13 @@ FULL_COLLECTION_EVERY = 100
 
 
 def log_config() -> dict[str, Any]:
-    """uvicorn's logging configuration plus the gateway's access log on uvicorn's access handler and
-    format (:mod:`gateway.http.access_log`: written at each response's end, no query string)."""
+    """uvicorn's logging configuration plus the gateway's access log, on a handler like uvicorn's access
+    handler in uvicorn's access format followed by the request ids (:mod:`gateway.http.access_log`:
+    written at each response's end, no query string)."""
     config = copy.deepcopy(LOGGING_CONFIG)
-    config["loggers"][ACCESS_LOGGER] = {"handlers": ["access"], "level": "INFO", "propagate": False}
+    config["formatters"]["gateway_access"] = {**config["formatters"]["access"], "fmt": ACCESS_FORMAT}
+    config["handlers"]["gateway_access"] = {**config["handlers"]["access"], "formatter": "gateway_access"}
+    config["loggers"][ACCESS_LOGGER] = {"handlers": ["gateway_access"], "level": "INFO", "propagate": False}
     return config
 
 

@@ -31,7 +31,7 @@ from gateway.http.access_log import log_access
 from gateway.http.drain import EXEMPT_PATHS, Drain, draining_error
 from gateway.http.headers import check_headers
 from gateway.http.http_metrics import HttpMetrics
-from gateway.http.request_id import HEADER, request_id
+from gateway.http.request_id import HEADER, client_request_id, new_request_id
 
 NOSNIFF = (b"x-content-type-options", b"nosniff")
 #: Renders a refusal for the request at a path.
@@ -52,8 +52,9 @@ class EdgeMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        rid = request_id(scope["headers"])
-        scope.setdefault("state", {})["request_id"] = rid
+        rid = new_request_id()
+        state = scope.setdefault("state", {})
+        state["request_id"], state["client_request_id"] = rid, client_request_id(scope["headers"])
         added = [(HEADER, rid.encode()), NOSNIFF]
         status = 0
 

@@ -1,7 +1,10 @@
-"""Request ids: every response carries ``x-request-id``; a sane one sent by the client is kept.
+"""Request ids: every request gets one of the gateway's own; every response carries it in ``x-request-id``.
 
-The id goes in ``scope["state"]["request_id"]`` (``request.state.request_id`` in handlers) and upstream
-with the request, so gateway logs, the ledger and vLLM's logs can be joined.
+The id goes in ``scope["state"]["request_id"]`` (``request.state.request_id`` in handlers), upstream
+with the request, into the ledger and the access line, so gateway logs, the ledger and vLLM's logs
+can be joined. A client's own ``x-request-id`` is never the id: sent on to vLLM it would name another
+client's sequence (vLLM keys its requests by it) or forge a ledger entry's. A sane one is kept as
+``scope["state"]["client_request_id"]``, written beside the id in the access line only.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ def new_request_id() -> str:
     return "req-" + uuid.uuid4().hex
 
 
-def request_id(headers: list[tuple[bytes, bytes]]) -> str:
-    """The client's ``x-request-id`` if it is sane (1–128 of ``A-Za-z0-9._:-``), else a new one."""
+def client_request_id(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The client's ``x-request-id`` if it is sane (1–128 of ``A-Za-z0-9._:-``), else None."""
     sent = next((value for name, value in headers if name == HEADER), b"").decode("latin-1")
-    return sent if _SANE.fullmatch(sent) else new_request_id()
+    return sent if _SANE.fullmatch(sent) else None

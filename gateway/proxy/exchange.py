@@ -48,6 +48,7 @@ class Exchange:
         dialect: Dialect,
         principal: Principal,
         request_id: str,
+        client_request_id: str | None,
         telemetry: bool,
         forwarded: Mapping[str, str],
         asked: Asked,
@@ -64,6 +65,7 @@ class Exchange:
             api=dialect.api,
             stream=False,
             k=pipeline.settings.spec_k,
+            client_request_id=client_request_id,
         )
         self.billing = Billing(pipeline.limits, principal, pipeline.settings, request_id)
         self._headers = {**forwarded, "x-request-id": request_id}

@@ -86,7 +86,14 @@ class ExchangeResponse(Response):
             request.headers.get("x-priority"),
         )
         async with Exchange(
-            pipeline, self.dialect, self.principal, request_id, telemetry, forwarded, asked
+            pipeline,
+            self.dialect,
+            self.principal,
+            request_id,
+            scope["state"].get("client_request_id"),
+            telemetry,
+            forwarded,
+            asked,
         ) as exchange:
             try:
                 try:

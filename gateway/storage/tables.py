@@ -103,6 +103,7 @@ class UsageRow(Base):
     end_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)
     spec: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     spec_candidates: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    client_request_id: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
 
 
 class ResponseOwnerRow(Base):

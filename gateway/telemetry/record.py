@@ -82,6 +82,8 @@ class RequestTelemetry:
     spec_candidates: list[SpecStats] = field(default_factory=list)
     clamped: list[str] = field(default_factory=list)
     tool_calls_dropped: int = 0
+    #: The ``x-request-id`` the client sent, if sane (:mod:`gateway.http.request_id`): never the id.
+    client_request_id: str | None = None
 
     def client_view(self) -> dict[str, Any]:
         """The ``telemetry`` object a client gets: exactly :data:`CLIENT_FIELDS` plus ``spec``."""

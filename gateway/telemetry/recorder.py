@@ -62,6 +62,7 @@ class RequestRecorder:
         api: str,
         stream: bool,
         k: int,
+        client_request_id: str | None = None,
     ) -> RequestRecorder:
         """A recorder whose arrival is now."""
         record = RequestTelemetry(
@@ -73,6 +74,7 @@ class RequestRecorder:
             api=api,
             stream=stream,
             arrived_at=datetime.now(UTC),
+            client_request_id=client_request_id,
         )
         return cls(record, k)
 

@@ -14,7 +14,10 @@ from tests.support.gateway_process import GatewayProcess, clean_env
 from tests.support.probes import wait_until
 
 MODEL = "deepseek-v4-flash-0731"
-CHAT_LINE = re.compile(r'INFO: +127\.0\.0\.1:\d+ - "POST /v1/chat/completions HTTP/1\.1" 200 OK\n')
+CHAT_LINE = re.compile(
+    r'INFO: +127\.0\.0\.1:\d+ - "POST /v1/chat/completions HTTP/1\.1" 200 OK'
+    r" request_id=(req-[0-9a-f]{32}) client_request_id=(\S+)\n"
+)
 
 
 @pytest.fixture
@@ -30,17 +33,22 @@ def gateway(tmp_path: Path, database_url: str) -> Iterator[GatewayProcess]:
 
 def test_one_line_per_response_written_when_it_ends(gateway: GatewayProcess, make_key: Callable[..., str]):
     """A stream's line appears once its last byte is sent, not at its first (uvicorn would write it
-    before the status line, on the way to the first token); it is uvicorn's format, once."""
+    before the status line, on the way to the first token); it is uvicorn's format, once, followed by
+    the gateway's request id (the one the answer carries) and the one the client sent."""
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("logged"), max_retries=0)
     messages = [{"role": "user", "content": "Count slowly."}]
-    stream = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=60, stream=True)
+    stream = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages, max_tokens=60, stream=True, extra_headers={"x-request-id": "trace-7"}
+    )
+    request_id = stream.headers["x-request-id"]
+    stream = stream.parse()
     chunks = iter(stream)
     next(chunks)
     assert not CHAT_LINE.search(gateway.log()), gateway.log()  # started, not ended: no line yet
     rest = list(chunks)
     assert rest and rest[-1].choices[0].finish_reason == "length"
     wait_until(lambda: CHAT_LINE.search(gateway.log()) is not None, timeout_s=10, what="the access line")
-    assert len(CHAT_LINE.findall(gateway.log())) == 1
+    assert CHAT_LINE.findall(gateway.log()) == [(request_id, "trace-7")]
 
 
 def test_statuses_as_answered_and_no_query_string(gateway: GatewayProcess) -> None:
@@ -64,3 +72,6 @@ def test_statuses_as_answered_and_no_query_string(gateway: GatewayProcess) -> No
     )
     wait_until(lambda: all(line in gateway.log() for line in expected), timeout_s=10, what="the lines")
     assert secret not in gateway.log() and "api_key" not in gateway.log()
+    assert re.search(
+        r'"GET /v1/models HTTP/1.1" 401 Unauthorized request_id=req-\w+ client_request_id=-\n', gateway.log()
+    )

@@ -171,7 +171,7 @@ def test_inference_routes_go_through_the_middleware(stack, make_key) -> None:
     key = make_key("fast")
     url = gateway.url + "/v1/chat/completions"
     ok = httpx.post(url, json=CHAT, headers={"Authorization": f"Bearer {key}", "x-request-id": "trace-1"})
-    assert ok.status_code == 200 and ok.headers["x-request-id"] == "trace-1"
+    assert ok.status_code == 200 and ok.headers["x-request-id"].startswith("req-")  # the gateway's own
     refused = httpx.post(url, json=CHAT, headers={"Authorization": "Bearer dsk-unknown"})
     assert_openai_error(refused, 401, "invalid_api_key")
     assert refused.headers["x-request-id"].startswith("req-")

@@ -186,6 +186,16 @@ def test_ambiguous_anthropic_credentials_are_refused(stack) -> None:
     assert [(m, p) for m, p, _ in up.calls()] == [("POST", "/v1/messages")]
 
 
+def test_the_upstream_gets_the_gateways_request_id_never_the_clients(stack) -> None:
+    """A client's ``x-request-id`` could name another client's sequence in vLLM (or forge a ledger
+    entry's): the upstream gets the gateway's own id, the one the answer carries."""
+    up, _, gw, key = stack
+    answer = raw(gw.port, headers=bearer(key) + b"x-request-id: victim-sequence-1\r\n")
+    assert answer.status == 200 and answer.headers["x-request-id"].startswith("req-")
+    [(_, _, headers)] = up.calls()
+    assert headers[b"x-request-id"].decode() == answer.headers["x-request-id"]
+
+
 Results = list[tuple[float, int]]
 
 

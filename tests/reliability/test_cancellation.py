@@ -106,7 +106,7 @@ def test_two_thousand_clients_giving_up_anywhere_leave_no_slot_queue_or_lost_row
 
         def rows() -> list[str]:
             with sqlite3.connect(path) as db:
-                return [r[0] for r in db.execute("SELECT request_id FROM usage_ledger")]
+                return [r[0] for r in db.execute("SELECT client_request_id FROM usage_ledger")]
 
         wait_until(lambda: len(rows()) >= len(sent), timeout_s=30, what="one ledger row per request")
         ids = rows()
@@ -151,7 +151,7 @@ def test_a_request_whose_body_never_arrives_or_is_invalid_still_has_its_one_row(
 
     def rows() -> dict[str, dict[str, object]]:
         listing = httpx.get(gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"})
-        return {row["request_id"]: row for row in listing.json()["data"]}
+        return {row["client_request_id"]: row for row in listing.json()["data"]}
 
     wait_until(lambda: {"half-body", "bad-body"} <= set(rows()), what="both rows")
     recorded = rows()

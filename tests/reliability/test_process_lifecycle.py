@@ -39,11 +39,12 @@ def gateway_processes(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]
 
 
 def ledger_rows(database_url: str) -> list[tuple[str, int, bool, int]]:
-    """``(request_id, status, client_disconnected, completion_tokens)`` of every usage row."""
+    """``(client_request_id, status, client_disconnected, completion_tokens)`` of every usage row (the
+    ids the test's clients sent)."""
     path = database_url.split("///", 1)[1]
     with sqlite3.connect(path) as db:
         return db.execute(
-            "SELECT request_id, status, client_disconnected, completion_tokens FROM usage_ledger"
+            "SELECT client_request_id, status, client_disconnected, completion_tokens FROM usage_ledger"
         ).fetchall()
 
 
