@@ -19,6 +19,7 @@ blocks and is relayed unchanged.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -61,6 +62,14 @@ FINISH_REASONS: Mapping[str, str] = {
 PING = b'event: ping\ndata: {"type": "ping"}\n\n'
 #: The request headers forwarded to vLLM (the API version and beta features the client speaks).
 FORWARDED_HEADERS = ("anthropic-version", "anthropic-beta")
+#: What a forwarded Anthropic header may hold: comma-separated names (``2023-06-01``;
+#: ``interleaved-thinking-2025-05-14,fine-grained-tool-streaming-2025-05-14``), at most 1 KiB — a
+#: few dozen betas; Claude Code sends a handful.
+FORWARDED_VALUE = re.compile(r"[A-Za-z0-9._\-]+(?: *, *[A-Za-z0-9._\-]+)*")
+FORWARDED_MAX_BYTES = 1024
+#: The largest ``thinking.budget_tokens``: DeepSeek-V4's context window (1M tokens); a budget past it
+#: can never be spent, and one past a backend's integers (2**63) would fail in it, not here.
+BUDGET_TOKENS_MAX = 1 << 20
 
 
 def error_type(status: int) -> str:
@@ -79,7 +88,7 @@ class ThinkingConfig(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     type: Literal["enabled", "disabled", "adaptive"]
-    budget_tokens: int | None = Field(default=None, ge=1)
+    budget_tokens: int | None = Field(default=None, ge=1, le=BUDGET_TOKENS_MAX)
 
 
 class OutputConfig(BaseModel):
@@ -150,8 +159,17 @@ class AnthropicDialect:
         raise NotImplementedError  # count_tokens takes no slot: it is no exchange
 
     def forwarded(self, headers: Mapping[str, str]) -> dict[str, str]:
-        """The client's Anthropic headers that go on to vLLM."""
-        return {name: headers[name] for name in FORWARDED_HEADERS if name in headers}
+        """The client's Anthropic headers that go on to vLLM; 400 for one that is not a short list of
+        names (:data:`FORWARDED_VALUE`, :data:`FORWARDED_MAX_BYTES`)."""
+        sent = {name: headers[name].strip(" \t") for name in FORWARDED_HEADERS if name in headers}
+        for name, value in sent.items():
+            if len(value) > FORWARDED_MAX_BYTES or not FORWARDED_VALUE.fullmatch(value):
+                raise GatewayError(
+                    "invalid_request",
+                    f"The {name} header must be comma-separated names, {FORWARDED_MAX_BYTES} bytes at most.",
+                    param=name,
+                )
+        return sent
 
     def normalize(self, parsed: Parsed, principal: Principal, settings: Settings) -> dict[str, Any]:
         """The body with thinking written as DeepSeek-V4's template controls, under the field policy."""

@@ -50,7 +50,7 @@ class Exchange:
         request_id: str,
         client_request_id: str | None,
         telemetry: bool,
-        forwarded: Mapping[str, str],
+        headers: Mapping[str, str],
         asked: Asked,
     ) -> None:
         self.pipeline = pipeline
@@ -68,7 +68,8 @@ class Exchange:
             client_request_id=client_request_id,
         )
         self.billing = Billing(pipeline.limits, principal, pipeline.settings, request_id)
-        self._headers = {**forwarded, "x-request-id": request_id}
+        self._request_headers = headers
+        self._headers = {"x-request-id": request_id}
         self.placement = Placement(pipeline, principal, dialect.upstream_path, self._headers, self.recorder)
         self._telemetry = telemetry
         self._asked = asked
@@ -121,8 +122,9 @@ class Exchange:
     async def prepare(self, body: dict[str, Any], size: int) -> Prepared:
         """Validate the parsed body (400, 404 / 403 for the model — an alias means the served one —,
         400 ``context_length_exceeded``, 404 for a ``previous_response_id`` not the key's) and its
-        headers' asks (400, :mod:`~gateway.proxy.asks`), and normalise it for the backend, in the
-        exchange's dialect. ``size``: the body's bytes, the prompt size's estimate's base."""
+        headers' asks (400, :mod:`~gateway.proxy.asks`) and the ones it forwards (400), and normalise it
+        for the backend, in the exchange's dialect. ``size``: the body's bytes, the prompt size's
+        estimate's base."""
         pipeline, record, placement = self.pipeline, self.recorder.record, self.placement
         self._max_wait_s, self._batch = resolved(self._asked, self.principal)
         record.request_class = "batch" if self._batch else "interactive"
@@ -131,6 +133,7 @@ class Exchange:
         self._prompt_tokens = estimate(size).tokens
         pipeline.resolve_model(self.principal, body)
         parsed = self.dialect.parse(body)
+        self._headers.update(self.dialect.forwarded(self._request_headers))
         served = parsed.model == pipeline.settings.served_model
         record.model = parsed.model if served else "unknown"  # a bounded metrics label
         record.stream = parsed.stream

@@ -79,7 +79,6 @@ class ExchangeResponse(Response):
         reply = Reply(send, self.dialect, settings.keep_alive_s)
         telemetry = request.headers.get("x-gateway-telemetry") == "1"
         request_id = scope["state"]["request_id"]
-        forwarded = self.dialect.forwarded(request.headers)
         asked = Asked(
             request.headers.get("x-session-affinity"),
             request.headers.get("x-max-wait-s"),
@@ -92,7 +91,7 @@ class ExchangeResponse(Response):
             request_id,
             scope["state"].get("client_request_id"),
             telemetry,
-            forwarded,
+            request.headers,
             asked,
         ) as exchange:
             try:

@@ -127,6 +127,37 @@ def test_errors_come_in_each_apis_own_shape(stack, make_key) -> None:
     assert responses_limited.value.code == "rate_limit_requests"
 
 
+def test_anthropic_headers_and_the_thinking_budget_are_bounded(stack, make_key) -> None:
+    """An ``anthropic-beta`` of 30,000 bytes, or one that is not a list of names, and a
+    ``thinking.budget_tokens`` past the context window are a 400 in Anthropic's shape; Claude Code's
+    betas and a budget within it go through."""
+    _, gateway = stack
+    client = anthropic_client(gateway, make_key("bounded"))
+    hi = [{"role": "user", "content": "hi"}]
+    for beta in ("x" * 30_000, "a,b" + ",c" * 600, "beta name", "a;b"):
+        with pytest.raises(anthropic.BadRequestError) as long_beta:
+            client.messages.create(
+                model=MODEL, max_tokens=10, messages=hi, extra_headers={"anthropic-beta": beta}
+            )
+        assert long_beta.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+        assert "anthropic-beta" in long_beta.value.body["error"]["message"]  # type: ignore[index]
+    for budget in (2**63, 2**20 + 1):
+        with pytest.raises(anthropic.BadRequestError) as huge:
+            client.messages.create(
+                model=MODEL, max_tokens=10, messages=hi, thinking={"type": "enabled", "budget_tokens": budget}
+            )
+        assert "budget_tokens" in huge.value.body["error"]["message"]  # type: ignore[index]
+    betas = "claude-code-20250219,interleaved-thinking-2025-05-14, fine-grained-tool-streaming-2025-05-14"
+    answer = client.messages.create(
+        model=MODEL,
+        max_tokens=2048,
+        messages=hi,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        extra_headers={"anthropic-beta": betas},
+    )
+    assert answer.stop_reason in {"end_turn", "max_tokens"}
+
+
 def test_a_stored_response_is_only_the_creating_keys(stack, make_key) -> None:
     _, gateway = stack
     owner, other = make_key("owner"), make_key("other")
