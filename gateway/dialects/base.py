@@ -86,10 +86,11 @@ class Prepared:
     bytes object, not a tree the cyclic GC walks); ``output_budget``: the most tokens it may generate
     per sequence (None: the backend's default), named ``output_param`` in the client's API, checked
     against the KV pool; ``sequences``: how many the backend runs for it (OpenAI's ``n``), each
-    taking a slot; ``previous_response_id``: a stored response it continues, which must be the
-    caller's (the Responses API); ``count``: how the backend counts its prompt's tokens
-    (:mod:`~gateway.dialects.prompt_count`; None: it can't be asked, the size is estimated),
-    dropped once used.
+    taking a slot; ``stored``: what it refers to that the backend stores, ``(param, id)`` — the
+    Responses API's ``previous_response_id``, ``conversation`` and ``item_reference`` inputs —,
+    each of which must be the caller's, the first one deciding the backend; ``count``: how the
+    backend counts its prompt's tokens (:mod:`~gateway.dialects.prompt_count`; None: it can't be
+    asked, the size is estimated), dropped once used.
     """
 
     body: bytes
@@ -98,7 +99,7 @@ class Prepared:
     output_param: str
     sequences: int
     translator: Translator
-    previous_response_id: str | None = None
+    stored: tuple[tuple[str, str], ...] = ()
     count: TokenCount | None = None
 
 

@@ -12,8 +12,11 @@ reasoning and tool parsers: the answer comes back as ``reasoning``, ``message`` 
 - ``background: true`` is refused: the backend would go on generating after the request ends, outside
   the slots the gateway counts.
 - Stored responses: the id of a response the backend may store (``store`` not false) is claimed for
-  the caller's key (:mod:`gateway.storage.response_owners`); ``previous_response_id`` must be one
-  of the key's.
+  the caller's key (:mod:`gateway.storage.response_owners`); every id a request refers to —
+  ``previous_response_id``, ``conversation`` (an id or ``{"id"}``), ``input`` items of type
+  ``item_reference`` — must be one the key owns, else 404 (another key's is not found, as an unknown
+  one). The gateway records response ids only (vLLM has no Conversations API and does not resolve
+  item references), so the last two are found for no key: nothing unchecked reaches the backend.
 - Telemetry: the first ``*.delta`` event of output is the first token; usage from
   ``response.completed`` (or ``.incomplete`` / ``.failed``), ``input_tokens`` / ``output_tokens``.
 """
@@ -48,6 +51,10 @@ OUTPUT_DELTAS: Mapping[str, bool] = {
 }
 
 
+#: The longest id a request may refer to (the owners' table holds 128 characters).
+MAX_ID_CHARS = 128
+
+
 class Reasoning(BaseModel):
     """``reasoning``: its ``effort`` is the thinking level."""
 
@@ -68,7 +75,7 @@ class ResponsesRequest(BaseModel):
     max_output_tokens: int | None = Field(default=None, ge=1)
     reasoning: Reasoning | None = None
     store: bool | None = None
-    previous_response_id: str | None = Field(default=None, min_length=1, max_length=128)
+    previous_response_id: str | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
     background: bool | None = None
     temperature: float | None = Field(default=None, ge=0)
 
@@ -106,9 +113,36 @@ class Responses(OpenAIDialect):
             "max_output_tokens",
             1,
             translator,
-            request.previous_response_id,
+            references(request, payload),
             responses_count(payload),
         )
+
+
+def references(request: ResponsesRequest, payload: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """What the request refers to that the backend would look up by id, ``(param, id)``:
+    ``previous_response_id``, ``conversation`` and ``input[i]`` items of type ``item_reference``;
+    400 for a reference without a string id."""
+    found: list[tuple[str, str]] = []
+    if request.previous_response_id is not None:
+        found.append(("previous_response_id", request.previous_response_id))
+    conversation = payload.get("conversation")
+    if conversation is not None:
+        found.append(("conversation", _reference_id(conversation, "conversation", bare=True)))
+    items = payload.get("input")
+    for index, item in enumerate(items if isinstance(items, list) else ()):
+        if isinstance(item, dict) and item.get("type") == "item_reference":
+            found.append((f"input[{index}].id", _reference_id(item, f"input[{index}]", bare=False)))
+    return tuple(found)
+
+
+def _reference_id(value: Any, param: str, bare: bool) -> str:
+    """The id of a reference: ``{"id": str}``, or (``bare``) the string itself; 400 otherwise."""
+    ref = value if bare and isinstance(value, str) else value.get("id") if isinstance(value, dict) else None
+    if not isinstance(ref, str) or not 0 < len(ref) <= MAX_ID_CHARS:
+        raise GatewayError(
+            "invalid_request", f"{param} needs an id of 1 to {MAX_ID_CHARS} characters.", param=param
+        )
+    return ref
 
 
 class ResponsesTranslator:

@@ -121,7 +121,7 @@ class Exchange:
 
     async def prepare(self, body: dict[str, Any], size: int) -> Prepared:
         """Validate the parsed body (400, 404 / 403 for the model — an alias means the served one —,
-        400 ``context_length_exceeded``, 404 for a ``previous_response_id`` not the key's) and its
+        400 ``context_length_exceeded``, 404 for a stored response or item it refers to not the key's) and its
         headers' asks (400, :mod:`~gateway.proxy.asks`) and the ones it forwards (400), and normalise it
         for the backend, in the exchange's dialect. ``size``: the body's bytes, the prompt size's
         estimate's base."""
@@ -156,11 +156,8 @@ class Exchange:
         ):
             prepared.body = with_priority(prepared.body, BATCH_PRIORITY)
         pipeline.check_budget(prepared.output_budget, prepared.output_param)
-        if prepared.previous_response_id is not None:
-            param = "previous_response_id"
-            placement.stored_at = await pipeline.stored_at(
-                self.principal, prepared.previous_response_id, param
-            )
+        for param, stored_id in reversed(prepared.stored):  # the first decides the backend
+            placement.stored_at = await pipeline.stored_at(self.principal, stored_id, param)
         return prepared
 
     async def measure(self, prepared: Prepared) -> None:

@@ -159,6 +159,8 @@ def test_anthropic_headers_and_the_thinking_budget_are_bounded(stack, make_key) 
 
 
 def test_a_stored_response_is_only_the_creating_keys(stack, make_key) -> None:
+    """Reading, cancelling, deleting or referring to a stored response (``previous_response_id``,
+    ``conversation``, an ``item_reference`` input) is 404 for every key but the one that created it."""
     _, gateway = stack
     owner, other = make_key("owner"), make_key("other")
     created = openai_client(gateway, owner).responses.create(model=MODEL, input="Count to 2.", store=True)
@@ -169,10 +171,21 @@ def test_a_stored_response_is_only_the_creating_keys(stack, make_key) -> None:
             headers={"Authorization": f"Bearer {other}"},
         )
         assert response.status_code == 404 and response.json()["error"]["code"] == "response_not_found"
-    with pytest.raises(openai.NotFoundError):
-        openai_client(gateway, other).responses.create(
-            model=MODEL, input="more", previous_response_id=created.id
-        )
+    item = {"type": "item_reference", "id": created.output[-1].id}
+    for refers in (
+        {"previous_response_id": created.id},
+        {"conversation": created.id},
+        {"conversation": {"id": created.id}},
+        {"input": ["more", item]},
+    ):
+        with pytest.raises(openai.NotFoundError) as stranger:
+            openai_client(gateway, other).responses.create(model=MODEL, **{"input": "more", **refers})
+        assert stranger.value.code == "response_not_found", refers
+    with pytest.raises(openai.BadRequestError) as no_id:
+        openai_client(gateway, owner).responses.create(model=MODEL, input="more", conversation={"id": 7})
+    assert no_id.value.param == "conversation"
+    owned = openai_client(gateway, owner).responses.create(model=MODEL, input="more", conversation=created.id)
+    assert owned.status == "completed"  # the owner's reference is checked and goes on
     deleted = httpx.delete(
         f"{gateway.url}/v1/responses/{created.id}", headers={"Authorization": f"Bearer {owner}"}
     )

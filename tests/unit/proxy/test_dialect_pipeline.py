@@ -337,7 +337,13 @@ async def test_a_background_response_is_refused_and_a_previous_response_must_be_
     pipeline, records = build(upstream, plain=True)
     background = await call(pipeline, script, {**script.body(False), "background": True}).done()
     assert background.status == 400 and background.json()["error"]["param"] == "background"
-    stranger = await call(pipeline, script, {**script.body(False), "previous_response_id": "resp_x"}).done()
-    assert stranger.status == 404 and stranger.json()["error"]["code"] == "response_not_found"
+    refs = (
+        {"previous_response_id": "resp_x"},
+        {"conversation": "conv_x"},
+        {"input": [{"type": "item_reference", "id": "msg_x"}]},
+    )
+    for refers in refs:
+        stranger = await call(pipeline, script, {**script.body(False), **refers}).done()
+        assert stranger.status == 404 and stranger.json()["error"]["code"] == "response_not_found"
     await settled(pipeline)
-    assert upstream.sent == [] and [r.status for r in records.published] == [400, 404]
+    assert upstream.sent == [] and [r.status for r in records.published] == [400, 404, 404, 404]
