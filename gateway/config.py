@@ -276,7 +276,8 @@ class Settings(BaseSettings):
     metrics_token: str | None = Field(
         default=None,
         min_length=16,
-        description="If set, GET /metrics needs this bearer token (16+ characters)",
+        description="If set, GET /metrics needs this bearer token (16+ characters); if not, it answers "
+        "loopback clients only",
     )
 
     admin_key_sha256: str | None = Field(

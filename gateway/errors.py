@@ -46,6 +46,7 @@ CATALOGUE: Mapping[str, ErrorKind] = {
     "invalid_api_key": ErrorKind(401, "authentication_error", _INFO),
     "invalid_metrics_token": ErrorKind(401, "authentication_error", _INFO),
     "admin_required": ErrorKind(403, "permission_error", _INFO),
+    "metrics_local_only": ErrorKind(403, "permission_error", _INFO),
     "model_not_allowed": ErrorKind(403, "permission_error", _INFO),
     "model_not_found": ErrorKind(404, _INVALID, _INFO),
     "response_not_found": ErrorKind(404, _INVALID, _INFO),  # a stored response not the key's

@@ -18,7 +18,7 @@ Admin routes need the ``admin`` scope. Any other path is a 404 in OpenAI shape, 
 ``/admin/keys`` (CRUD, rotate)           admin   API keys (:mod:`gateway.admin.keys`)
 ``GET  /admin/{status,audit,usage,…}``   admin   slots, audit trail, ledger (:mod:`gateway.admin.reads`)
 ``GET  /health``, ``GET /ready``         public  process up; upstream answers (503 while draining)
-``GET  /metrics``                        public  Prometheus (bearer token if ``GATEWAY_METRICS_TOKEN``)
+``GET  /metrics``                        public  Prometheus: the metrics token, else loopback only
 ``/console/login``, ``/console/static``  public  the console's sign-in and assets
 ``/console/…``                           admin   the console (a session cookie + CSRF: :mod:`gateway.console`)
 =======================================  ======  ============================================

@@ -160,6 +160,18 @@ def test_metrics_token(start_sim, start_gateway) -> None:
     assert "gateway_slots_total" in scrape(gateway.url, headers={"Authorization": "Bearer s3cret-0123456789"})
 
 
+def test_metrics_without_a_token_answer_this_host_only(start_sim, start_gateway) -> None:
+    """No ``GATEWAY_METRICS_TOKEN``: a local Prometheus reads ``/metrics``; a request relayed by a
+    proxy — from the internet through a trusted one, or from loopback by a same-host proxy that is
+    not trusted — gets 403 in OpenAI shape, key names unseen."""
+    gateway = start_gateway(start_sim().url, trusted_proxies="127.0.0.1")
+    assert "gateway_slots_total" in scrape(gateway.url)
+    for relayed in ({"X-Forwarded-For": "203.0.113.9"}, {"Forwarded": "for=203.0.113.9"}):
+        refused = httpx.get(gateway.url + "/metrics", headers=relayed)
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "metrics_local_only"
+        assert "gateway_" not in refused.text
+
+
 def test_ledger_admin_routes_and_cli(stack, database_url: str, tmp_path: Path) -> None:
     _, gateway, key, admin = stack
     auth = {"Authorization": f"Bearer {key}"}
