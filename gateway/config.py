@@ -18,6 +18,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 #: The async driver of each database a URL may name without one (``sqlite://``, ``postgresql://``).
+#: The kinds of tokens a quota weighs (:class:`gateway.limits.quota.QuotaWeights`).
+QUOTA_KINDS = ("prompt", "cached_prompt", "output", "reasoning")
 ASYNC_DRIVERS = {
     "sqlite": "sqlite+aiosqlite",
     "postgresql": "postgresql+asyncpg",
@@ -161,6 +163,11 @@ class Settings(BaseSettings):
         ge=1,
         description="Tokens per minute reserved for each sequence's output when a request sets no "
         "max_tokens (the reservation is settled against real usage afterwards)",
+    )
+    quota_weights: Annotated[dict[str, float], NoDecode] = Field(
+        default_factory=dict,
+        description="What a token of each kind costs against quotas, e.g. "
+        "prompt=1,cached_prompt=0.1,output=4,reasoning=4 (kinds not named cost 1)",
     )
     body_min_rate_bytes_s: float = Field(
         default=1024,
@@ -435,6 +442,28 @@ class Settings(BaseSettings):
     @classmethod
     def _split_list(cls, value: object) -> object:
         return comma_list(value)
+
+    @field_validator("quota_weights", mode="before")
+    @classmethod
+    def _weights(cls, value: object) -> object:
+        """``kind=weight`` pairs, comma-separated; kinds of :class:`QuotaWeights`, weights ≥ 0."""
+        if not isinstance(value, str):
+            return value
+        weights: dict[str, float] = {}
+        for pair in filter(None, (part.strip() for part in value.split(","))):
+            kind, _, weight = pair.partition("=")
+            if kind.strip() not in QUOTA_KINDS:
+                raise ValueError(f"quota weight kinds are {', '.join(QUOTA_KINDS)}; got {kind.strip()!r}")
+            weights[kind.strip()] = float(weight)
+        return weights
+
+    @field_validator("quota_weights")
+    @classmethod
+    def _weights_known(cls, value: dict[str, float]) -> dict[str, float]:
+        unknown = set(value) - set(QUOTA_KINDS)
+        if unknown or any(not 0 <= w <= 1e6 for w in value.values()):
+            raise ValueError(f"quota weights: kinds among {', '.join(QUOTA_KINDS)}, each from 0 to 1e6")
+        return value
 
     @field_validator("reasoning_fields", mode="before")
     @classmethod

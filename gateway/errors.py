@@ -56,6 +56,7 @@ CATALOGUE: Mapping[str, ErrorKind] = {
     # capacity
     "rate_limit_requests": ErrorKind(429, "rate_limit_error", _INFO),
     "rate_limit_tokens": ErrorKind(429, "rate_limit_error", _INFO),
+    "quota_exceeded": ErrorKind(429, "rate_limit_error", _INFO),
     "rate_limit_address": ErrorKind(429, "rate_limit_error", _INFO),  # a public route, per client address
     "too_many_failed_authentications": ErrorKind(429, "rate_limit_error", _WARNING),
     "queue_full": ErrorKind(429, "rate_limit_error", _WARNING),

@@ -29,6 +29,8 @@ from gateway.dialects.thinking import EFFORT_MAP, LEVELS, Level
 
 #: The largest limit a key may have: PostgreSQL's ``integer`` (SQLAlchemy ``Integer``).
 INT_MAX = 2**31 - 1
+#: The largest quota: PostgreSQL's ``bigint``.
+QUOTA_MAX = 2**63 - 1
 #: The longest rotation grace period, s (ten years).
 GRACE_MAX_S = 10 * 365 * 86_400
 #: A key's thinking default as given -> as kept: the levels, and every ``reasoning_effort``.
@@ -104,6 +106,20 @@ class KeyLimits(BaseModel):
         default=None,
         description="The class of the key's requests (interactive ahead of batch in the queue) and the "
         "highest they may ask for (x-priority); null: interactive",
+    )
+    quota_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=QUOTA_MAX,
+        description="Token quota: the cost (tokens, weighted by GATEWAY_QUOTA_WEIGHTS) its requests may "
+        "spend a quota_period; null: none",
+    )
+    quota_period: Literal["day", "week", "month"] | None = Field(
+        default=None, description="The quota's UTC calendar period; null: month"
+    )
+    quota_mode: Literal["enforce", "warn"] | None = Field(
+        default=None,
+        description="enforce: refuse past it (429 quota_exceeded); warn: only report it; null: enforce",
     )
 
     @field_validator("aliases")

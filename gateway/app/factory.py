@@ -29,6 +29,7 @@ from gateway.http.errors import install_error_handlers, renderer
 from gateway.http.http_metrics import HttpMetrics
 from gateway.http.openapi import DOCS_ASSETS
 from gateway.http.throttle import AddressThrottle
+from gateway.limits.quota import Quotas, QuotaWeights
 from gateway.limits.rate import RateLimiter, storage_for
 from gateway.proxy.aiohttp_upstream import AiohttpUpstream, build_session
 from gateway.proxy.backends import Backend, Backends
@@ -151,6 +152,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             TelemetrySinks(metrics, ledger),
             RateLimiter(limits_storage, settings.limits_window_s),
             owners,
+            Quotas(limits_storage, QuotaWeights(**settings.quota_weights)),
         )
         app.state.throttle = AddressThrottle(
             limits_storage, settings.auth_failures_per_minute, settings.public_requests_per_minute

@@ -15,6 +15,7 @@ Admin routes need the ``admin`` scope. Any other path is a 404 in OpenAI shape, 
 ``POST /v1/messages``                    key     proxied, stream and non-stream (dialect: Anthropic)
 ``POST /v1/messages/count_tokens``       key     the prompt's tokens (no slot)
 ``GET  /v1/models``, ``/v1/models/{id}`` key     the upstream's list, filtered by the key, and aliases
+``GET  /v1/key``                         key     the caller's own key (:mod:`gateway.http.own_key`)
 ``/admin/keys`` (CRUD, rotate)           admin   API keys (:mod:`gateway.admin.keys`)
 ``GET  /admin/{status,audit,usage,…}``   admin   slots, audit trail, ledger (:mod:`gateway.admin.reads`)
 ``GET  /health``, ``GET /ready``         public  process up; upstream answers (503 while draining)
@@ -41,7 +42,7 @@ from gateway.dialects.openai.completions import COMPLETIONS
 from gateway.dialects.openai.dialect import OPENAI
 from gateway.dialects.openai.models import ChatCompletionRequest, CompletionRequest
 from gateway.dialects.responses import RESPONSES, ResponsesRequest
-from gateway.http import health, inference, metrics_route, stored
+from gateway.http import health, inference, metrics_route, own_key, stored
 from gateway.http.auth import admin_for, principal_for, public_limit
 from gateway.http.openapi import DOCS_ASSETS, documented
 
@@ -92,6 +93,8 @@ ROUTES = (
           dialect=COUNT_TOKENS, openapi_extra=documented(CountTokensRequest), tags=_ANTHROPIC),
     Route("GET", "/v1/models", inference.list_models, "List the models this key may use", tags=_OPENAI),
     Route("GET", "/v1/models/{model_id}", inference.get_model, "One model this key may use", tags=_OPENAI),
+    Route("GET", "/v1/key", own_key.own_key, "The caller's own key: limits, quota left, expiry, models",
+          tags=_OPENAI),
     Route("POST", "/admin/keys", keys.create_key, "Create a key (the secret is returned once)",
           admin=True, status_code=201, openapi_extra=documented(keys.KeyCreate), tags=_KEYS),
     Route("GET", "/admin/keys", keys.list_keys, "List keys (no secrets)", admin=True, tags=_KEYS),

@@ -5,6 +5,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+#: A quota's periods (UTC calendar) and modes (:mod:`gateway.limits.quota`).
+PERIODS = ("day", "week", "month")
+MODES = ("enforce", "warn")
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """``tokens`` of cost per ``period`` (``day`` | ``week`` | ``month``), ``mode`` ``enforce`` | ``warn``,
+    held by ``holder`` (``key:<id>`` or ``group:<id>``: whose counter it is). Counted by
+    :mod:`gateway.limits.quota`."""
+
+    holder: str
+    tokens: int
+    period: str = "month"
+    mode: str = "enforce"
+
 
 @dataclass(frozen=True, slots=True)
 class Principal:
@@ -20,6 +36,7 @@ class Principal:
     (``GATEWAY_MODEL_ALIASES``, :mod:`gateway.proxy.aliases`). ``max_wait_s``: the longest queue wait its
     requests accept when they name none (None: as long as the queue allows); ``request_class``
     (``interactive`` | ``batch``): its requests' class by default, and the highest they may ask for.
+    ``quota``: its token quota (:mod:`gateway.limits.quota`), None for none.
     """
 
     key_id: str
@@ -35,6 +52,11 @@ class Principal:
     aliases: Mapping[str, str] | None = None
     max_wait_s: float | None = None
     request_class: str = "interactive"
+    quota: Quota | None = None
+
+    def quotas(self) -> tuple[Quota, ...]:
+        """The quotas its requests count against."""
+        return (self.quota,) if self.quota is not None else ()
 
     def may_use(self, model: str) -> bool:
         """True if the allow-list admits ``model``."""

@@ -17,7 +17,7 @@ from sqlalchemy import ColumnElement, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from gateway.auth.principal import Principal
+from gateway.auth.principal import Principal, Quota
 from gateway.auth.secrets import display_prefix, generate_key, hash_key
 from gateway.body.json_limits import deeper_than
 from gateway.storage.db import open_engine
@@ -74,6 +74,9 @@ MUTABLE_FIELDS = (
     "aliases",
     "max_wait_s",
     "request_class",
+    "quota_tokens",
+    "quota_period",
+    "quota_mode",
 )
 
 
@@ -101,6 +104,9 @@ class KeyRecord:
     aliases: Mapping[str, str] | None = None
     max_wait_s: float | None = None
     request_class: str | None = None
+    quota_tokens: int | None = None
+    quota_period: str | None = None
+    quota_mode: str | None = None
 
     @classmethod
     def from_row(cls, row: ApiKeyRow) -> KeyRecord:
@@ -126,6 +132,9 @@ class KeyRecord:
             aliases=dict(row.aliases) if row.aliases is not None else None,
             max_wait_s=row.max_wait_s,
             request_class=row.request_class,
+            quota_tokens=row.quota_tokens,
+            quota_period=row.quota_period,
+            quota_mode=row.quota_mode,
         )
 
     def status(self, now: datetime) -> str:
@@ -151,11 +160,21 @@ class KeyRecord:
             aliases=self.aliases,
             max_wait_s=self.max_wait_s,
             request_class=self.request_class or "interactive",
+            quota=self.quota(),
+        )
+
+    def quota(self) -> Quota | None:
+        """The key's own quota (period ``month`` and mode ``enforce`` unless set), or None."""
+        if self.quota_tokens is None:
+            return None
+        return Quota(
+            f"key:{self.id}", self.quota_tokens, self.quota_period or "month", self.quota_mode or "enforce"
         )
 
     def public(self, now: datetime) -> dict[str, Any]:
         """JSON view for the admin API and CLI (no secret, no hash)."""
         iso = lambda v: v.isoformat() if v else None  # noqa: E731
+        quota = self.quota()
         return {
             "id": self.id,
             "name": self.name,
@@ -176,6 +195,9 @@ class KeyRecord:
             "aliases": dict(self.aliases) if self.aliases is not None else None,
             "max_wait_s": self.max_wait_s,
             "request_class": self.request_class or "interactive",
+            "quota_tokens": self.quota_tokens,
+            "quota_period": quota.period if quota else None,
+            "quota_mode": quota.mode if quota else None,
             "previous_key_valid_until": iso(self.previous_expires_at)
             if self.previous_expires_at and self.previous_expires_at > now
             else None,
@@ -227,6 +249,9 @@ class KeyStore:
         aliases: Mapping[str, str] | None = None,
         max_wait_s: float | None = None,
         request_class: str | None = None,
+        quota_tokens: int | None = None,
+        quota_period: str | None = None,
+        quota_mode: str | None = None,
         key_hash: str | None = None,
     ) -> tuple[KeyRecord, str | None]:
         """Create a key; return its record and the plaintext secret (the only time it exists).
@@ -256,6 +281,9 @@ class KeyStore:
             aliases=dict(aliases) if aliases is not None else None,
             max_wait_s=max_wait_s,
             request_class=request_class,
+            quota_tokens=quota_tokens,
+            quota_period=quota_period,
+            quota_mode=quota_mode,
         )
         try:
             async with self._session.begin() as session:

@@ -52,6 +52,19 @@ Thinking = Annotated[
         "(as a request's reasoning_effort; medium is kept as high)"
     ),
 ]
+QuotaTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--quota", min=1, help="Token quota: the cost (weighted tokens) its requests may spend a period"
+    ),
+]
+QuotaPeriod = Annotated[
+    str | None, typer.Option("--quota-period", help="day, week or month (default): the quota's UTC period")
+]
+QuotaMode = Annotated[
+    str | None,
+    typer.Option("--quota-mode", help="enforce (default: refuse past it) or warn (only report it)"),
+]
 ExpiresIn = Annotated[str | None, typer.Option(help="Lifetime from now, e.g. 30d, 12h")]
 Alias = Annotated[
     list[str] | None,
@@ -98,7 +111,8 @@ def backend(url: str | None, admin_key: str | None, database_url: str | None) ->
 def _options(
     expires_in: str | None, models: str | None, rpm: int | None, tpm: int | None,
     max_concurrency: int | None, priority: int | None, thinking: str | None, alias: list[str] | None,
-    max_wait: float | None = None, request_class: str | None = None,
+    max_wait: float | None = None, request_class: str | None = None, quota: int | None = None,
+    quota_period: str | None = None, quota_mode: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The admin API's fields for the options given (the others left out); a bad duration or thinking
     mode is refused here, named by its flag."""
@@ -114,6 +128,9 @@ def _options(
         "aliases": dict(checked("--alias", alias_pair, pair) for pair in alias) if alias else None,
         "max_wait_s": max_wait,
         "request_class": request_class,
+        "quota_tokens": quota,
+        "quota_period": quota_period,
+        "quota_mode": quota_mode,
     }
     options = {k: v for k, v in given.items() if v is not None}
     if models is not None:  # all: null, which an update needs to send
@@ -134,6 +151,9 @@ def create(
     alias: Alias = None,
     max_wait: MaxWait = None,
     request_class: RequestClass = None,
+    quota: QuotaTokens = None,
+    quota_period: QuotaPeriod = None,
+    quota_mode: QuotaMode = None,
     admin: Annotated[bool, typer.Option("--admin", help="Grant the admin scope (/admin routes)")] = False,
     scope: Annotated[
         list[str] | None,
@@ -151,9 +171,10 @@ def create(
     body = {
         "name": name,
         **_options(
-            expires_in, models, rpm, tpm, max_concurrency, priority, thinking, alias, max_wait, request_class
+            expires_in, models, rpm, tpm, max_concurrency, priority, thinking, alias, max_wait, request_class,
+            quota, quota_period, quota_mode,
         ),
-    }
+    }  # fmt: skip
     scopes = set(scope or ()) | ({"admin"} if admin else set())
     if scopes:
         body["scopes"] = sorted(scopes)
@@ -172,12 +193,14 @@ def _when(value: str | None) -> str:
 
 def _limits(key: dict[str, Any]) -> str:
     parts = [f"{label} {key[field]}" for field, label in _LIMITS if key[field] is not None]
+    if key.get("quota_tokens") is not None:
+        parts[-1] += f"/{key['quota_period']}" + (" warn" if key["quota_mode"] == "warn" else "")
     if key["priority"] != 1:
         parts.append(f"prio {key['priority']}")
     return "\n".join(parts) or "-"
 
 
-_LIMITS = (("rpm", "rpm"), ("tpm", "tpm"), ("max_concurrency", "conc"))
+_LIMITS = (("rpm", "rpm"), ("tpm", "tpm"), ("max_concurrency", "conc"), ("quota_tokens", "quota"))
 
 
 def keys_table(keys: list[dict[str, Any]]) -> Table:
@@ -235,19 +258,28 @@ def update(
     alias: Alias = None,
     max_wait: MaxWait = None,
     request_class: RequestClass = None,
+    quota: QuotaTokens = None,
+    quota_period: QuotaPeriod = None,
+    quota_mode: QuotaMode = None,
+    no_quota: Annotated[bool, typer.Option("--no-quota", help="Remove the key's quota")] = False,
     no_aliases: Annotated[bool, typer.Option("--no-aliases", help="Remove the key's aliases")] = False,
     url: UrlOpt = None,
     admin_key: AdminKeyOpt = None,
     database_url: DatabaseOpt = None,
 ) -> None:
-    """Change a key's expiry, models, limits, thinking default or aliases."""
+    """Change a key's expiry, models, limits, quota, thinking default or aliases."""
     if no_expiry and expires_in:
         raise CliError("--no-expiry and --expires-in contradict each other: give one")
     if no_aliases and alias:
         raise CliError("--no-aliases and --alias contradict each other: give one")
+    if no_quota and quota:
+        raise CliError("--no-quota and --quota contradict each other: give one")
     changes = _options(
-        expires_in, models, rpm, tpm, max_concurrency, priority, thinking, alias, max_wait, request_class
-    )
+        expires_in, models, rpm, tpm, max_concurrency, priority, thinking, alias, max_wait, request_class,
+        quota, quota_period, quota_mode,
+    )  # fmt: skip
+    if no_quota:
+        changes["quota_tokens"] = None
     if no_expiry:
         changes["expires_at"] = None
     if no_aliases:

@@ -303,7 +303,7 @@ def _limits(form: dict[str, str], every: bool = False) -> dict[str, Any]:
     (``metadata``); an empty field is null when ``every`` (an edit), left out otherwise (a create)."""
     fields: dict[str, Any] = {}
     for name in ("rpm", "tpm", "max_concurrency", "priority", "default_thinking", "models", "aliases",
-                 "metadata", "expires_in"):  # fmt: skip
+                 "metadata", "expires_in", "quota_tokens", "quota_period", "quota_mode"):  # fmt: skip
         if name not in form:
             continue
         text = form[name].strip()

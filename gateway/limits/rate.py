@@ -144,6 +144,14 @@ class RateLimiter:
         if principal.tpm and "x-ratelimit-limit-tokens" not in ticket.headers:
             await self._headers("tokens", self._item(principal.tpm), principal.key_id, ticket.headers)
 
+    async def standing(self, principal: Principal) -> dict[str, str]:
+        """The key's ``x-ratelimit-*`` headers now, nothing charged (``GET /v1/key``)."""
+        headers: dict[str, str] = {}
+        for what, limit in (("requests", principal.rpm), ("tokens", principal.tpm)):
+            if limit:
+                await self._headers(what, self._item(limit), principal.key_id, headers)
+        return headers
+
     async def settle(self, ticket: Ticket, used_tokens: int) -> None:
         """Settle the reservation against ``used_tokens``: charge what was used beyond it; give back
         what was not used if the window it was taken from still runs (a later one owes it nothing)."""

@@ -1,6 +1,7 @@
 """A request's account with its key's limits: counted against its requests per minute before its body
-is read, its tokens per minute reserved once its prompt is sized, settled against its real usage
-at its end; and the key's ``x-ratelimit-*`` headers for whatever it is answered."""
+is read, its tokens per minute and its quotas' cost (:mod:`gateway.limits.quota`) reserved once its
+prompt is sized, settled against its real usage at its end; and the key's ``x-ratelimit-*``
+headers (``x-quota-warning`` past a quota in ``warn`` mode) for whatever it is answered."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 
 from gateway.auth.principal import Principal
 from gateway.config import Settings
+from gateway.limits.quota import Hold, Quotas, QuotaWeights
 from gateway.limits.rate import RateLimiter, Ticket
 from gateway.telemetry.record import RequestTelemetry
 
@@ -18,13 +20,15 @@ class Billing:
     """One request's :class:`~gateway.limits.rate.Ticket` (None until it was counted)."""
 
     def __init__(
-        self, limits: RateLimiter, principal: Principal, settings: Settings, request_id: str
+        self, limits: RateLimiter, quotas: Quotas, principal: Principal, settings: Settings, request_id: str
     ) -> None:
         self._limits = limits
+        self._quotas = quotas
         self._principal = principal
         self._settings = settings
         self._request_id = request_id
         self.ticket: Ticket | None = None
+        self._holds: list[Hold] = []
 
     async def count(self) -> None:
         """Count the request against its key's requests per minute (429 when spent), before its body
@@ -36,9 +40,15 @@ class Billing:
         (``GATEWAY_TPM_OUTPUT_RESERVE_TOKENS`` a sequence when it sets none; 429 when they don't fit);
         the ticket's headers."""
         assert self.ticket is not None
+        output = sequences * (output_budget or self._settings.tpm_output_reserve_tokens)
         if self._principal.tpm:
-            output = output_budget or self._settings.tpm_output_reserve_tokens
-            await self._limits.reserve(self.ticket, prompt_tokens + sequences * output)
+            await self._limits.reserve(self.ticket, prompt_tokens + output)
+        for quota in self._principal.quotas():
+            hold = await self._quotas.reserve(quota, self._quotas.weights.most(prompt_tokens, output))
+            self._holds.append(hold)
+            if hold.over:
+                log.warning("request %s: past the %s quota (warn mode)", self._request_id, quota.holder)
+                self.ticket.headers["x-quota-warning"] = f"{quota.holder.split(':', 1)[0]} quota exceeded"
         return self.ticket.headers
 
     async def headers(self) -> dict[str, str]:
@@ -56,6 +66,8 @@ class Billing:
         """Charge the tokens the request used (:func:`charged`) instead of its reservation."""
         if self.ticket is not None:
             await self._limits.settle(self.ticket, charged(record, self.ticket.reserved, prompt_tokens))
+        for hold in self._holds:
+            await self._quotas.settle(hold, spent(record, self._quotas.weights, hold.reserved, prompt_tokens))
 
 
 def charged(record: RequestTelemetry, reserved: int, prompt_tokens: int) -> int:
@@ -68,3 +80,18 @@ def charged(record: RequestTelemetry, reserved: int, prompt_tokens: int) -> int:
     if not record.stream:
         return max(used, reserved)
     return max(used, record.completion_tokens + prompt_tokens)
+
+
+def spent(record: RequestTelemetry, weights: QuotaWeights, reserved: int, prompt_tokens: int) -> int:
+    """The cost a request is charged against a quota: its usage's (:meth:`QuotaWeights.cost`); for a
+    client that left, as :func:`charged` reckons: its reservation (non-stream), or at least its
+    prompt's (stream)."""
+    cost = weights.cost(
+        record.prompt_tokens, record.cached_tokens, record.completion_tokens, record.reasoning_tokens
+    )
+    if not record.client_disconnected:
+        return cost
+    if not record.stream:
+        return max(cost, reserved)
+    output = weights.cost(0, 0, record.completion_tokens, record.reasoning_tokens)
+    return max(cost, weights.cost(prompt_tokens, 0, 0, 0) + output)

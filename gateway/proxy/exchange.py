@@ -67,7 +67,7 @@ class Exchange:
             k=pipeline.settings.spec_k,
             client_request_id=client_request_id,
         )
-        self.billing = Billing(pipeline.limits, principal, pipeline.settings, request_id)
+        self.billing = Billing(pipeline.limits, pipeline.quotas, principal, pipeline.settings, request_id)
         self._request_headers = headers
         self._headers = {"x-request-id": request_id}
         self.placement = Placement(pipeline, principal, dialect.upstream_path, self._headers, self.recorder)

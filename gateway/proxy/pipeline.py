@@ -17,7 +17,8 @@ from gateway.auth.principal import Principal
 from gateway.config import Settings
 from gateway.dialects.base import Prepared
 from gateway.errors import GatewayError
-from gateway.limits.rate import RateLimiter
+from gateway.limits.quota import Quotas, QuotaWeights
+from gateway.limits.rate import RateLimiter, storage_for
 from gateway.proxy.aliases import ModelAliases
 from gateway.proxy.backends import Backend, Backends
 from gateway.storage.response_owners import Owner
@@ -53,6 +54,7 @@ class Pipeline:
     sink: Sink
     limits: RateLimiter
     owners: Owners | None = None
+    quotas: Quotas = field(default_factory=lambda: Quotas(storage_for("memory://"), QuotaWeights()))
     background: set[asyncio.Task[None]] = field(default_factory=set)
     aliases: ModelAliases = field(init=False)
 

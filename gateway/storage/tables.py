@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, Integer, String
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, Integer, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -29,7 +29,8 @@ def utc(value: datetime | None) -> datetime | None:
 
 class ApiKeyRow(Base):
     """One API key. ``key_hash`` is SHA-256 hex of the secret; the secret itself is never stored.
-    ``aliases``: the key's own model names, ``{alias: served model name}`` (None: none)."""
+    ``aliases``: the key's own model names, ``{alias: served model name}`` (None: none). ``quota_*``:
+    its token quota (:mod:`gateway.limits.quota`; None: none)."""
 
     __tablename__ = "api_keys"
 
@@ -54,6 +55,9 @@ class ApiKeyRow(Base):
     aliases: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
     max_wait_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     request_class: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    quota_tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    quota_period: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    quota_mode: Mapped[str | None] = mapped_column(String(8), nullable=True)
 
 
 class AuditRow(Base):

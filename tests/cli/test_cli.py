@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -51,6 +52,20 @@ def test_keys_create_prints_the_key_last_and_list_shows_it(cli: Cli) -> None:
     assert "already exists" in error_of(cli("keys", "create", "team-a", ok=False))
     assert "--expires-in" in error_of(cli("keys", "create", "x", "--expires-in", "soon", ok=False))
     assert error_of(cli("keys", "revoke", "nobody", ok=False)) == "error: no key 'nobody'"
+
+
+def test_a_keys_quota_is_set_shown_changed_and_removed(cli: Cli) -> None:
+    cli("keys", "create", "metered", "--quota", "50000", "--quota-period", "week")
+    assert "quota 50000/week" in cli("keys", "list").stdout
+    changed = json.loads(cli("keys", "update", "metered", "--quota-mode", "warn").stdout)
+    assert (changed["quota_tokens"], changed["quota_period"], changed["quota_mode"]) == (
+        50000,
+        "week",
+        "warn",
+    )
+    assert "quota_period" in error_of(cli("keys", "update", "metered", "--quota-period", "year", ok=False))
+    removed = json.loads(cli("keys", "update", "metered", "--no-quota").stdout)
+    assert (removed["quota_tokens"], removed["quota_period"]) == (None, None)
 
 
 def test_round_trip_and_revoke_lands_within_two_seconds(cli: Cli, served: str) -> None:

@@ -1,0 +1,80 @@
+"""``GET /v1/key``: the caller's own key as it stands — for a client to plan its use without an admin.
+
+Never the secret, nor anything an admin keeps for itself (metadata, the key's aliases' targets are
+shown: they are what its requests get). The answer carries the key's ``x-ratelimit-*`` headers,
+read without charging anything::
+
+    {"object": "key", "id", "name", "kind", "expires_at", "models", "scopes",
+     "limits": {"rpm", "tpm", "max_concurrency", "priority", "max_wait_s", "request_class"},
+     "rate_limits": {"requests": {"limit", "remaining", "reset"} | null, "tokens": … | null},
+     "quotas": [{"holder", "tokens", "period", "mode", "used", "remaining", "resets_at"}, …],
+     "aliases", "default_thinking"}
+
+``expires_at`` is the key's (ISO 8601 UTC), a JWT's ``exp``, or null for never.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from gateway.auth.principal import Principal
+from gateway.auth.tokens import expires_at
+from gateway.dialects.wire import bearer_token
+from gateway.proxy.pipeline import Pipeline
+
+
+async def own_key(request: Request) -> JSONResponse:
+    """The caller's key (see the module doc)."""
+    principal: Principal = request.state.principal
+    pipeline: Pipeline = request.app.state.pipeline
+    headers = await pipeline.limits.standing(principal)
+    quotas = [
+        {"holder": quota.holder.split(":", 1)[0], **(await pipeline.quotas.standing(quota)).as_dict()}
+        for quota in principal.quotas()
+    ]
+    body: dict[str, Any] = {
+        "object": "key",
+        "id": principal.key_id,
+        "name": principal.name,
+        "kind": principal.kind,
+        "expires_at": await _expiry(request, principal),
+        "models": list(principal.models) if principal.models is not None else None,
+        "scopes": list(principal.scopes),
+        "limits": {
+            "rpm": principal.rpm,
+            "tpm": principal.tpm,
+            "max_concurrency": principal.max_concurrency,
+            "priority": principal.priority,
+            "max_wait_s": principal.max_wait_s,
+            "request_class": principal.request_class,
+        },
+        "rate_limits": {what: _window(headers, what) for what in ("requests", "tokens")},
+        "quotas": quotas,
+        "aliases": dict(principal.aliases) if principal.aliases is not None else None,
+        "default_thinking": principal.default_thinking,
+    }
+    return JSONResponse(body, headers=headers)
+
+
+def _window(headers: dict[str, str], what: str) -> dict[str, Any] | None:
+    if f"x-ratelimit-limit-{what}" not in headers:
+        return None
+    return {
+        "limit": int(headers[f"x-ratelimit-limit-{what}"]),
+        "remaining": int(headers[f"x-ratelimit-remaining-{what}"]),
+        "reset": headers[f"x-ratelimit-reset-{what}"],
+    }
+
+
+async def _expiry(request: Request, principal: Principal) -> str | None:
+    if principal.kind == "key":
+        record = await request.app.state.store.get(principal.key_id)
+        return record.expires_at.isoformat() if record.expires_at else None
+    if principal.kind == "jwt":
+        exp = expires_at(bearer_token(request.headers.get("authorization")))
+        return datetime.fromtimestamp(exp, UTC).isoformat() if exp else None
+    return None

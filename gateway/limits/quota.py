@@ -1,0 +1,168 @@
+"""Token quotas: how much a key (or its group) may spend in a calendar day, week or month, reserved
+before admission and settled with the real usage.
+
+A quota counts *cost*, the request's tokens weighted by kind (:class:`QuotaWeights`:
+``GATEWAY_QUOTA_WEIGHTS``, every weight 1 by default, so cost is prompt + completion tokens):
+``prompt × (uncached prompt tokens) + cached_prompt × (cached ones) + output × (completion tokens
+that are not reasoning) + reasoning × (reasoning tokens)``, rounded up.
+
+Periods are UTC calendar periods — a day from 00:00, a week from Monday 00:00 (ISO 8601), a month
+from its first day — so a quota resets when its holder expects, the same instant for every replica.
+
+Reservation is one atomic increment of the period's counter by the request's most cost (its prompt
+and its whole output budget at the dearer of the output and reasoning weights), given back at once
+when it does not fit: two requests at the same moment cannot both take the last of a quota, as a
+check-then-charge (LiteLLM's budget check) lets them. At the end the counter is moved by the real
+cost minus the reservation. Counters live in the rate limits' storage (``GATEWAY_LIMITS_STORAGE``:
+process memory, or Redis shared by the replicas), keyed by holder and period start, expiring a day
+after their period ends.
+
+``mode``: ``enforce`` refuses a request that does not fit (429 ``quota_exceeded``, ``Retry-After``
+the seconds until the period resets); ``warn`` admits it, counts it, and only reports it (the answer's
+``x-quota-warning`` header, a log line) — a quota to watch before enforcing it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from limits.aio.storage import Storage
+
+from gateway.auth.principal import Quota
+from gateway.errors import GatewayError
+
+#: How long a counter outlives its period, s: a late settlement still finds it.
+_KEEP_S = 86_400
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaWeights:
+    """What one token of each kind costs (``GATEWAY_QUOTA_WEIGHTS``)."""
+
+    prompt: float = 1.0
+    cached_prompt: float = 1.0
+    output: float = 1.0
+    reasoning: float = 1.0
+
+    def cost(self, prompt: int, cached: int, completion: int, reasoning: int) -> int:
+        """The cost of a request's usage (OpenAI's counts: ``cached`` is part of ``prompt``,
+        ``reasoning`` part of ``completion``), rounded up."""
+        cached, reasoning = min(cached, prompt), min(reasoning, completion)
+        return math.ceil(
+            (prompt - cached) * self.prompt
+            + cached * self.cached_prompt
+            + (completion - reasoning) * self.output
+            + reasoning * self.reasoning
+        )
+
+    def most(self, prompt: int, output_budget: int) -> int:
+        """The most a request may cost: its prompt uncached and its whole budget at the dearer rate."""
+        return math.ceil(
+            prompt * max(self.prompt, self.cached_prompt) + output_budget * max(self.output, self.reasoning)
+        )
+
+
+def period_bounds(period: str, now: datetime) -> tuple[datetime, datetime]:
+    """The UTC calendar ``period`` holding ``now``: ``(start, end)``."""
+    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "day":
+        return day, day + timedelta(days=1)
+    if period == "week":
+        start = day - timedelta(days=day.weekday())
+        return start, start + timedelta(days=7)
+    start = day.replace(day=1)
+    end = (start + timedelta(days=32)).replace(day=1)
+    return start, end
+
+
+@dataclass(slots=True)
+class Hold:
+    """One request's reservation against one quota: ``reserved`` cost in the counter ``counter`` of the
+    period ending at ``ends``."""
+
+    quota: Quota
+    counter: str
+    ends: datetime
+    reserved: int
+    over: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """A quota's state now: cost ``used`` of ``quota.tokens``, and when the period resets."""
+
+    quota: Quota
+    used: int
+    resets_at: datetime
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.quota.tokens - self.used)
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON view (``GET /v1/key``, the admin API)."""
+        return {
+            "tokens": self.quota.tokens,
+            "period": self.quota.period,
+            "mode": self.quota.mode,
+            "used": self.used,
+            "remaining": self.remaining,
+            "resets_at": self.resets_at.isoformat(),
+        }
+
+
+class Quotas:
+    """Reserves, settles and reads quotas on a ``limits`` storage."""
+
+    def __init__(self, storage: Storage, weights: QuotaWeights) -> None:
+        self._storage = storage
+        self.weights = weights
+
+    @staticmethod
+    def _counter(quota: Quota, now: datetime) -> tuple[str, datetime]:
+        start, end = period_bounds(quota.period, now)
+        return f"quota/{quota.holder}/{quota.period}/{start:%Y%m%d}", end
+
+    async def standing(self, quota: Quota) -> Standing:
+        """``quota``'s use in its current period."""
+        counter, end = self._counter(quota, datetime.now(UTC))
+        return Standing(quota, await self._storage.get(counter), end)
+
+    async def reserve(self, quota: Quota, cost: int) -> Hold:
+        """Take ``cost`` of ``quota`` (at most the whole quota: one large request per period passes).
+        Enforced and spent: given back, 429 ``quota_exceeded``. Warned: kept, ``over`` set."""
+        now = datetime.now(UTC)
+        counter, end = self._counter(quota, now)
+        reserve = min(max(1, cost), quota.tokens)
+        used = await self._storage.incr(counter, _expiry(end, now), reserve)
+        over = used > quota.tokens
+        if over and quota.mode == "enforce":
+            await self._storage.incr(counter, _expiry(end, now), -reserve)
+            raise exceeded(quota, end, now)
+        return Hold(quota, counter, end, reserve, over)
+
+    async def settle(self, hold: Hold, cost: int) -> None:
+        """Replace the reservation with the real ``cost``."""
+        if cost != hold.reserved:
+            now = datetime.now(UTC)
+            await self._storage.incr(hold.counter, _expiry(hold.ends, now), cost - hold.reserved)
+
+
+def _expiry(end: datetime, now: datetime) -> int:
+    """A counter's lifetime from ``now``, s: to its period's ``end`` and a day more (a counter made
+    by a settlement must last as one made by a reservation)."""
+    return max(1, math.ceil((end - now).total_seconds())) + _KEEP_S
+
+
+def exceeded(quota: Quota, resets_at: datetime, now: datetime) -> GatewayError:
+    """429 ``quota_exceeded`` saying when the quota resets (``Retry-After`` in whole seconds)."""
+    retry = max(1, math.ceil((resets_at - now).total_seconds()))
+    whose = "group's" if quota.holder.startswith("group:") else "key's"
+    return GatewayError(
+        "quota_exceeded",
+        f"This {whose} quota of {quota.tokens} tokens a {quota.period} is spent; it resets at "
+        f"{resets_at.isoformat()} ({retry} s).",
+        headers={"Retry-After": str(retry)},
+    )

@@ -1,0 +1,101 @@
+"""Token quotas and ``GET /v1/key`` through real servers, with the official SDKs: a spent quota is a
+429 ``quota_exceeded`` in each client's own shape saying when it resets; a parallel burst cannot
+overspend it, one gateway or two sharing Redis; warn mode admits and says so; the caller reads its
+own key, limits and quota left, never its secret."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from tests.support.probes import wait_until
+
+MODEL = "deepseek-v4-flash-0731"
+HI = [{"role": "user", "content": "hi"}]
+
+
+def own_key(gateway, key: str) -> dict:
+    answer = httpx.get(gateway.url + "/v1/key", headers={"Authorization": f"Bearer {key}"})
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_a_spent_quota_is_refused_in_each_clients_shape_until_it_resets(start_sim, start_gateway, make_key):
+    gateway = start_gateway(start_sim().url)
+    key = make_key("metered", quota_tokens=60, quota_period="day", rpm=100)
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    first = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=20)
+    spent = first.usage.prompt_tokens + first.usage.completion_tokens
+    wait_until(lambda: own_key(gateway, key)["quotas"][0]["used"] == spent, what="the first request settled")
+    with pytest.raises(openai.RateLimitError) as refused:
+        client.chat.completions.create(model=MODEL, messages=HI, max_tokens=50)  # its budget no longer fits
+    assert refused.value.code == "quota_exceeded" and "resets at" in refused.value.message
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0).timestamp() + 86_400
+    retry = int(refused.value.response.headers["retry-after"])
+    assert abs(datetime.now(UTC).timestamp() + retry - midnight) <= 5
+    assert refused.value.response.headers["x-ratelimit-limit-requests"] == "100"
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0)
+    with pytest.raises(anthropic.RateLimitError) as anthropic_refused:
+        claude.messages.create(model=MODEL, max_tokens=50, messages=HI)
+    assert anthropic_refused.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    mine = own_key(gateway, key)
+    assert mine["quotas"] == [
+        {
+            "holder": "key",
+            "tokens": 60,
+            "period": "day",
+            "mode": "enforce",
+            "used": spent,
+            "remaining": 60 - spent,
+            "resets_at": datetime.fromtimestamp(midnight, UTC).isoformat(),
+        }
+    ]
+    assert mine["name"] == "metered" and key not in str(mine) and mine["limits"]["rpm"] == 100
+    assert mine["rate_limits"]["requests"]["limit"] == 100 and mine["rate_limits"]["tokens"] is None
+
+
+async def burst(url: str, key: str, requests: int) -> list[int]:
+    async with httpx.AsyncClient(timeout=60) as http:
+        body = {"model": MODEL, "messages": HI, "max_tokens": 30}
+        answers = await asyncio.gather(
+            *(
+                http.post(url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"})
+                for _ in range(requests)
+            )
+        )
+    return [a.status_code for a in answers]
+
+
+def test_a_parallel_burst_across_two_replicas_cannot_overspend(start_sim, start_gateway, make_key, redis_url):
+    """Two gateways sharing Redis: 12 requests of at most ~40 tokens each at once against a quota of
+    100: the reservations admit at most what fits; the quota's use ends at or under it."""
+    sim = start_sim()
+    replicas = [start_gateway(sim.url, limits_storage=redis_url + "/3", slots=4) for _ in range(2)]
+    key = make_key("burst", quota_tokens=100, quota_period="month")
+
+    async def both() -> list[int]:
+        halves = await asyncio.gather(*(burst(g.url, key, 6) for g in replicas))
+        return halves[0] + halves[1]
+
+    statuses = asyncio.run(both())
+    assert set(statuses) == {200, 429} and 1 <= statuses.count(200) <= 3, statuses
+    wait_until(lambda: own_key(replicas[0], key)["quotas"][0]["used"] > 0, what="settled")
+    for gateway in replicas:
+        assert own_key(gateway, key)["quotas"][0]["used"] <= 100
+
+
+def test_warn_mode_admits_past_the_quota_and_says_so(start_sim, start_gateway, make_key) -> None:
+    gateway = start_gateway(start_sim().url)
+    key = make_key("watched", quota_tokens=10, quota_mode="warn")
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    for _ in range(2):
+        answer = client.chat.completions.with_raw_response.create(model=MODEL, messages=HI, max_tokens=20)
+        assert answer.http_response.status_code == 200
+    assert answer.headers["x-quota-warning"] == "key quota exceeded"
+    wait_until(lambda: own_key(gateway, key)["quotas"][0]["used"] > 10, what="both settled")
+    assert own_key(gateway, key)["quotas"][0]["remaining"] == 0

@@ -1,0 +1,86 @@
+"""Token quotas (gateway/limits/quota.py) on the ``limits`` memory storage: UTC calendar periods, the
+weighted cost, an atomic reservation a parallel burst cannot overspend, settlement, warn mode."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import pytest
+
+from gateway.auth.principal import Quota
+from gateway.errors import GatewayError
+from gateway.limits.quota import Hold, Quotas, QuotaWeights, period_bounds
+from gateway.limits.rate import storage_for
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("period", "now", "start", "end"),
+    [
+        ("day", "2026-12-04T23:59:59", "2026-12-04", "2026-12-05"),
+        ("week", "2026-12-04T08:00:00", "2026-11-30", "2026-12-07"),  # a Friday: Monday to Monday
+        ("week", "2026-11-30T00:00:00", "2026-11-30", "2026-12-07"),
+        ("month", "2026-12-31T12:00:00", "2026-12-01", "2027-01-01"),
+        ("month", "2028-02-29T12:00:00", "2028-02-01", "2028-03-01"),
+    ],
+)
+def test_periods_are_utc_calendar_periods(period: str, now: str, start: str, end: str) -> None:
+    assert period_bounds(period, at(now)) == (at(start), at(end))
+
+
+def test_cost_weighs_each_kind_of_token() -> None:
+    default = QuotaWeights()
+    assert default.cost(prompt=100, cached=40, completion=30, reasoning=10) == 130  # tokens, as they are
+    priced = QuotaWeights(prompt=1, cached_prompt=0.1, output=4, reasoning=2)
+    assert priced.cost(prompt=100, cached=40, completion=30, reasoning=10) == 60 + 4 + 80 + 20
+    assert priced.cost(prompt=1, cached=1, completion=0, reasoning=0) == 1  # 0.1 rounds up
+    assert priced.most(prompt=100, output_budget=50) == 100 + 200
+
+
+def quotas() -> Quotas:
+    return Quotas(storage_for("memory://"), QuotaWeights())
+
+
+async def test_a_parallel_burst_cannot_spend_more_than_the_quota() -> None:
+    book, quota = quotas(), Quota("key:k", tokens=1000, period="day")
+
+    async def take() -> Hold | GatewayError:
+        try:
+            return await book.reserve(quota, 300)
+        except GatewayError as refused:
+            return refused
+
+    results = await asyncio.gather(*(take() for _ in range(10)))
+    held = [r for r in results if isinstance(r, Hold)]
+    refused = [r for r in results if isinstance(r, GatewayError)]
+    assert len(held) == 3 and len(refused) == 7
+    assert (await book.standing(quota)).used == 900
+    error = refused[0]
+    assert (error.status, error.code) == (429, "quota_exceeded")
+    assert 1 <= int(error.headers["Retry-After"]) <= 86_400 and "resets at" in error.message
+
+
+async def test_settlement_replaces_the_reservation_with_the_real_cost() -> None:
+    book, quota = quotas(), Quota("group:g", tokens=1000)
+    first, second = await book.reserve(quota, 400), await book.reserve(quota, 400)
+    await book.settle(first, 50)  # used far less than its budget: given back
+    await book.settle(second, 450)  # used more: charged
+    standing = await book.standing(quota)
+    assert (standing.used, standing.remaining) == (500, 500)
+    assert standing.as_dict()["period"] == "month" and standing.resets_at.day == 1
+    with pytest.raises(GatewayError, match="group's quota"):
+        await book.reserve(quota, 501)
+    fresh = Quota("key:new", tokens=1000)
+    huge = await book.reserve(fresh, 10**9)  # one request past a whole unused quota: capped at it
+    assert huge.reserved == 1000
+
+
+async def test_warn_mode_admits_counts_and_marks_what_is_over() -> None:
+    book, quota = quotas(), Quota("key:w", tokens=100, mode="warn")
+    within, over = await book.reserve(quota, 80), await book.reserve(quota, 80)
+    assert (within.over, over.over) == (False, True)
+    assert (await book.standing(quota)).used == 160 and (await book.standing(quota)).remaining == 0
