@@ -53,6 +53,9 @@ CATALOGUE: Mapping[str, ErrorKind] = {
     # the admin API
     "key_not_found": ErrorKind(404, _INVALID, _INFO),
     "key_exists": ErrorKind(409, _INVALID, _INFO),
+    "group_not_found": ErrorKind(404, _INVALID, _INFO),
+    "group_exists": ErrorKind(409, _INVALID, _INFO),
+    "group_in_use": ErrorKind(409, _INVALID, _INFO),
     # capacity
     "rate_limit_requests": ErrorKind(429, "rate_limit_error", _INFO),
     "rate_limit_tokens": ErrorKind(429, "rate_limit_error", _INFO),

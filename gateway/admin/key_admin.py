@@ -9,6 +9,9 @@ key.update    the fields changed, null ones included                      the ke
 key.rotate    grace_s, the new prefix                                     the key's id
 key.revoke    — (no row when the key was revoked already)                 the key's id
 key.delete    name                                                        the key's id
+group.create  name and the fields set                                     the new group's id
+group.update  the fields changed, null ones included                      the group's id
+group.delete  name                                                        the group's id
 ============  ==========================================================  =========================
 
 Who acted is an :class:`Actor`: the admin's :class:`~gateway.auth.Principal` and client address, or
@@ -22,9 +25,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from gateway.admin.key_fields import KeyCreate, KeyLimits
+from gateway.admin.key_fields import GroupCreate, GroupLimits, KeyCreate, KeyLimits
 from gateway.auth import KeyRecord, KeyStore, Principal
 from gateway.auth.audit import AuditLog
+from gateway.auth.groups import GroupRecord, GroupStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +45,12 @@ def _loggable(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class KeyAdmin:
-    """Audited changes to the keys of ``store``. Errors are the store's: ``KeyNotFoundError``,
-    ``KeyExistsError``."""
+    """Audited changes to the keys of ``store`` and their groups. Errors are the stores':
+    ``KeyNotFoundError``, ``KeyExistsError``, ``Group{NotFound,Exists,InUse}Error``."""
 
     def __init__(self, store: KeyStore, audit: AuditLog) -> None:
         self._store = store
+        self._groups = GroupStore(store.engine)
         self._audit = audit
 
     async def _record(self, actor: Actor, action: str, target: str, **detail: Any) -> None:
@@ -86,4 +91,24 @@ class KeyAdmin:
         record = await self._store.get(ref)
         await self._store.delete(record.id)
         await self._record(actor, "key.delete", record.id, name=record.name)
+        return record
+
+    async def create_group(self, actor: Actor, body: GroupCreate) -> GroupRecord:
+        """A new group."""
+        fields = body.fields()
+        record = await self._groups.create(body.name, fields)
+        await self._record(actor, "group.create", record.id, name=record.name, **fields)
+        return record
+
+    async def update_group(self, actor: Actor, ref: str, body: GroupLimits) -> GroupRecord:
+        """The group (id or name) with the fields ``body`` sets changed."""
+        changes = body.changes()
+        record = await self._groups.update(ref, changes)
+        await self._record(actor, "group.update", record.id, **changes)
+        return record
+
+    async def delete_group(self, actor: Actor, ref: str) -> GroupRecord:
+        """The group as it was before it was deleted (it had no keys)."""
+        record = await self._groups.delete(ref)
+        await self._record(actor, "group.delete", record.id, name=record.name)
         return record

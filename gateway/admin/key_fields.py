@@ -29,6 +29,8 @@ from gateway.dialects.thinking import EFFORT_MAP, LEVELS, Level
 
 #: The largest limit a key may have: PostgreSQL's ``integer`` (SQLAlchemy ``Integer``).
 INT_MAX = 2**31 - 1
+#: A key's or a group's name: what listings, the ledger and the audit trail show.
+NAME_PATTERN = r"^[A-Za-z0-9._:@\-]+$"
 #: The largest quota: PostgreSQL's ``bigint``.
 QUOTA_MAX = 2**63 - 1
 #: The longest rotation grace period, s (ten years).
@@ -63,10 +65,43 @@ Lifetime = Annotated[
 ]
 
 
-class KeyLimits(BaseModel):
-    """Limits and options of a key; every field optional (None: unlimited / default)."""
+class SharedFields(BaseModel):
+    """What keys and groups both have: a token quota (:mod:`gateway.limits.quota`), free-form labels."""
 
     model_config = ConfigDict(extra="forbid")
+
+    metadata: dict[str, Any] | None = Field(default=None, description="Free-form labels (team, owner …)")
+
+    quota_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=QUOTA_MAX,
+        description="Token quota: the cost (tokens, weighted by GATEWAY_QUOTA_WEIGHTS) its requests may "
+        "spend a quota_period; null: none",
+    )
+    quota_period: Literal["day", "week", "month"] | None = Field(
+        default=None, description="The quota's UTC calendar period; null: month"
+    )
+    quota_mode: Literal["enforce", "warn"] | None = Field(
+        default=None,
+        description="enforce: refuse past it (429 quota_exceeded); warn: only report it; null: enforce",
+    )
+
+    @field_validator("metadata")
+    @classmethod
+    def _bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Metadata nests at most :data:`~gateway.auth.store.METADATA_DEPTH` levels and takes at most
+        :data:`~gateway.auth.store.METADATA_BYTES` bytes as JSON (what every listing carries)."""
+        if value is not None:
+            if deeper_than(value, METADATA_DEPTH):
+                raise ValueError(f"metadata may nest at most {METADATA_DEPTH} levels")
+            if len(json_codec.dumps(value)) > METADATA_BYTES:
+                raise ValueError(f"metadata may take at most {METADATA_BYTES} bytes as JSON")
+        return value
+
+
+class KeyLimits(SharedFields):
+    """Limits and options of a key; every field optional (None: unlimited / default)."""
 
     expires_at: datetime | None = Field(default=None, description="UTC expiry (ISO 8601); null: never")
     expires_in: Lifetime | None = Field(
@@ -89,7 +124,6 @@ class KeyLimits(BaseModel):
         description="Thinking of the key's requests that choose none: a level or a reasoning_effort, "
         "kept as its level (medium: high)",
     )
-    metadata: dict[str, Any] | None = Field(default=None, description="Free-form labels (team, owner …)")
     aliases: dict[str, str] | None = Field(
         default=None,
         description="Model names this key may ask for -> the model served for them "
@@ -107,19 +141,11 @@ class KeyLimits(BaseModel):
         description="The class of the key's requests (interactive ahead of batch in the queue) and the "
         "highest they may ask for (x-priority); null: interactive",
     )
-    quota_tokens: int | None = Field(
+    group: str | None = Field(
         default=None,
-        ge=1,
-        le=QUOTA_MAX,
-        description="Token quota: the cost (tokens, weighted by GATEWAY_QUOTA_WEIGHTS) its requests may "
-        "spend a quota_period; null: none",
-    )
-    quota_period: Literal["day", "week", "month"] | None = Field(
-        default=None, description="The quota's UTC calendar period; null: month"
-    )
-    quota_mode: Literal["enforce", "warn"] | None = Field(
-        default=None,
-        description="enforce: refuse past it (429 quota_exceeded); warn: only report it; null: enforce",
+        min_length=1,
+        max_length=200,
+        description="The group (id or name) whose limits and quota it shares; null: none",
     )
 
     @field_validator("aliases")
@@ -132,18 +158,6 @@ class KeyLimits(BaseModel):
     @classmethod
     def _level(cls, value: str | None) -> str | None:
         return None if value is None else thinking_level(value)
-
-    @field_validator("metadata")
-    @classmethod
-    def _bounded(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        """Metadata nests at most :data:`~gateway.auth.store.METADATA_DEPTH` levels and takes at most
-        :data:`~gateway.auth.store.METADATA_BYTES` bytes as JSON (what every listing carries)."""
-        if value is not None:
-            if deeper_than(value, METADATA_DEPTH):
-                raise ValueError(f"metadata may nest at most {METADATA_DEPTH} levels")
-            if len(json_codec.dumps(value)) > METADATA_BYTES:
-                raise ValueError(f"metadata may take at most {METADATA_BYTES} bytes as JSON")
-        return value
 
     @model_validator(mode="after")
     def _one_expiry(self) -> KeyLimits:
@@ -163,7 +177,7 @@ class KeyLimits(BaseModel):
 class KeyCreate(KeyLimits):
     """``POST /admin/keys`` body."""
 
-    name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._:@\-]+$")
+    name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
     scopes: list[Literal["admin", "backend_fields"]] = Field(
         default_factory=list,
         description='["admin"] for an admin key; "backend_fields" lets it set vLLM\'s scheduling, '
@@ -190,3 +204,25 @@ class KeyRotate(BaseModel):
     grace_s: float | None = Field(
         default=None, ge=0, le=GRACE_MAX_S, description="How long the old secret still works, s"
     )
+
+
+class GroupLimits(SharedFields):
+    """``PATCH /admin/groups/{id}`` body: what a group's keys share; every field optional (null:
+    unlimited / none)."""
+
+    rpm: int | None = Field(default=None, ge=1, le=INT_MAX, description="Requests per minute, all its keys")
+    tpm: int | None = Field(default=None, ge=1, le=INT_MAX, description="Tokens per minute, all its keys")
+
+    def changes(self) -> dict[str, Any]:
+        """The fields this body sets (null included)."""
+        return self.model_dump(exclude_unset=True)
+
+
+class GroupCreate(GroupLimits):
+    """``POST /admin/groups`` body."""
+
+    name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
+
+    def fields(self) -> dict[str, Any]:
+        """The new group's fields (unset and null ones left out)."""
+        return self.model_dump(exclude_none=True, exclude={"name"})

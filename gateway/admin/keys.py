@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse
 from gateway.admin.key_admin import Actor, KeyAdmin
 from gateway.admin.key_fields import KeyCreate, KeyLimits, KeyRotate
 from gateway.auth import KeyExistsError, KeyNotFoundError, KeyStore, Principal
+from gateway.auth.groups import GroupNotFoundError
 from gateway.body.json_limits import ADMIN
 from gateway.body.read import body_bounds, read_json
 from gateway.dialects.openai.dialect import OPENAI
@@ -43,7 +44,7 @@ def key_admin(request: Request, principal: Principal) -> tuple[KeyAdmin, Actor]:
     return KeyAdmin(_store(request), request.app.state.audit), Actor(principal, client_address(request))
 
 
-async def _body(request: Request, model: type[M], empty: M | None = None) -> M:
+async def admin_body(request: Request, model: type[M], empty: M | None = None) -> M:
     """The request's body as ``model`` (400 naming the bad field); ``empty`` when there is none and
     ``empty`` is given."""
     if (
@@ -63,17 +64,25 @@ def _not_found(ref: str) -> GatewayError:
     return GatewayError("key_not_found", f"No key {ref!r}.", param="id")
 
 
+def _no_group(ref: str | None) -> GatewayError:
+    return GatewayError(
+        "invalid_value", f"No group {ref!r}: create it first (POST /admin/groups).", param="group"
+    )
+
+
 def changed(request: Request) -> None:
     request.app.state.authenticator.invalidate()  # this process sees the change at once
 
 
 async def create_key(request: Request, actor: AdminDep) -> JSONResponse:
-    body = await _body(request, KeyCreate)
+    body = await admin_body(request, KeyCreate)
     admin, who = key_admin(request, actor)
     try:
         record, secret = await admin.create(who, body)
     except KeyExistsError:
         raise GatewayError("key_exists", f"A key named {body.name!r} exists.", param="name") from None
+    except GroupNotFoundError:
+        raise _no_group(body.group) from None
     return JSONResponse({**record.public(datetime.now(UTC)), "key": secret}, status_code=201)
 
 
@@ -90,18 +99,20 @@ async def get_key(key_id: str, request: Request) -> dict[str, Any]:
 
 
 async def update_key(key_id: str, request: Request, actor: AdminDep) -> dict[str, Any]:
-    body = await _body(request, KeyLimits)
+    body = await admin_body(request, KeyLimits)
     admin, who = key_admin(request, actor)
     try:
         record = await admin.update(who, key_id, body)
     except KeyNotFoundError:
         raise _not_found(key_id) from None
+    except GroupNotFoundError:
+        raise _no_group(body.group) from None
     changed(request)
     return record.public(datetime.now(UTC))
 
 
 async def rotate_key(key_id: str, request: Request, actor: AdminDep) -> dict[str, Any]:
-    body = await _body(request, KeyRotate, empty=KeyRotate())
+    body = await admin_body(request, KeyRotate, empty=KeyRotate())
     grace_s = body.grace_s if body.grace_s is not None else request.app.state.settings.rotate_grace_s
     admin, who = key_admin(request, actor)
     try:

@@ -17,6 +17,7 @@ Admin routes need the ``admin`` scope. Any other path is a 404 in OpenAI shape, 
 ``GET  /v1/models``, ``/v1/models/{id}`` key     the upstream's list, filtered by the key, and aliases
 ``GET  /v1/key``                         key     the caller's own key (:mod:`gateway.http.own_key`)
 ``/admin/keys`` (CRUD, rotate)           admin   API keys (:mod:`gateway.admin.keys`)
+``/admin/groups`` (CRUD)                 admin   groups of keys (:mod:`gateway.admin.groups`)
 ``GET  /admin/{status,audit,usage,…}``   admin   slots, audit trail, ledger (:mod:`gateway.admin.reads`)
 ``GET  /health``, ``GET /ready``         public  process up; upstream answers (503 while draining)
 ``GET  /metrics``                        public  Prometheus: the metrics token, else loopback only
@@ -33,7 +34,8 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 
-from gateway.admin import keys, reads
+from gateway.admin import groups, keys, reads
+from gateway.admin.key_fields import GroupCreate, GroupLimits
 from gateway.console import pages as console
 from gateway.dialects.base import Dialect
 from gateway.dialects.messages import COUNT_TOKENS, MESSAGES, CountTokensRequest, MessagesRequest
@@ -73,6 +75,7 @@ class Route:
 
 
 _KEYS, _ADMIN, _OPENAI, _ANTHROPIC = ("admin: keys",), ("admin",), ("openai",), ("anthropic",)
+_GROUPS = ("admin: groups",)
 _RESPONSE = "/v1/responses/{response_id}"
 ROUTES = (
     Route("POST", CHAT.route, inference.inference(CHAT), "Create a chat completion (OpenAI-compatible)",
@@ -108,6 +111,15 @@ ROUTES = (
     Route("POST", "/admin/keys/{key_id}/revoke", keys.revoke_key, "Revoke a key (idempotent)",
           admin=True, tags=_KEYS),
     Route("DELETE", "/admin/keys/{key_id}", keys.delete_key, "Delete a key for good", admin=True, tags=_KEYS),
+    Route("POST", "/admin/groups", groups.create_group, "Create a group of keys (shared limits and quota)",
+          admin=True, status_code=201, openapi_extra=documented(GroupCreate), tags=_GROUPS),
+    Route("GET", "/admin/groups", groups.list_groups, "List groups, with their number of keys", admin=True,
+          tags=_GROUPS),
+    Route("GET", "/admin/groups/{group_id}", groups.get_group, "Read one group", admin=True, tags=_GROUPS),
+    Route("PATCH", "/admin/groups/{group_id}", groups.update_group, "Change a group's limits or quota",
+          admin=True, openapi_extra=documented(GroupLimits), tags=_GROUPS),
+    Route("DELETE", "/admin/groups/{group_id}", groups.delete_group, "Delete a group without keys",
+          admin=True, tags=_GROUPS),
     Route("GET", "/admin/usage", reads.usage, "Token usage totals, grouped by day, key or model",
           admin=True, tags=_ADMIN),
     Route("GET", "/admin/status", reads.status,

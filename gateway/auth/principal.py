@@ -23,6 +23,18 @@ class Quota:
 
 
 @dataclass(frozen=True, slots=True)
+class Group:
+    """The group (team) a key belongs to and what its keys share: requests and tokens per minute
+    (None: unlimited) and a token quota."""
+
+    id: str
+    name: str
+    rpm: int | None = None
+    tpm: int | None = None
+    quota: Quota | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Principal:
     """Who is calling and what they may do.
 
@@ -36,7 +48,8 @@ class Principal:
     (``GATEWAY_MODEL_ALIASES``, :mod:`gateway.proxy.aliases`). ``max_wait_s``: the longest queue wait its
     requests accept when they name none (None: as long as the queue allows); ``request_class``
     (``interactive`` | ``batch``): its requests' class by default, and the highest they may ask for.
-    ``quota``: its token quota (:mod:`gateway.limits.quota`), None for none.
+    ``quota``: its token quota (:mod:`gateway.limits.quota`), None for none; ``group``: the group it
+    belongs to, whose limits and quota its requests count against too.
     """
 
     key_id: str
@@ -53,10 +66,12 @@ class Principal:
     max_wait_s: float | None = None
     request_class: str = "interactive"
     quota: Quota | None = None
+    group: Group | None = None
 
     def quotas(self) -> tuple[Quota, ...]:
-        """The quotas its requests count against."""
-        return (self.quota,) if self.quota is not None else ()
+        """The quotas its requests count against: its key's, then its group's."""
+        group = self.group.quota if self.group is not None else None
+        return tuple(quota for quota in (self.quota, group) if quota is not None)
 
     def may_use(self, model: str) -> bool:
         """True if the allow-list admits ``model``."""

@@ -8,15 +8,16 @@ valid until ``previous_expires_at`` (the grace period), so clients can switch wi
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from gateway.auth.groups import GroupRecord, group_row, quota_of
 from gateway.auth.principal import Principal, Quota
 from gateway.auth.secrets import display_prefix, generate_key, hash_key
 from gateway.body.json_limits import deeper_than
@@ -77,6 +78,7 @@ MUTABLE_FIELDS = (
     "quota_tokens",
     "quota_period",
     "quota_mode",
+    "group",
 )
 
 
@@ -107,6 +109,7 @@ class KeyRecord:
     quota_tokens: int | None = None
     quota_period: str | None = None
     quota_mode: str | None = None
+    group: GroupRecord | None = None
 
     @classmethod
     def from_row(cls, row: ApiKeyRow) -> KeyRecord:
@@ -135,6 +138,7 @@ class KeyRecord:
             quota_tokens=row.quota_tokens,
             quota_period=row.quota_period,
             quota_mode=row.quota_mode,
+            group=GroupRecord.from_row(row.group) if row.group is not None else None,
         )
 
     def status(self, now: datetime) -> str:
@@ -161,15 +165,12 @@ class KeyRecord:
             max_wait_s=self.max_wait_s,
             request_class=self.request_class or "interactive",
             quota=self.quota(),
+            group=self.group.group() if self.group is not None else None,
         )
 
     def quota(self) -> Quota | None:
         """The key's own quota (period ``month`` and mode ``enforce`` unless set), or None."""
-        if self.quota_tokens is None:
-            return None
-        return Quota(
-            f"key:{self.id}", self.quota_tokens, self.quota_period or "month", self.quota_mode or "enforce"
-        )
+        return quota_of(f"key:{self.id}", self.quota_tokens, self.quota_period, self.quota_mode)
 
     def public(self, now: datetime) -> dict[str, Any]:
         """JSON view for the admin API and CLI (no secret, no hash)."""
@@ -198,6 +199,7 @@ class KeyRecord:
             "quota_tokens": self.quota_tokens,
             "quota_period": quota.period if quota else None,
             "quota_mode": quota.mode if quota else None,
+            "group": self.group.name if self.group is not None else None,
             "previous_key_valid_until": iso(self.previous_expires_at)
             if self.previous_expires_at and self.previous_expires_at > now
             else None,
@@ -229,6 +231,11 @@ class KeyStore:
         """A store on its own engine (CLI use); :meth:`close` disposes of it."""
         return cls(await open_engine(url))
 
+    @property
+    def engine(self) -> AsyncEngine:
+        """The database it reads and writes (its groups' store shares it)."""
+        return self._engine
+
     async def close(self) -> None:
         """Dispose of the connection pool."""
         await self._engine.dispose()
@@ -252,12 +259,14 @@ class KeyStore:
         quota_tokens: int | None = None,
         quota_period: str | None = None,
         quota_mode: str | None = None,
+        group: str | None = None,
         key_hash: str | None = None,
     ) -> tuple[KeyRecord, str | None]:
         """Create a key; return its record and the plaintext secret (the only time it exists).
 
         ``key_hash`` registers a key whose secret was made elsewhere (bootstrap from
-        ``GATEWAY_ADMIN_KEY_SHA256``); the returned secret is then None. Raises :class:`KeyExistsError`,
+        ``GATEWAY_ADMIN_KEY_SHA256``); the returned secret is then None; ``group``: the id or name of
+        its group (:class:`~gateway.auth.groups.GroupNotFoundError`). Raises :class:`KeyExistsError`,
         ``ValueError`` for a reserved name (:func:`check_name`) or malformed aliases (:func:`check_aliases`).
         """
         check_name(name)
@@ -287,6 +296,7 @@ class KeyStore:
         )
         try:
             async with self._session.begin() as session:
+                row.group = await group_row(session, group) if group is not None else None
                 session.add(row)
         except IntegrityError as exc:
             raise KeyExistsError(name) from exc
@@ -320,17 +330,20 @@ class KeyStore:
                 return None
             return KeyRecord.from_row(row)
 
-    async def _mutate(self, ref: str, change: Any) -> KeyRecord:
+    async def _mutate(
+        self, ref: str, change: Callable[[AsyncSession, ApiKeyRow], Awaitable[None]]
+    ) -> KeyRecord:
         async with self._session.begin() as session:
             row = await session.scalar(select(ApiKeyRow).where(_is(ref)))
             if row is None:
                 raise KeyNotFoundError(ref)
-            change(row)
+            await change(session, row)
             return KeyRecord.from_row(row)
 
     async def update(self, ref: str, changes: Mapping[str, Any]) -> KeyRecord:
-        """Set fields of :data:`MUTABLE_FIELDS` (others, or malformed aliases: ``ValueError``). Raises
-        :class:`KeyNotFoundError`."""
+        """Set fields of :data:`MUTABLE_FIELDS` (others, or malformed aliases: ``ValueError``; ``group``:
+        a group's id or name, or None). Raises :class:`KeyNotFoundError`,
+        :class:`~gateway.auth.groups.GroupNotFoundError`."""
         unknown = set(changes) - set(MUTABLE_FIELDS)
         if unknown:
             raise ValueError(f"not changeable: {', '.join(sorted(unknown))}")
@@ -338,8 +351,11 @@ class KeyStore:
 
         defaults = {"priority": 1, "metadata": {}}  # non-null columns: null means "back to default"
 
-        def apply(row: ApiKeyRow) -> None:
+        async def apply(session: AsyncSession, row: ApiKeyRow) -> None:
             for name, value in changes.items():
+                if name == "group":  # an id or a name: its row, or none
+                    row.group = await group_row(session, value) if value is not None else None
+                    continue
                 setattr(
                     row,
                     "meta" if name == "metadata" else name,
@@ -352,7 +368,7 @@ class KeyStore:
         """Give the key a new secret; the old one keeps working for ``grace``. Returns the new secret."""
         secret = generate_key()
 
-        def apply(row: ApiKeyRow) -> None:
+        async def apply(session: AsyncSession, row: ApiKeyRow) -> None:
             row.previous_hash = row.key_hash
             row.previous_expires_at = datetime.now(UTC) + grace
             row.key_hash = hash_key(secret)

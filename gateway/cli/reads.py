@@ -119,6 +119,7 @@ class GroupBy(StrEnum):
 
     day = "day"
     key = "key"
+    group = "group"
     model = "model"
     route = "route"
 
@@ -131,7 +132,9 @@ def usage(
     since: Annotated[
         str | None, typer.Option(help="The last DURATION (e.g. 7d), or since an ISO date")
     ] = None,
-    group_by: Annotated[GroupBy, typer.Option(help="Group totals by day, key, model or route")] = GroupBy.key,
+    group_by: Annotated[
+        GroupBy, typer.Option(help="Group totals by day, key, group (of keys), model or route")
+    ] = GroupBy.key,
     json_out: JsonOpt = False,
     url: UrlOpt = None,
     admin_key: AdminKeyOpt = None,

@@ -43,6 +43,7 @@ from gateway.console import charts, live
 from gateway.console.sessions import Session, Sessions
 from gateway.errors import GatewayError
 from gateway.http.auth import ADMIN_SCOPE, authenticate
+from gateway.telemetry.ledger import GroupBy
 
 HERE = Path(__file__).parent
 TEMPLATES = Jinja2Templates(env=Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True))
@@ -336,10 +337,14 @@ def _validated(model: type[BaseModel], fields: dict[str, Any]) -> Any:
 # -- usage, requests, audit
 
 
+#: How the usage page and its exports group totals.
+USAGE_GROUPS: tuple[GroupBy, ...] = ("day", "key", "group", "model")
+
+
 async def usage(request: Request, session: Session) -> Response:
     tables = {
         group: (await reads.usage(request, group_by=group, since=request.query_params.get("since")))["data"]
-        for group in ("day", "key", "model")
+        for group in USAGE_GROUPS
     }
     days = sorted(tables["day"], key=lambda row: row["day"])
     chart = charts.bar_chart(
@@ -351,13 +356,13 @@ async def usage(request: Request, session: Session) -> Response:
 
 
 async def usage_export(request: Request, session: Session) -> Response:
-    """``/console/usage.csv`` or ``.json``: totals grouped by ``group_by`` (day, key, model)."""
+    """``/console/usage.csv`` or ``.json``: totals grouped by ``group_by`` (:data:`USAGE_GROUPS`)."""
     kind = request.path_params["kind"]
     if kind not in ("csv", "json"):
         raise GatewayError("not_found", f"No export as {kind!r}: csv or json.")
     group = request.query_params.get("group_by", "key")
-    if group not in ("day", "key", "model"):
-        raise GatewayError("invalid_value", "group_by must be day, key or model.")
+    if group not in USAGE_GROUPS:
+        raise GatewayError("invalid_value", f"group_by must be one of {', '.join(USAGE_GROUPS)}.")
     rows = (await reads.usage(request, group_by=group))["data"]  # type: ignore[arg-type]
     name = f"usage-by-{group}"
     if kind == "json":

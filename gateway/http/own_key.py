@@ -1,13 +1,14 @@
 """``GET /v1/key``: the caller's own key as it stands — for a client to plan its use without an admin.
 
 Never the secret, nor anything an admin keeps for itself (metadata, the key's aliases' targets are
-shown: they are what its requests get). The answer carries the key's ``x-ratelimit-*`` headers,
-read without charging anything::
+shown: they are what its requests get). ``quotas``: its key's, then its group's (``holder``). The
+answer carries the key's ``x-ratelimit-*`` headers, read without charging anything::
 
     {"object": "key", "id", "name", "kind", "expires_at", "models", "scopes",
      "limits": {"rpm", "tpm", "max_concurrency", "priority", "max_wait_s", "request_class"},
      "rate_limits": {"requests": {"limit", "remaining", "reset"} | null, "tokens": … | null},
      "quotas": [{"holder", "tokens", "period", "mode", "used", "remaining", "resets_at"}, …],
+     "group": {"name", "rpm", "tpm"} | null,
      "aliases", "default_thinking"}
 
 ``expires_at`` is the key's (ISO 8601 UTC), a JWT's ``exp``, or null for never.
@@ -30,6 +31,7 @@ from gateway.proxy.pipeline import Pipeline
 async def own_key(request: Request) -> JSONResponse:
     """The caller's key (see the module doc)."""
     principal: Principal = request.state.principal
+    group = principal.group
     pipeline: Pipeline = request.app.state.pipeline
     headers = await pipeline.limits.standing(principal)
     quotas = [
@@ -54,6 +56,7 @@ async def own_key(request: Request) -> JSONResponse:
         },
         "rate_limits": {what: _window(headers, what) for what in ("requests", "tokens")},
         "quotas": quotas,
+        "group": {"name": group.name, "rpm": group.rpm, "tpm": group.tpm} if group is not None else None,
         "aliases": dict(principal.aliases) if principal.aliases is not None else None,
         "default_thinking": principal.default_thinking,
     }

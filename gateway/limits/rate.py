@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from limits import RateLimitItem, RateLimitItemPerSecond
@@ -64,19 +65,40 @@ def retry_after_s(reset_time: float) -> int:
 _REFUND_MARGIN_S = 0.05
 
 
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """One holder of windows: a key (``key_<id>``) or its group (``group:<id>``), and its limits."""
+
+    name: str
+    rpm: int | None
+    tpm: int | None
+
+
+def buckets(principal: Principal) -> tuple[Bucket, ...]:
+    """The windows a request of ``principal`` counts against: its key's, then its group's (shared by
+    every key of the group)."""
+    own = Bucket(principal.key_id, principal.rpm, principal.tpm)
+    group = principal.group
+    return (own,) if group is None else (own, Bucket(f"group:{group.id}", group.rpm, group.tpm))
+
+
 @dataclass(slots=True)
 class Ticket:
-    """One admitted request's borrowing: ``reserved`` tokens charged up front in the window that resets
-    at ``window_reset`` (epoch s), headers to send."""
+    """One admitted request's borrowing: ``reserved`` tokens charged up front per bucket, in the window
+    that resets at ``window_reset[bucket]`` (epoch s); headers to send."""
 
     principal: Principal
-    reserved: int
+    reserved: dict[str, int] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
-    window_reset: float = 0.0
+    window_reset: dict[str, float] = field(default_factory=dict)
 
 
 class RateLimiter:
-    """Checks and charges one key's requests/min and tokens/min."""
+    """Checks and charges requests/min and tokens/min of a key and of its group.
+
+    The ``x-ratelimit-*`` headers show, for requests and for tokens, the key's own window when it has
+    that limit, else its group's; a refusal shows the window that refused.
+    """
 
     def __init__(self, storage: Storage, window_s: int = 60) -> None:
         self._storage = storage
@@ -86,15 +108,17 @@ class RateLimiter:
     def _item(self, amount: int) -> RateLimitItem:
         return RateLimitItemPerSecond(amount, self._window_s)
 
-    async def _refuse(self, what: str, item: RateLimitItem, key: str, ticket: Ticket) -> GatewayError:
+    async def _refuse(self, what: str, item: RateLimitItem, bucket: Bucket, ticket: Ticket) -> GatewayError:
         """The 429 of a spent window: ``Retry-After`` (whole seconds) and the ``x-ratelimit-*`` headers
         of the ticket's windows so far and of this one, as a success would carry them."""
         headers = dict(ticket.headers)
-        retry = retry_after_s(await self._headers(what, item, key, headers))
+        retry = retry_after_s(await self._headers(what, item, bucket.name, headers))
         headers["Retry-After"] = str(retry)
+        whose = "this key's group" if bucket.name.startswith("group:") else "this key"
         return GatewayError(
             f"rate_limit_{what}",
-            f"Rate limit reached for {what} ({item.amount} per {self._window_s} s); retry in {retry} s.",
+            f"Rate limit of {whose} reached for {what} ({item.amount} per {self._window_s} s); "
+            f"retry in {retry} s.",
             headers=headers,
         )
 
@@ -107,59 +131,76 @@ class RateLimiter:
         return float(stats.reset_time)
 
     async def count(self, principal: Principal) -> Ticket:
-        """Count one request against the key's requests per minute (429 with ``Retry-After`` when
-        spent): taken as soon as the caller is known, before its body is read."""
-        ticket = Ticket(principal, 0)
-        key = principal.key_id
-        if principal.rpm:
-            item = self._item(principal.rpm)
-            if not await self._limiter.hit(item, "requests", key):
-                raise await self._refuse("requests", item, key, ticket)
-            await self._headers("requests", item, key, ticket.headers)
+        """Count one request against the requests per minute of its key and group (429 with
+        ``Retry-After`` when one is spent): taken as soon as the caller is known, before its body
+        is read."""
+        ticket = Ticket(principal)
+        for bucket in buckets(principal):
+            if bucket.rpm:
+                item = self._item(bucket.rpm)
+                if not await self._limiter.hit(item, "requests", bucket.name):
+                    raise await self._refuse("requests", item, bucket, ticket)
+                if "x-ratelimit-limit-requests" not in ticket.headers:
+                    await self._headers("requests", item, bucket.name, ticket.headers)
         return ticket
 
     async def reserve(self, ticket: Ticket, tokens: int) -> None:
-        """Reserve ``tokens`` (prompt estimate + output budget) of the key's tokens per minute (429
-        with ``Retry-After`` when they do not fit).
+        """Reserve ``tokens`` (prompt estimate + output budget) of the tokens per minute of its key
+        and group (429 with ``Retry-After`` when they do not fit one of them).
 
-        A reservation larger than the whole budget is capped at it, so one big request per window
-        passes. The reservation is one increment, given back at once when it does not fit, so two
-        requests at the same moment cannot both take the window's last tokens.
+        A reservation larger than a whole budget is capped at it, so one big request per window
+        passes. Each reservation is one increment, given back at once when it does not fit (with
+        those already taken), so two requests at the same moment cannot both take a window's last
+        tokens.
         """
-        principal = ticket.principal
-        key = principal.key_id
-        if principal.tpm:
-            item = self._item(principal.tpm)
-            reserve = min(max(1, tokens), principal.tpm)
-            if not await self._limiter.hit(item, "tokens", key, cost=reserve):
-                await self._limiter.hit(item, "tokens", key, cost=-reserve)
-                raise await self._refuse("tokens", item, key, ticket)
-            ticket.reserved = reserve
-            ticket.window_reset = await self._headers("tokens", item, key, ticket.headers)
+        for bucket in buckets(ticket.principal):
+            if bucket.tpm:
+                item = self._item(bucket.tpm)
+                reserve = min(max(1, tokens), bucket.tpm)
+                if not await self._limiter.hit(item, "tokens", bucket.name, cost=reserve):
+                    await self._limiter.hit(item, "tokens", bucket.name, cost=-reserve)
+                    await self._give_back(ticket)
+                    raise await self._refuse("tokens", item, bucket, ticket)
+                ticket.reserved[bucket.name] = reserve
+                shown = {} if "x-ratelimit-limit-tokens" in ticket.headers else ticket.headers
+                ticket.window_reset[bucket.name] = await self._headers("tokens", item, bucket.name, shown)
+
+    async def _give_back(self, ticket: Ticket) -> None:
+        """Return every reservation the ticket holds (a later bucket refused the request)."""
+        for bucket in buckets(ticket.principal):
+            reserved = ticket.reserved.pop(bucket.name, 0)
+            if reserved and bucket.tpm:
+                await self._limiter.hit(self._item(bucket.tpm), "tokens", bucket.name, cost=-reserved)
 
     async def describe(self, ticket: Ticket) -> None:
-        """Write the key's tokens-per-minute headers into ``ticket`` without charging anything: a
-        request answered before its reservation (refused for the queue) shows them too."""
-        principal = ticket.principal
-        if principal.tpm and "x-ratelimit-limit-tokens" not in ticket.headers:
-            await self._headers("tokens", self._item(principal.tpm), principal.key_id, ticket.headers)
+        """Write the tokens-per-minute headers into ``ticket`` without charging anything: a request
+        answered before its reservation (refused for the queue) shows them too."""
+        if "x-ratelimit-limit-tokens" not in ticket.headers:
+            for bucket in buckets(ticket.principal):
+                if bucket.tpm:
+                    await self._headers("tokens", self._item(bucket.tpm), bucket.name, ticket.headers)
+                    return
 
     async def standing(self, principal: Principal) -> dict[str, str]:
-        """The key's ``x-ratelimit-*`` headers now, nothing charged (``GET /v1/key``)."""
+        """The ``x-ratelimit-*`` headers now, nothing charged (``GET /v1/key``)."""
         headers: dict[str, str] = {}
-        for what, limit in (("requests", principal.rpm), ("tokens", principal.tpm)):
-            if limit:
-                await self._headers(what, self._item(limit), principal.key_id, headers)
+        for bucket in buckets(principal):
+            for what, limit in (("requests", bucket.rpm), ("tokens", bucket.tpm)):
+                if limit and f"x-ratelimit-limit-{what}" not in headers:
+                    await self._headers(what, self._item(limit), bucket.name, headers)
         return headers
 
-    async def settle(self, ticket: Ticket, used_tokens: int) -> None:
-        """Settle the reservation against ``used_tokens``: charge what was used beyond it; give back
-        what was not used if the window it was taken from still runs (a later one owes it nothing)."""
-        tpm = ticket.principal.tpm
-        if not tpm or not ticket.reserved or used_tokens == ticket.reserved:
-            return
-        if used_tokens < ticket.reserved and time.time() > ticket.window_reset - _REFUND_MARGIN_S:
-            return
-        await self._limiter.hit(
-            self._item(tpm), "tokens", ticket.principal.key_id, cost=used_tokens - ticket.reserved
-        )
+    async def settle(self, ticket: Ticket, used_tokens: Callable[[int], int]) -> None:
+        """Settle each reservation against ``used_tokens(reserved)``: charge what was used beyond it;
+        give back what was not used if the window it was taken from still runs (a later one owes it
+        nothing)."""
+        for bucket in buckets(ticket.principal):
+            reserved = ticket.reserved.get(bucket.name, 0)
+            if not bucket.tpm or not reserved:
+                continue
+            used = used_tokens(reserved)
+            if used == reserved:
+                continue
+            if used < reserved and time.time() > ticket.window_reset[bucket.name] - _REFUND_MARGIN_S:
+                continue
+            await self._limiter.hit(self._item(bucket.tpm), "tokens", bucket.name, cost=used - reserved)

@@ -65,7 +65,7 @@ class Billing:
     async def settle(self, record: RequestTelemetry, prompt_tokens: int) -> None:
         """Charge the tokens the request used (:func:`charged`) instead of its reservation."""
         if self.ticket is not None:
-            await self._limits.settle(self.ticket, charged(record, self.ticket.reserved, prompt_tokens))
+            await self._limits.settle(self.ticket, lambda reserved: charged(record, reserved, prompt_tokens))
         for hold in self._holds:
             await self._quotas.settle(hold, spent(record, self._quotas.weights, hold.reserved, prompt_tokens))
 

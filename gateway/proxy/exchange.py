@@ -66,6 +66,7 @@ class Exchange:
             stream=False,
             k=pipeline.settings.spec_k,
             client_request_id=client_request_id,
+            group=(principal.group.id, principal.group.name) if principal.group is not None else None,
         )
         self.billing = Billing(pipeline.limits, pipeline.quotas, principal, pipeline.settings, request_id)
         self._request_headers = headers

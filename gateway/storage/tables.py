@@ -1,5 +1,5 @@
-"""The gateway's tables: API keys, the audit trail, the usage ledger and stored responses' owners, on
-one declarative base.
+"""The gateway's tables: API keys and their groups, the audit trail, the usage ledger and stored
+responses' owners, on one declarative base.
 
 Read and written by :mod:`gateway.auth.store`, :mod:`gateway.auth.audit` and
 :mod:`gateway.telemetry.ledger`. This is the schema at the newest migration
@@ -12,8 +12,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, Integer, String
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
 class Base(DeclarativeBase):
@@ -25,6 +25,22 @@ def utc(value: datetime | None) -> datetime | None:
     if value is None or value.tzinfo is not None:
         return value
     return value.replace(tzinfo=UTC)
+
+
+class KeyGroupRow(Base):
+    """A group of keys (a team): limits and a quota its keys share (:mod:`gateway.auth.groups`)."""
+
+    __tablename__ = "key_groups"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    rpm: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    tpm: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    quota_tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    quota_period: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    quota_mode: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
 
 
 class ApiKeyRow(Base):
@@ -58,6 +74,11 @@ class ApiKeyRow(Base):
     quota_tokens: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     quota_period: Mapped[str | None] = mapped_column(String(8), nullable=True)
     quota_mode: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    group_id: Mapped[str | None] = mapped_column(
+        String(40), ForeignKey("key_groups.id", name="fk_api_keys_group_id"), nullable=True, index=True
+    )
+    #: Loaded with the key, in the same SELECT: a key's principal needs its group's limits.
+    group: Mapped[KeyGroupRow | None] = relationship(lazy="joined")
 
 
 class AuditRow(Base):
@@ -107,6 +128,8 @@ class UsageRow(Base):
     end_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)
     spec: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     spec_candidates: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    group_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    group_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
     client_request_id: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
 
 

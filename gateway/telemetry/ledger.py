@@ -27,7 +27,7 @@ log = logging.getLogger("gateway.ledger")
 #: serves requests between statements (the slot idle gap ``queue_scale`` measures is lower with 10
 #: than with 50, at no more CPU per request).
 _STATEMENT_ROWS = 10
-GroupBy = Literal["day", "key", "model", "route"]
+GroupBy = Literal["day", "key", "group", "model", "route"]
 
 
 _COLUMNS = [c.name for c in UsageRow.__table__.columns if c.name != "id"]
@@ -145,11 +145,12 @@ class UsageLedger:
     async def usage(
         self, group_by: GroupBy, since: datetime | None = None, key_name: str | None = None
     ) -> list[dict[str, Any]]:
-        """Totals per day, key, model or route (the client API: chat, Responses, Messages ...): requests
-        and prompt/completion/cached/reasoning tokens."""
+        """Totals per day, key, group of keys (null: keys in none), model or route (the client API: chat,
+        Responses, Messages ...): requests and prompt/completion/cached/reasoning tokens."""
         group = {
             "day": func.substr(func.cast(UsageRow.arrived_at, String), 1, 10),
             "key": UsageRow.key_name,
+            "group": UsageRow.group_name,
             "model": UsageRow.model,
             "route": UsageRow.route,
         }[group_by]

@@ -82,6 +82,9 @@ class RequestTelemetry:
     spec_candidates: list[SpecStats] = field(default_factory=list)
     clamped: list[str] = field(default_factory=list)
     tool_calls_dropped: int = 0
+    #: The group (team) of the key, if it has one: its id and name (:mod:`gateway.auth.groups`).
+    group_id: str | None = None
+    group_name: str | None = None
     #: The ``x-request-id`` the client sent, if sane (:mod:`gateway.http.request_id`): never the id.
     client_request_id: str | None = None
 

@@ -63,6 +63,7 @@ class RequestRecorder:
         stream: bool,
         k: int,
         client_request_id: str | None = None,
+        group: tuple[str, str] | None = None,
     ) -> RequestRecorder:
         """A recorder whose arrival is now."""
         record = RequestTelemetry(
@@ -75,6 +76,8 @@ class RequestRecorder:
             stream=stream,
             arrived_at=datetime.now(UTC),
             client_request_id=client_request_id,
+            group_id=group[0] if group else None,
+            group_name=group[1] if group else None,
         )
         return cls(record, k)
 

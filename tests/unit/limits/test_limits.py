@@ -42,14 +42,14 @@ async def test_what_a_request_did_not_use_is_given_back() -> None:
     limiter = RateLimiter(storage_for("memory://"))
     tickets = await admitted(limiter, 30, 3)
     for ticket in tickets:
-        await limiter.settle(ticket, 10)  # used 10 of the 30 reserved
+        await limiter.settle(ticket, lambda reserved: 10)  # used 10 of the 30 reserved
     assert len(await admitted(limiter, 30, 12)) == 2  # 30 used, 70 left: two more of 30
 
 
 async def test_what_a_request_used_beyond_its_reservation_is_charged() -> None:
     limiter = RateLimiter(storage_for("memory://"))
     [ticket] = await admitted(limiter, 10, 1)
-    await limiter.settle(ticket, 95)
+    await limiter.settle(ticket, lambda reserved: 95)
     with pytest.raises(GatewayError):
         await admit(limiter, 10)
 
@@ -58,7 +58,7 @@ async def test_nothing_is_given_back_to_a_window_the_reservation_was_not_taken_f
     limiter = RateLimiter(storage_for("memory://"), window_s=1)
     [ticket] = await admitted(limiter, 90, 1)
     await asyncio.sleep(1.1)  # the window the 90 were taken from has ended
-    await limiter.settle(ticket, 0)
+    await limiter.settle(ticket, lambda reserved: 0)
     assert len(await admitted(limiter, 50, 3)) == 2  # a fresh 100, not 190
 
 
