@@ -50,12 +50,15 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def sse_events(
-    client: httpx.AsyncClient, target: Target, body: dict[str, Any]
+    client: httpx.AsyncClient, target: Target, body: dict[str, Any], answered: dict[str, str] | None = None
 ) -> AsyncGenerator[tuple[float, bytes], None]:
     """POST ``body`` as a stream; yield (``perf_counter`` time of the read that completed it, event)
-    for each SSE event, without its blank line. Raises :class:`BenchError` on a status other than 200
-    or an error event. Close it (``contextlib.aclosing``) when leaving early."""
+    for each SSE event, without its blank line; the response's headers go into ``answered``. Raises
+    :class:`BenchError` on a status other than 200 or an error event. Close it
+    (``contextlib.aclosing``) when leaving early."""
     async with client.stream("POST", target[0], json=body, headers=target[1]) as response:
+        if answered is not None:
+            answered.update(response.headers)
         if response.status_code != 200:
             await response.aread()
             raise BenchError(f"status {response.status_code}: {response.text[:200]}")

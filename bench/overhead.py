@@ -89,10 +89,15 @@ Clients = list[httpx.AsyncClient]
 
 
 async def stream_once(
-    client: httpx.AsyncClient, target: Target, body: dict[str, Any], deadline: float | None = None
+    client: httpx.AsyncClient,
+    target: Target,
+    body: dict[str, Any],
+    deadline: float | None = None,
+    answered: dict[str, str] | None = None,
 ) -> tuple[float, list[float], int, float]:
     """One streamed request: (TTFT s, gaps between text chunks s, text chunks, ``perf_counter`` time it
-    was sent), stopping at ``deadline`` (TTFT NaN and no chunks if that came first).
+    was sent), stopping at ``deadline`` (TTFT NaN and no chunks if that came first); its response's
+    headers into ``answered``.
 
     TTFT ends at the read holding the first ``data:`` event with non-empty content/reasoning; a gap is
     the time between the reads holding two consecutive such events (0 when they arrive together).
@@ -101,7 +106,7 @@ async def stream_once(
     first: float | None = None
     gaps: list[float] = []
     last, chunks = 0.0, 0
-    async with contextlib.aclosing(sse_events(client, target, body)) as events:
+    async with contextlib.aclosing(sse_events(client, target, body, answered)) as events:
         async for now, event in events:
             if TEXT.search(event):
                 chunks += 1
@@ -190,14 +195,17 @@ def _ms(values: list[float]) -> dict[str, float]:
 
 
 def _streams(target: Target, tokens: int, decode_tps: float | None = None, tag: str = "") -> Job:
-    """Streams of ``tokens``: :func:`stream_once`'s figures and the request id; with a ``tag``, request
-    i is sent with ``x-request-id: bench-<tag>-<i>`` (else the id is "")."""
+    """Streams of ``tokens``: :func:`stream_once`'s figures and the request id the model server got;
+    with a ``tag``, request i is sent with ``x-request-id: bench-<tag>-<i>``, which the direct path and
+    the relay pass on and the gateway answers with its own, the one it passed on (else the id is "")."""
 
     async def job(client: httpx.AsyncClient, i: int) -> tuple[float, list[float], int, float, str]:
         url, headers = target
         request_id = f"bench-{tag}-{i}" if tag else ""
         tagged = (url, {**headers, "x-request-id": request_id}) if tag else target
-        return (*await stream_once(client, tagged, chat_body(i, tokens, True, decode_tps)), request_id)
+        answered: dict[str, str] = {}
+        figures = await stream_once(client, tagged, chat_body(i, tokens, True, decode_tps), answered=answered)
+        return (*figures, answered.get("x-request-id", request_id) if tag else "")
 
     return job
 

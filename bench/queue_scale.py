@@ -92,9 +92,11 @@ HOLD = "#sim:stall=3600"
 DIRECT_REQUESTS = 1000  # of the direct floor
 BATCH = 250  # connections opened at once during the ramp
 UNACCEPTED = 500  # at most this many sent requests not yet queued at the gateway (backlog: 2,048)
-#: The client's x-request-id, as it shows inside the simulator's sequence id (chatcmpl-<id>-<8 hex>).
-_CLIENT_ID = re.compile(r"-(qs\d+)-")
+#: The x-request-id the simulator got, inside its sequence id (chatcmpl-<id>-<8 hex>): the gateway's own
+#: id (its answer's x-request-id) for the gateway's calls, the client's for the direct floor's.
+_SEQUENCE = re.compile(r"^chatcmpl-(.+)-[0-9a-f]{8}$")
 _DIRECT_ID = re.compile(r"-dr\d+-")
+_ANSWER_ID = re.compile(rb"\r\nx-request-id: ([^\r]+)\r\n", re.IGNORECASE)
 
 
 @dataclass(slots=True)
@@ -107,6 +109,8 @@ class Call:
     done: float | None = None
     status: int | None = None
     error: str | None = None
+    #: The gateway's id of the request (its answer's x-request-id), which the simulator saw.
+    upstream_id: str | None = None
 
     @property
     def request_id(self) -> str:
@@ -165,6 +169,8 @@ async def _call(port: int, secret: str, call: Call, sent: asyncio.Event | None =
             call.error = f"no status line ({len(answer)} bytes before EOF)"
             return
         call.status = int(status_line[1])
+        answered_id = _ANSWER_ID.search(answer.partition(b"\r\n\r\n")[0])
+        call.upstream_id = answered_id[1].decode() if answered_id else None
         if call.status != 200:
             body = answer.partition(b"\r\n\r\n")[2]
             call.error = f"{call.status}: {body[:200].decode(errors='replace')}"
@@ -381,9 +387,13 @@ def _ms_stats(values: list[float]) -> dict[str, float]:
 
 def analyse(load: dict[str, Any], calls: list[Call], trace: list[dict[str, Any]]) -> dict[str, Any]:
     """Every figure from the load phases, the calls and the simulator's trace."""
-    ours = [line for line in trace if _CLIENT_ID.search(line["request_id"])]
+    by_upstream = {call.upstream_id: call.request_id for call in calls if call.upstream_id}
+    sequences = [(line, _SEQUENCE.fullmatch(line["request_id"])) for line in trace]
+    ours = [line for line, seq in sequences if seq and seq[1] in by_upstream]
     direct = [line for line in trace if _DIRECT_ID.search(line["request_id"])]
-    arrival = {_CLIENT_ID.search(line["request_id"])[1]: line["arrival"] for line in ours}  # type: ignore[index]
+    arrival = {
+        by_upstream[seq[1]]: line["arrival"] for line, seq in sequences if seq and seq[1] in by_upstream
+    }
     gaps, no_gap = idle_gaps(ours)
     direct_gaps, _ = idle_gaps(direct)
     by_key = {call.request_id: call.key for call in calls}

@@ -204,7 +204,7 @@ def _rows(database_url: str, expect: int) -> list[str]:
 
     def read() -> list[str]:
         with sqlite3.connect(path) as db:
-            return [r[0] for r in db.execute("SELECT request_id FROM usage_ledger")]
+            return [r[0] for r in db.execute("SELECT client_request_id FROM usage_ledger")]
 
     with_rows: list[str] = []
 
