@@ -65,6 +65,9 @@ QuotaMode = Annotated[
     str | None,
     typer.Option("--quota-mode", help="enforce (default: refuse past it) or warn (only report it)"),
 ]
+GroupOpt = Annotated[
+    str | None, typer.Option("--group", help="The group (name or id) whose limits and quota it shares")
+]
 ExpiresIn = Annotated[str | None, typer.Option(help="Lifetime from now, e.g. 30d, 12h")]
 Alias = Annotated[
     list[str] | None,
@@ -112,7 +115,7 @@ def _options(
     expires_in: str | None, models: str | None, rpm: int | None, tpm: int | None,
     max_concurrency: int | None, priority: int | None, thinking: str | None, alias: list[str] | None,
     max_wait: float | None = None, request_class: str | None = None, quota: int | None = None,
-    quota_period: str | None = None, quota_mode: str | None = None,
+    quota_period: str | None = None, quota_mode: str | None = None, group: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The admin API's fields for the options given (the others left out); a bad duration or thinking
     mode is refused here, named by its flag."""
@@ -131,6 +134,7 @@ def _options(
         "quota_tokens": quota,
         "quota_period": quota_period,
         "quota_mode": quota_mode,
+        "group": group,
     }
     options = {k: v for k, v in given.items() if v is not None}
     if models is not None:  # all: null, which an update needs to send
@@ -154,6 +158,7 @@ def create(
     quota: QuotaTokens = None,
     quota_period: QuotaPeriod = None,
     quota_mode: QuotaMode = None,
+    group: GroupOpt = None,
     admin: Annotated[bool, typer.Option("--admin", help="Grant the admin scope (/admin routes)")] = False,
     scope: Annotated[
         list[str] | None,
@@ -172,7 +177,7 @@ def create(
         "name": name,
         **_options(
             expires_in, models, rpm, tpm, max_concurrency, priority, thinking, alias, max_wait, request_class,
-            quota, quota_period, quota_mode,
+            quota, quota_period, quota_mode, group,
         ),
     }  # fmt: skip
     scopes = set(scope or ()) | ({"admin"} if admin else set())
@@ -262,6 +267,8 @@ def update(
     quota_period: QuotaPeriod = None,
     quota_mode: QuotaMode = None,
     no_quota: Annotated[bool, typer.Option("--no-quota", help="Remove the key's quota")] = False,
+    group: GroupOpt = None,
+    no_group: Annotated[bool, typer.Option("--no-group", help="Take the key out of its group")] = False,
     no_aliases: Annotated[bool, typer.Option("--no-aliases", help="Remove the key's aliases")] = False,
     url: UrlOpt = None,
     admin_key: AdminKeyOpt = None,
@@ -274,12 +281,16 @@ def update(
         raise CliError("--no-aliases and --alias contradict each other: give one")
     if no_quota and quota:
         raise CliError("--no-quota and --quota contradict each other: give one")
+    if no_group and group:
+        raise CliError("--no-group and --group contradict each other: give one")
     changes = _options(
         expires_in, models, rpm, tpm, max_concurrency, priority, thinking, alias, max_wait, request_class,
-        quota, quota_period, quota_mode,
+        quota, quota_period, quota_mode, group,
     )  # fmt: skip
     if no_quota:
         changes["quota_tokens"] = None
+    if no_group:
+        changes["group"] = None
     if no_expiry:
         changes["expires_at"] = None
     if no_aliases:

@@ -1,10 +1,11 @@
-"""Where ``dspark-gateway keys`` acts: the database (``GATEWAY_DATABASE_URL``) or a running gateway's
-admin API (``--url`` + an admin key). Both take the admin API's bodies and answer with its JSON key
-objects; both validate with :mod:`gateway.admin.key_fields` and audit through
+"""Where ``dspark-gateway keys`` and ``groups`` act: the database (``GATEWAY_DATABASE_URL``) or a
+running gateway's admin API (``--url`` + an admin key). Both take the admin API's bodies and answer
+with its JSON objects; both validate with :mod:`gateway.admin.key_fields` and audit through
 :class:`~gateway.admin.key_admin.KeyAdmin` (locally as ``cli:<user>`` from ``local``)."""
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
@@ -14,9 +15,10 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.admin.key_admin import KeyAdmin
-from gateway.admin.key_fields import KeyCreate, KeyLimits
+from gateway.admin.key_fields import GroupCreate, GroupLimits, KeyCreate, KeyLimits
 from gateway.auth import KeyExistsError, KeyNotFoundError, KeyStore
 from gateway.auth.audit import AuditLog
+from gateway.auth.groups import GroupExistsError, GroupInUseError, GroupNotFoundError, GroupStore
 from gateway.cli.failures import CliError, validation_message
 from gateway.cli.local import local_actor, on_database
 from gateway.cli.remote import AdminClient
@@ -34,6 +36,10 @@ class KeysBackend(Protocol):
     def rotate(self, ref: str, grace_s: float | None) -> dict[str, Any]: ...
     def revoke(self, ref: str) -> tuple[dict[str, Any], bool]: ...
     def delete(self, ref: str) -> None: ...
+    def create_group(self, body: dict[str, Any]) -> dict[str, Any]: ...
+    def list_groups(self) -> builtins.list[dict[str, Any]]: ...
+    def update_group(self, ref: str, body: dict[str, Any]) -> dict[str, Any]: ...
+    def delete_group(self, ref: str) -> None: ...
 
 
 def _valid(model: type[M], body: dict[str, Any]) -> M:
@@ -59,6 +65,12 @@ class LocalKeys:
                 raise CliError(f"no key {exc.args[0]!r}") from None
             except KeyExistsError as exc:
                 raise CliError(f"a key named {exc.args[0]!r} already exists") from None
+            except GroupNotFoundError as exc:
+                raise CliError(f"no group {exc.args[0]!r}") from None
+            except GroupExistsError as exc:
+                raise CliError(f"a group named {exc.args[0]!r} already exists") from None
+            except GroupInUseError as exc:
+                raise CliError(f"group {exc.args[0]!r} still has keys: move or delete them first") from None
 
         return on_database(self._config, work, create)
 
@@ -89,6 +101,21 @@ class LocalKeys:
 
     def delete(self, ref: str) -> None:
         self._run(lambda admin, _: admin.delete(self._actor, ref))
+
+    def create_group(self, body: dict[str, Any]) -> dict[str, Any]:
+        valid = _valid(GroupCreate, body)
+        return self._run(lambda admin, _: admin.create_group(self._actor, valid), create=True).public(keys=0)
+
+    def list_groups(self) -> builtins.list[dict[str, Any]]:
+        groups = self._run(lambda _, store: GroupStore(store.engine).list())
+        return [record.public(keys) for record, keys in groups]
+
+    def update_group(self, ref: str, body: dict[str, Any]) -> dict[str, Any]:
+        valid = _valid(GroupLimits, body)
+        return self._run(lambda admin, _: admin.update_group(self._actor, ref, valid)).public()
+
+    def delete_group(self, ref: str) -> None:
+        self._run(lambda admin, _: admin.delete_group(self._actor, ref))
 
 
 class RemoteKeys:
@@ -129,3 +156,18 @@ class RemoteKeys:
 
     def delete(self, ref: str) -> None:
         self._key("DELETE", ref)
+
+    def create_group(self, body: dict[str, Any]) -> dict[str, Any]:
+        group: dict[str, Any] = self._client.call("POST", "/groups", body)
+        return group
+
+    def list_groups(self) -> builtins.list[dict[str, Any]]:
+        groups: builtins.list[dict[str, Any]] = self._client.call("GET", "/groups")["data"]
+        return groups
+
+    def update_group(self, ref: str, body: dict[str, Any]) -> dict[str, Any]:
+        group: dict[str, Any] = self._client.call("PATCH", f"/groups/{quote(ref, safe='')}", body)
+        return group
+
+    def delete_group(self, ref: str) -> None:
+        self._client.call("DELETE", f"/groups/{quote(ref, safe='')}")

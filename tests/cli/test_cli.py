@@ -68,6 +68,28 @@ def test_a_keys_quota_is_set_shown_changed_and_removed(cli: Cli) -> None:
     assert (removed["quota_tokens"], removed["quota_period"]) == (None, None)
 
 
+def test_groups_are_made_joined_listed_and_deleted_once_empty(cli: Cli) -> None:
+    cli("groups", "create", "search", "--rpm", "30", "--quota", "1000000", "--quota-period", "month")
+    cli("keys", "create", "search-a", "--group", "search")
+    cli("keys", "create", "search-b")
+    assert json.loads(cli("keys", "update", "search-b", "--group", "search").stdout)["group"] == "search"
+    listing = cli("groups", "list").stdout
+    assert "search" in listing and "1000000/month" in listing
+    [group] = json.loads(cli("groups", "list", "--json").stdout)
+    assert (group["keys"], group["rpm"]) == (2, 30)
+    assert "still has keys" in error_of(cli("groups", "delete", "search", ok=False))
+    assert "no group 'nowhere'" in error_of(cli("keys", "create", "lost", "--group", "nowhere", ok=False))
+    for key in ("search-a", "search-b"):
+        assert json.loads(cli("keys", "update", key, "--no-group").stdout)["group"] is None
+    assert (
+        json.loads(cli("groups", "update", "search", "--quota-mode", "warn").stdout)["quota_mode"] == "warn"
+    )
+    cli("groups", "delete", "search")
+    assert json.loads(cli("groups", "list", "--json").stdout) == []
+    actions = cli("audit", "--json").stdout
+    assert "group.create" in actions and "group.delete" in actions
+
+
 def test_round_trip_and_revoke_lands_within_two_seconds(cli: Cli, served: str) -> None:
     key = last_line(cli("keys", "create", "app"))
     client = openai.OpenAI(base_url=served + "/v1", api_key=key, max_retries=0)

@@ -1,0 +1,110 @@
+"""``dspark-gateway groups …``: groups of keys (a team's shared requests and tokens per minute and
+token quota), in the database or on a running gateway with ``--url``; a key joins one with
+``keys update NAME --group GROUP``. The flags make the admin API's bodies (``/admin/groups``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from gateway.cli.failures import CliError
+from gateway.cli.keys import QuotaMode, QuotaPeriod, QuotaTokens, Rpm, Tpm, backend
+from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt
+
+groups_app = typer.Typer(help="Manage groups of keys: shared limits and quota (database, or --url).")
+
+
+def _fields(
+    rpm: int | None, tpm: int | None, quota: int | None, quota_period: str | None, quota_mode: str | None
+) -> dict[str, Any]:
+    given = {
+        "rpm": rpm,
+        "tpm": tpm,
+        "quota_tokens": quota,
+        "quota_period": quota_period,
+        "quota_mode": quota_mode,
+    }
+    return {name: value for name, value in given.items() if value is not None}
+
+
+@groups_app.command("create")
+def create(
+    name: Annotated[str, typer.Argument(help="Unique group name (shown in the ledger and listings)")],
+    rpm: Rpm = None,
+    tpm: Tpm = None,
+    quota: QuotaTokens = None,
+    quota_period: QuotaPeriod = None,
+    quota_mode: QuotaMode = None,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    database_url: DatabaseOpt = None,
+) -> None:
+    """Create a group; its keys share the limits and quota given."""
+    body = {"name": name, **_fields(rpm, tpm, quota, quota_period, quota_mode)}
+    typer.echo(json.dumps(backend(url, admin_key, database_url).create_group(body), indent=2))
+
+
+def groups_table(groups: list[dict[str, Any]]) -> Table:
+    """One row a group: name, keys, rpm, tpm, quota."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for column in ("name", "keys", "rpm", "tpm", "quota"):
+        table.add_column(column, overflow="fold")
+    for g in groups:
+        quota = f"{g['quota_tokens']}/{g['quota_period']}" if g["quota_tokens"] is not None else "-"
+        if g["quota_mode"] == "warn":
+            quota += " warn"
+        table.add_row(g["name"], str(g["keys"]), str(g["rpm"] or "-"), str(g["tpm"] or "-"), quota)
+    return table
+
+
+@groups_app.command("list")
+def list_groups(
+    json_out: JsonOpt = False,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    database_url: DatabaseOpt = None,
+) -> None:
+    """List groups: name, number of keys, limits, quota (``--json``: every field)."""
+    groups = backend(url, admin_key, database_url).list_groups()
+    if json_out:
+        typer.echo(json.dumps(groups, indent=2))
+    else:
+        Console().print(groups_table(groups))
+
+
+@groups_app.command("update")
+def update(
+    ref: str,
+    rpm: Rpm = None,
+    tpm: Tpm = None,
+    quota: QuotaTokens = None,
+    quota_period: QuotaPeriod = None,
+    quota_mode: QuotaMode = None,
+    no_quota: Annotated[bool, typer.Option("--no-quota", help="Remove the group's quota")] = False,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    database_url: DatabaseOpt = None,
+) -> None:
+    """Change a group's limits or quota."""
+    if no_quota and quota:
+        raise CliError("--no-quota and --quota contradict each other: give one")
+    changes = _fields(rpm, tpm, quota, quota_period, quota_mode)
+    if no_quota:
+        changes["quota_tokens"] = None
+    if not changes:
+        raise CliError("nothing to change: give at least one option (see --help)")
+    typer.echo(json.dumps(backend(url, admin_key, database_url).update_group(ref, changes), indent=2))
+
+
+@groups_app.command("delete")
+def delete(
+    ref: str, url: UrlOpt = None, admin_key: AdminKeyOpt = None, database_url: DatabaseOpt = None
+) -> None:
+    """Delete a group (name or id) that has no keys."""
+    backend(url, admin_key, database_url).delete_group(ref)
+    typer.echo(f"Deleted group {ref!r}.")
