@@ -36,6 +36,7 @@ from fastapi import Depends, FastAPI
 
 from gateway.admin import groups, keys, reads
 from gateway.admin.key_fields import GroupCreate, GroupLimits
+from gateway.console import group_pages as console_groups
 from gateway.console import pages as console
 from gateway.dialects.base import Dialect
 from gateway.dialects.messages import COUNT_TOKENS, MESSAGES, CountTokensRequest, MessagesRequest
@@ -145,6 +146,7 @@ def install(app: FastAPI) -> None:
     and the console's (``GATEWAY_CONSOLE``), which check their session themselves."""
     if app.state.settings.console:
         console.install(app)
+        console_groups.install(app)
     for route in ROUTES:
         if route.path in PUBLIC_ROUTES:
             dependencies = [Depends(public_limit)]

@@ -1,7 +1,9 @@
 """The admin console in the browser, under ``/console`` (``GATEWAY_CONSOLE``): sign-in with an admin key
-or JWT into a server-side session, then the overview (live), keys, usage, requests and audit pages.
+or JWT into a server-side session, then the overview (live), keys, groups, usage, requests and audit
+pages.
 
 - :mod:`~gateway.console.pages`: the routes, the session and CSRF checks, the pages;
+- :mod:`~gateway.console.group_pages`: the groups page;
 - :mod:`~gateway.console.sessions`: the sessions (pure);
 - :mod:`~gateway.console.live`: the overview's TTFT, decode and acceptance figures (pure);
 - :mod:`~gateway.console.charts`: server-rendered SVG (pure);

@@ -37,6 +37,7 @@ from gateway.admin import reads
 from gateway.admin.key_fields import KeyCreate, KeyLimits, KeyRotate
 from gateway.admin.keys import changed, key_admin
 from gateway.auth import KeyExistsError, KeyNotFoundError, Principal
+from gateway.auth.groups import GroupNotFoundError
 from gateway.auth.tokens import expires_at
 from gateway.body.json_limits import ADMIN, parse_object
 from gateway.console import charts, live
@@ -244,15 +245,17 @@ async def keys(request: Request, session: Session) -> Response:
 
 async def create_key(request: Request, session: Session) -> Response:
     form: dict[str, str] = request.state.form
-    fields = _limits(form) | {"name": form.get("name", "").strip()}
+    fields = form_fields(form) | {"name": form.get("name", "").strip()}
     if form.get("admin") == "on":
         fields["scopes"] = ["admin"]
-    body = _validated(KeyCreate, fields)
+    body = validated(KeyCreate, fields)
     admin, who = key_admin(request, session.principal)
     try:
         record, secret = await admin.create(who, body)
     except KeyExistsError:
         raise GatewayError("key_exists", f"A key named {body.name!r} exists.") from None
+    except GroupNotFoundError:
+        raise GatewayError("invalid_value", f"No group {body.group!r}.") from None
     return render(request, "secret.html", key_name=record.name, secret=secret, what="created")
 
 
@@ -260,7 +263,7 @@ async def rotate_key(request: Request, session: Session) -> Response:
     form: dict[str, str] = request.state.form
     key_id = request.path_params["key_id"]
     grace = form.get("grace_s", "").strip()
-    body = _validated(KeyRotate, {"grace_s": grace} if grace else {})
+    body = validated(KeyRotate, {"grace_s": grace} if grace else {})
     grace_s = body.grace_s if body.grace_s is not None else request.app.state.settings.rotate_grace_s
     admin, who = key_admin(request, session.principal)
     try:
@@ -289,22 +292,25 @@ async def update_key(request: Request, session: Session) -> Response:
     as they are."""
     form: dict[str, str] = request.state.form
     edited = {name: value for name, value in form.items() if form.get(f"was_{name}") != value}
-    body = _validated(KeyLimits, _limits(edited, every=True))
+    body = validated(KeyLimits, form_fields(edited, every=True))
     admin, who = key_admin(request, session.principal)
     try:
         await admin.update(who, request.path_params["key_id"], body)
     except KeyNotFoundError:
         raise GatewayError("key_not_found", "No such key.") from None
+    except GroupNotFoundError:
+        raise GatewayError("invalid_value", f"No group {body.group!r}.") from None
     changed(request)
     return RedirectResponse("/console/keys", status_code=303)
 
 
-def _limits(form: dict[str, str], every: bool = False) -> dict[str, Any]:
-    """The key fields of a form: numbers, comma lists (``models``), ``a=b`` pairs (``aliases``), JSON
+def form_fields(form: dict[str, str], every: bool = False) -> dict[str, Any]:
+    """The key or group fields of a form: numbers, comma lists (``models``), ``a=b`` pairs (``aliases``), JSON
     (``metadata``); an empty field is null when ``every`` (an edit), left out otherwise (a create)."""
     fields: dict[str, Any] = {}
     for name in ("rpm", "tpm", "max_concurrency", "priority", "default_thinking", "models", "aliases",
-                 "metadata", "expires_in", "quota_tokens", "quota_period", "quota_mode"):  # fmt: skip
+                 "metadata", "expires_in", "quota_tokens", "quota_period", "quota_mode",
+                 "group"):  # fmt: skip
         if name not in form:
             continue
         text = form[name].strip()
@@ -326,7 +332,7 @@ def _limits(form: dict[str, str], every: bool = False) -> dict[str, Any]:
     return fields
 
 
-def _validated(model: type[BaseModel], fields: dict[str, Any]) -> Any:
+def validated(model: type[BaseModel], fields: dict[str, Any]) -> Any:
     try:
         return model.model_validate(fields)
     except ValidationError as exc:

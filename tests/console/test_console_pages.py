@@ -75,3 +75,46 @@ def test_every_page_renders_and_key_changes_are_the_admin_apis(start_sim, start_
     assert [a for a in actions if a[0] == "root"][:4] == [
         ("root", "key.revoke"), ("root", "key.rotate"), ("root", "key.update"), ("root", "key.create"),
     ]  # fmt: skip
+
+
+def test_groups_are_made_joined_changed_and_deleted_from_the_console(
+    start_sim, start_gateway, make_key
+) -> None:
+    gateway = start_gateway(start_sim().url)
+    admin = make_key("root", scopes=["admin"])
+    api = {"Authorization": f"Bearer {admin}"}
+    make_key("member")
+    with signed_in(gateway, admin) as browser:
+        token = csrf_of(browser.get("/console/groups").text)
+        made = browser.post(
+            "/console/groups", data={"csrf": token, "name": "search", "rpm": "30", "quota_tokens": "5000"}
+        )
+        assert made.status_code == 303
+        [group] = httpx.get(gateway.url + "/admin/groups", headers=api).json()["data"]
+        assert (group["name"], group["rpm"], group["quota_tokens"], group["quota_period"]) == (
+            "search", 30, 5000, "month",
+        )  # fmt: skip
+        joined = browser.post("/console/keys/member", data={"csrf": token, "group": "search"})
+        assert joined.status_code == 303
+        assert "group search" in browser.get("/console/keys").text
+        page = browser.get("/console/groups").text
+        assert "search" in page and "quota 5000/month" in page and "/delete" not in page  # it has a key
+        nowhere = browser.post("/console/keys/member", data={"csrf": token, "group": "nowhere"})
+        assert nowhere.status_code == 400 and "nowhere" in nowhere.text
+        changed = browser.post(
+            f"/console/groups/{group['id']}",
+            data={
+                "csrf": token,
+                "quota_mode": "warn",
+                "was_quota_mode": "enforce",
+                "rpm": "30",
+                "was_rpm": "30",
+            },
+        )
+        assert changed.status_code == 303
+        assert httpx.get(gateway.url + "/admin/groups/search", headers=api).json()["quota_mode"] == "warn"
+        in_use = browser.post(f"/console/groups/{group['id']}/delete", data={"csrf": token})
+        assert in_use.status_code == 409 and "still has keys" in in_use.text
+        browser.post("/console/keys/member", data={"csrf": token, "group": "", "was_group": "search"})
+        assert browser.post(f"/console/groups/{group['id']}/delete", data={"csrf": token}).status_code == 303
+        assert "No group yet" in browser.get("/console/groups").text
