@@ -152,7 +152,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             TelemetrySinks(metrics, ledger),
             RateLimiter(limits_storage, settings.limits_window_s),
             owners,
-            Quotas(limits_storage, QuotaWeights(**settings.quota_weights)),
+            Quotas(limits_storage, QuotaWeights(**settings.quota_weights), seed=ledger.spent),
         )
         app.state.throttle = AddressThrottle(
             limits_storage, settings.auth_failures_per_minute, settings.public_requests_per_minute

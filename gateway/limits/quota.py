@@ -15,7 +15,11 @@ when it does not fit: two requests at the same moment cannot both take the last 
 check-then-charge (LiteLLM's budget check) lets them. At the end the counter is moved by the real
 cost minus the reservation. Counters live in the rate limits' storage (``GATEWAY_LIMITS_STORAGE``:
 process memory, or Redis shared by the replicas), keyed by holder and period start, expiring a day
-after their period ends.
+after their period ends. A counter the storage does not hold yet — a new period, a gateway restarted
+on memory storage, a Redis emptied — starts from what the usage ledger holds of the period
+(``seed``), once: the first process to touch it takes a marker beside it (one atomic increment) and
+adds the ledger's figure; so a restart loses no more of a quota than the ledger's last unflushed
+second.
 
 ``mode``: ``enforce`` refuses a request that does not fit (429 ``quota_exceeded``, ``Retry-After``
 the seconds until the period resets); ``warn`` admits it, counts it, and only reports it (the answer's
@@ -25,6 +29,7 @@ the seconds until the period resets); ``warn`` admits it, counts it, and only re
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -33,6 +38,8 @@ from limits.aio.storage import Storage
 from gateway.auth.principal import Quota
 from gateway.errors import GatewayError
 
+#: How many seeded counters a process remembers (then it asks the storage's marker again).
+_SEEDED_KEPT = 10_000
 #: How long a counter outlives its period, s: a late settlement still finds it.
 _KEEP_S = 86_400
 
@@ -113,28 +120,45 @@ class Standing:
         }
 
 
-class Quotas:
-    """Reserves, settles and reads quotas on a ``limits`` storage."""
+#: What a holder used since a time: prompt, cached, completion, reasoning tokens (the usage ledger's
+#: :meth:`~gateway.telemetry.ledger.UsageLedger.spent`).
+Seed = Callable[[str, datetime], Awaitable[tuple[int, int, int, int]]]
 
-    def __init__(self, storage: Storage, weights: QuotaWeights) -> None:
+
+class Quotas:
+    """Reserves, settles and reads quotas on a ``limits`` storage; counters start from ``seed``."""
+
+    def __init__(self, storage: Storage, weights: QuotaWeights, seed: Seed | None = None) -> None:
         self._storage = storage
         self.weights = weights
+        self._seed = seed
+        self._seeded: set[str] = set()  # counters this process knows to be seeded
 
-    @staticmethod
-    def _counter(quota: Quota, now: datetime) -> tuple[str, datetime]:
+    async def _counter_of(self, quota: Quota, now: datetime) -> tuple[str, datetime]:
+        """The counter of ``quota``'s period at ``now`` and the period's end, seeded from the ledger
+        the first time any process touches it."""
         start, end = period_bounds(quota.period, now)
-        return f"quota/{quota.holder}/{quota.period}/{start:%Y%m%d}", end
+        counter = f"quota/{quota.holder}/{quota.period}/{start:%Y%m%d}"
+        if self._seed is not None and counter not in self._seeded:
+            if await self._storage.incr(counter + "/seeded", _expiry(end, now)) == 1:
+                cost = self.weights.cost(*await self._seed(quota.holder, start))
+                if cost:
+                    await self._storage.incr(counter, _expiry(end, now), cost)
+            if len(self._seeded) >= _SEEDED_KEPT:  # the marker still answers for the ones forgotten
+                self._seeded.clear()
+            self._seeded.add(counter)
+        return counter, end
 
     async def standing(self, quota: Quota) -> Standing:
         """``quota``'s use in its current period."""
-        counter, end = self._counter(quota, datetime.now(UTC))
+        counter, end = await self._counter_of(quota, datetime.now(UTC))
         return Standing(quota, await self._storage.get(counter), end)
 
     async def reserve(self, quota: Quota, cost: int) -> Hold:
         """Take ``cost`` of ``quota`` (at most the whole quota: one large request per period passes).
         Enforced and spent: given back, 429 ``quota_exceeded``. Warned: kept, ``over`` set."""
         now = datetime.now(UTC)
-        counter, end = self._counter(quota, now)
+        counter, end = await self._counter_of(quota, now)
         reserve = min(max(1, cost), quota.tokens)
         used = await self._storage.incr(counter, _expiry(end, now), reserve)
         over = used > quota.tokens

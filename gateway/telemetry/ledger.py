@@ -142,6 +142,26 @@ class UsageLedger:
             out.append(item)
         return out
 
+    async def spent(self, holder: str, since: datetime) -> tuple[int, int, int, int]:
+        """What ``holder`` (``key:<id>`` or ``group:<id>``) used since ``since``: prompt, cached,
+        completion and reasoning tokens (what a quota's counter starts from: :mod:`gateway.limits.quota`)."""
+        kind, _, ident = holder.partition(":")
+        column = UsageRow.group_id if kind == "group" else UsageRow.key_id
+        query = select(
+            *(
+                func.coalesce(func.sum(c), 0)
+                for c in (
+                    UsageRow.prompt_tokens,
+                    UsageRow.cached_tokens,
+                    UsageRow.completion_tokens,
+                    UsageRow.reasoning_tokens,
+                )
+            )
+        ).where(column == ident, UsageRow.arrived_at >= since.astimezone(UTC))
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(query)).one()
+        return int(row[0]), int(row[1]), int(row[2]), int(row[3])
+
     async def usage(
         self, group_by: GroupBy, since: datetime | None = None, key_name: str | None = None
     ) -> list[dict[str, Any]]:

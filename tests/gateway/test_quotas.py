@@ -99,3 +99,17 @@ def test_warn_mode_admits_past_the_quota_and_says_so(start_sim, start_gateway, m
     assert answer.headers["x-quota-warning"] == "key quota exceeded"
     wait_until(lambda: own_key(gateway, key)["quotas"][0]["used"] > 10, what="both settled")
     assert own_key(gateway, key)["quotas"][0]["remaining"] == 0
+
+
+def test_a_restarted_gateway_keeps_what_the_quota_spent(start_sim, start_gateway, make_key) -> None:
+    """Counters in process memory start, after a restart, from the usage ledger of the period."""
+    sim = start_sim()
+    before = start_gateway(sim.url, ledger_flush_s=0.1)
+    key = make_key("kept", quota_tokens=10_000, quota_period="week")
+    client = openai.OpenAI(base_url=before.url + "/v1", api_key=key, max_retries=0)
+    usage = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=20).usage
+    spent = usage.prompt_tokens + usage.completion_tokens
+    wait_until(lambda: own_key(before, key)["quotas"][0]["used"] == spent, what="settled")
+    before.stop()
+    after = start_gateway(sim.url)
+    assert own_key(after, key)["quotas"][0]["used"] == spent

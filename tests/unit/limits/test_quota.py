@@ -84,3 +84,19 @@ async def test_warn_mode_admits_counts_and_marks_what_is_over() -> None:
     within, over = await book.reserve(quota, 80), await book.reserve(quota, 80)
     assert (within.over, over.over) == (False, True)
     assert (await book.standing(quota)).used == 160 and (await book.standing(quota)).remaining == 0
+
+
+async def test_a_counter_starts_from_the_ledger_once_for_every_process() -> None:
+    asked: list[tuple[str, datetime]] = []
+
+    async def ledger(holder: str, since: datetime) -> tuple[int, int, int, int]:
+        asked.append((holder, since))
+        return 300, 100, 50, 20  # prompt, cached, completion, reasoning
+
+    storage, weights = storage_for("memory://"), QuotaWeights(cached_prompt=0.5)
+    first, second = Quotas(storage, weights, ledger), Quotas(storage, weights, ledger)  # two replicas
+    quota = Quota("key:k", tokens=1000, period="day")
+    assert (await first.standing(quota)).used == 200 + 50 + 50
+    await second.reserve(quota, 100)
+    assert (await first.standing(quota)).used == 400  # seeded once, by whichever came first
+    assert asked == [("key:k", period_bounds("day", datetime.now(UTC))[0])]
