@@ -28,6 +28,7 @@ from gateway.http.edge import EdgeMiddleware
 from gateway.http.errors import install_error_handlers, renderer
 from gateway.http.http_metrics import HttpMetrics
 from gateway.http.openapi import DOCS_ASSETS
+from gateway.http.rate_headers import rate_headers
 from gateway.http.throttle import AddressThrottle
 from gateway.limits.quota import Quotas, QuotaWeights
 from gateway.limits.rate import RateLimiter, storage_for
@@ -207,5 +208,6 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         drain=drain,
         metrics=HttpMetrics(metrics.registry),
         render=renderer(routes.dialect_for),
+        limit_headers=rate_headers,
     )
     return app

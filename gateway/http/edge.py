@@ -5,7 +5,8 @@ In order, for each request:
 1. header sanity (:func:`~gateway.http.headers.check_headers`): 431/400 before anything reads them;
 2. its request id (:mod:`gateway.http.request_id`), into the scope and onto the response's headers,
    with ``X-Content-Type-Options: nosniff`` (no browser may guess a type the gateway did not send:
-   a JSON error echoing input must never run as HTML);
+   a JSON error echoing input must never run as HTML), and the caller's ``x-ratelimit-*`` headers
+   when the answer has none (:mod:`gateway.http.rate_headers`);
 3. the drain (:mod:`gateway.http.drain`): 503 ``draining`` while the gateway shuts down, else the
    request counts as in flight until its last byte;
 4. the app;
@@ -21,7 +22,7 @@ are rendered by ``render`` (the app's error rendering, in the route's dialect).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -36,16 +37,26 @@ from gateway.http.request_id import HEADER, client_request_id, new_request_id
 NOSNIFF = (b"x-content-type-options", b"nosniff")
 #: Renders a refusal for the request at a path.
 Render = Callable[[GatewayError, str], Response]
+#: The ``x-ratelimit-*`` headers an answer lacks (:func:`gateway.http.rate_headers.rate_headers`).
+LimitHeaders = Callable[[Scope, list[tuple[bytes, bytes]]], Awaitable[list[tuple[bytes, bytes]]]]
 
 
 class EdgeMiddleware:
     """Header guard, request id, drain, HTTP metrics and access log (see the module doc)."""
 
-    def __init__(self, app: ASGIApp, drain: Drain, metrics: HttpMetrics, render: Render) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        drain: Drain,
+        metrics: HttpMetrics,
+        render: Render,
+        limit_headers: LimitHeaders | None = None,
+    ) -> None:
         self.app = app
         self.drain = drain
         self.metrics = metrics
         self.render = render
+        self.limit_headers = limit_headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -62,7 +73,9 @@ class EdgeMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", []), *added]
+                present = message.get("headers", [])
+                limits = await self.limit_headers(scope, present) if self.limit_headers else []
+                message["headers"] = [*present, *added, *limits]
             await send(message)
 
         refusal = check_headers(scope)

@@ -8,7 +8,7 @@ request body is generated from the dialect's request model (:func:`gateway.http.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -43,16 +43,15 @@ async def forward(
     path: str,
     body: bytes | None = None,
     headers: dict[str, str] | None = None,
-    answer_headers: Mapping[str, str] | None = None,
 ) -> Response:
-    """``method path`` sent to ``upstream``; its JSON answer returned with its status and
-    ``answer_headers`` (an error status raises :class:`GatewayError`, answered in the route's dialect)."""
+    """``method path`` sent to ``upstream``; its JSON answer returned with its status (an error status
+    raises :class:`GatewayError`, answered in the route's dialect)."""
     response = await upstream.open(method, path, body, headers)
     try:
         data = await response.read()
     finally:
         response.close()
-    return Response(data, status_code=response.status, headers=answer_headers, media_type="application/json")
+    return Response(data, status_code=response.status, media_type="application/json")
 
 
 async def count_tokens(request: Request) -> Response:
@@ -62,7 +61,7 @@ async def count_tokens(request: Request) -> Response:
     pipeline: Pipeline = request.app.state.pipeline
     principal = request.state.principal
     settings = pipeline.settings
-    ticket = await pipeline.limits.count(principal)
+    await pipeline.limits.count(principal)  # its x-ratelimit-* headers: the edge's (http/rate_headers.py)
     body, _ = await read_json(request, body_bounds(settings, settings.max_body_bytes, INFERENCE))
     pipeline.resolve_model(principal, body)
     parsed = COUNT_TOKENS.parse(body)
@@ -71,7 +70,7 @@ async def count_tokens(request: Request) -> Response:
     headers = {**COUNT_TOKENS.forwarded(request.headers), "x-request-id": request.state.request_id}
     data = json_codec.dumps(payload)
     async with pipeline.backends.first_up().counts.hold(principal.name) as upstream:
-        return await forward(upstream, "POST", COUNT_TOKENS.upstream_path, data, headers, ticket.headers)
+        return await forward(upstream, "POST", COUNT_TOKENS.upstream_path, data, headers)
 
 
 async def list_models(request: Request) -> dict[str, Any]:

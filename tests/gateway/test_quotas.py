@@ -113,3 +113,26 @@ def test_a_restarted_gateway_keeps_what_the_quota_spent(start_sim, start_gateway
     before.stop()
     after = start_gateway(sim.url)
     assert own_key(after, key)["quotas"][0]["used"] == spent
+
+
+def test_every_answer_to_a_limited_key_carries_its_rate_limit_headers(start_sim, start_gateway, make_key):
+    """Not only inference: the model list, a token count, an unknown model's 404 and ``GET /v1/key``
+    show the key's windows as they stand; an unlimited key's answers show none."""
+    gateway = start_gateway(start_sim().url)
+    limited, free = make_key("limited", rpm=50, tpm=50_000), make_key("free")
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=limited, max_retries=0)
+    counted = claude.messages.with_raw_response.count_tokens(model=MODEL, messages=HI)
+    auth = {"Authorization": f"Bearer {limited}"}
+    answers = {
+        "models": httpx.get(gateway.url + "/v1/models", headers=auth),
+        "count_tokens": counted.http_response,
+        "unknown model": httpx.get(gateway.url + "/v1/models/gpt-4", headers=auth),
+        "key": httpx.get(gateway.url + "/v1/key", headers=auth),
+    }
+    assert answers["unknown model"].status_code == 404
+    for what, answer in answers.items():
+        assert answer.headers["x-ratelimit-limit-requests"] == "50", what
+        assert answer.headers["x-ratelimit-limit-tokens"] == "50000", what
+        assert int(answer.headers["x-ratelimit-remaining-requests"]) <= 49, what  # count_tokens counted
+    unlimited = httpx.get(gateway.url + "/v1/models", headers={"Authorization": f"Bearer {free}"})
+    assert not [name for name in unlimited.headers if name.startswith("x-ratelimit-")]
