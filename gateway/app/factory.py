@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
+from limits.aio.storage import Storage
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from gateway.admission import Admission, Gate, SharedAdmission
@@ -75,6 +76,18 @@ def aiohttp_upstream(settings: Settings, url: str) -> Upstream:
         max_connections=settings.slots + 8,
     )
     return AiohttpUpstream(url, session)
+
+
+def quota_storage(settings: Settings, limits_storage: Storage) -> Storage:
+    """Where quota counters live: in the admission store's Redis when the replicas share one
+    (``GATEWAY_ADMISSION_STORE``: a quota must hold across them even when their rate limits are each
+    their own), else with the rate limits (``GATEWAY_LIMITS_STORAGE``: memory, or Redis)."""
+    store = settings.admission_store
+    if store.startswith(("redis://", "rediss://")):
+        return storage_for(store)
+    if store.startswith("unix://"):
+        return storage_for("redis+" + store)  # the ``limits`` name of a Redis socket
+    return limits_storage
 
 
 def admission_for(settings: Settings, backend: str) -> Admission | SharedAdmission:
@@ -153,7 +166,9 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             TelemetrySinks(metrics, ledger),
             RateLimiter(limits_storage, settings.limits_window_s),
             owners,
-            Quotas(limits_storage, QuotaWeights(**settings.quota_weights), seed=ledger.spent),
+            Quotas(
+                quota_storage(settings, limits_storage), QuotaWeights(**settings.quota_weights), ledger.spent
+            ),
         )
         app.state.throttle = AddressThrottle(
             limits_storage, settings.auth_failures_per_minute, settings.public_requests_per_minute

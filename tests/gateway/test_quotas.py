@@ -6,6 +6,7 @@ own key, limits and quota left, never its secret."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import UTC, datetime
 
 import anthropic
@@ -72,10 +73,12 @@ async def burst(url: str, key: str, requests: int) -> list[int]:
 
 
 def test_a_parallel_burst_across_two_replicas_cannot_overspend(start_sim, start_gateway, make_key, redis_url):
-    """Two gateways sharing Redis: 12 requests of at most ~40 tokens each at once against a quota of
-    100: the reservations admit at most what fits; the quota's use ends at or under it."""
+    """Two gateways sharing an admission store in Redis (their rate limits each their own, in memory):
+    12 requests of at most ~40 tokens each at once against a quota of 100: the reservations admit at
+    most what fits; the quota's use ends at or under it."""
     sim = start_sim()
-    replicas = [start_gateway(sim.url, limits_storage=redis_url + "/3", slots=4) for _ in range(2)]
+    shared = {"admission_store": redis_url, "admission_namespace": f"quota-{uuid.uuid4().hex}"}
+    replicas = [start_gateway(sim.url, slots=4, **shared) for _ in range(2)]
     key = make_key("burst", quota_tokens=100, quota_period="month")
 
     async def both() -> list[int]:
