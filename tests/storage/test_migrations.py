@@ -39,7 +39,7 @@ MODEL = "deepseek-v4-flash-0731"
 UPGRADE_HINT = "run `dspark-gateway db upgrade`"
 #: How messages name this gateway's schema.
 HEAD_REVISION = "0007"
-HEAD = HEAD_REVISION  # unreleased: no version beside it
+HEAD = f"{HEAD_REVISION} (0.5.0)"
 #: The shape (its number in ``unversioned.SHAPES``) each fixture's commit made: the commits that
 #: followed ``SHAPES[n].commit`` up to the next shape's.
 SHAPE_OF = {"0eb4dce": 0, "90ae478": 1, "fe3116e": 2, "58dc2b3": 3, "0ef4d98": 4}

@@ -27,7 +27,7 @@ from gateway.storage.migrations import unversioned
 #: Where the revisions are: this package (``env.py``, ``versions/``), found as package data.
 SCRIPT_LOCATION = "gateway.storage:migrations"
 #: The revision a release's schema is, as messages name it besides the revision.
-RELEASES = {"0001": "0.1.0", "0002": "0.2.0", "0003": "0.3.0", "0004": "0.4.0"}
+RELEASES = {"0001": "0.1.0", "0002": "0.2.0", "0003": "0.3.0", "0004": "0.4.0", "0007": "0.5.0"}
 #: The revision an unversioned database is stamped with once its tables are aligned with it.
 UNVERSIONED = "0001"
 UPGRADE_COMMAND = "dspark-gateway db upgrade"
