@@ -68,6 +68,16 @@ class Markers:
         if not self.start or not self.end or self.start == self.end:
             raise ValueError("reasoning markers must be two different non-empty strings")
 
+    def cut(self, text: str) -> str:
+        """``text`` without a trailing piece of a marker: what an output stopped by ``max_tokens``
+        while writing a marker (``…</thi``) ends with. Only for cut output: at a natural end such a
+        suffix is text."""
+        for marker in (self.end, self.start):
+            for length in range(min(len(marker) - 1, len(text)), 0, -1):
+                if text.endswith(marker[:length]):
+                    return text[:-length]
+        return text
+
 
 THINK = Markers()
 

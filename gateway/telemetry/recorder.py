@@ -47,7 +47,9 @@ class RequestRecorder:
         self._unattributed = 0  # stream tokens whose text has not been released yet
         self._usage: Mapping[str, Any] | None = None
         self._backend: Mapping[str, Any] | None = None
-        self._split_chars = [0, 0]  # reasoning, content characters (for non-stream attribution)
+        #: reasoning, content characters released: the attribution of a response whose usage came
+        #: only at its end (a non-stream answer; a Responses or Messages stream)
+        self._split_chars = [0, 0]
         self._indices: set[int] = set()  # choice indices seen: step accounting holds for n == 1 only
 
     @classmethod
@@ -105,6 +107,8 @@ class RequestRecorder:
             now = self._t_output = self._clock()
             if self._t_first is None:
                 self._t_first = now
+            self._split_chars[0] += seen.reasoning_chars
+            self._split_chars[1] += seen.content_chars
         usage = seen.usage
         if usage is not None:
             self._usage = usage

@@ -7,6 +7,8 @@ import httpx
 import openai
 import pytest
 
+from tests.support.probes import wait_until
+
 MODEL = "deepseek-v4-flash-0731"
 PROMPTS = ["Count from 1 to 30.", "Explain speculative decoding briefly."]
 
@@ -150,3 +152,39 @@ def test_split_off_leaves_raw_markers_to_the_client(start_sim, start_gateway, ma
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("raw"), max_retries=0)
     reasoning, content, _ = chat(client, PROMPTS[0], False)
     assert reasoning == "" and "</think>" in content
+
+
+@pytest.mark.parametrize("split", ["auto", "off"])
+def test_output_cut_inside_reasoning_is_counted_as_reasoning_on_every_api(
+    start_sim, start_gateway, make_key, split: str
+) -> None:
+    """``max_tokens`` 10 stops each answer inside its reasoning: the ledger counts all 10 tokens as
+    reasoning — chat completions, the Responses API and Anthropic Messages, stream and not, whether
+    the gateway splits or passes the backend's split on."""
+    gateway = start_gateway(start_sim(seed=3).url, reasoning_split=split)
+    key, admin = make_key("cut"), make_key("ops", scopes=["admin"])
+    ask = "Explain speculative decoding briefly."
+    bodies = {
+        "/v1/chat/completions": {"messages": [{"role": "user", "content": ask}], "max_tokens": 10},
+        "/v1/responses": {"input": ask, "max_output_tokens": 10},
+        "/v1/messages": {"messages": [{"role": "user", "content": ask}], "max_tokens": 10},
+    }
+    sent = 0
+    for route, body in bodies.items():
+        for stream in (False, True):
+            answer = httpx.post(
+                gateway.url + route,
+                json={"model": MODEL, "stream": stream, **body},
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            assert answer.status_code == 200, answer.text
+            sent += 1
+
+    def rows() -> list[dict]:
+        return httpx.get(
+            gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"}
+        ).json()["data"]
+
+    wait_until(lambda: len(rows()) == sent, what="every record")
+    counted = {(r["route"], r["stream"]): (r["reasoning_tokens"], r["completion_tokens"]) for r in rows()}
+    assert counted == {(route, stream): (10, 10) for route in bodies for stream in (False, True)}, counted

@@ -46,14 +46,20 @@ class ChoiceWriter:
         return finished or sent_text or whole or choice.get("logprobs") is not None, out
 
     def _finish(self, choice: dict[str, Any], out: SplitDelta) -> None:
-        """The choice ends: what the split still held joins ``out``; a stop after DSML tool calls is
-        OpenAI's ``tool_calls`` finish."""
+        """The choice ends: what the split still held joins ``out``, less a marker ``max_tokens`` cut
+        in two (:meth:`~gateway.reasoning.Markers.cut`); a stop after DSML tool calls is OpenAI's
+        ``tool_calls`` finish."""
         reason = choice.get("finish_reason")
         tail = self.split.close(reason)
         out.reasoning += tail.reasoning
         out.content += tail.content
         out.tool_calls.extend(tail.tool_calls)
         out.tool_calls_dropped += tail.tool_calls_dropped
+        if reason == "length":  # the output ends with the last text released: answer, else reasoning
+            if out.content:
+                out.content = self.policy.markers.cut(out.content)
+            else:
+                out.reasoning = self.policy.markers.cut(out.reasoning)
         if reason == "stop" and self.split.tool_calls_seen:
             choice["finish_reason"] = "tool_calls"
 

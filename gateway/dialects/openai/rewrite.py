@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from dspark_common import json_codec
+from gateway.dialects.base import text_length
 from gateway.dialects.openai.choice_writer import ChoiceWriter
 from gateway.dialects.openai.chunks import (
     SLOTS,
@@ -36,7 +37,8 @@ from gateway.dialects.openai.chunks import (
 from gateway.dialects.openai.client_view import ClientView
 from gateway.dialects.sse import DONE, lasting_fields, with_data
 from gateway.dialects.wire import MalformedChunkError, json_object
-from gateway.reasoning.policy import LearntReasoning, ReasoningPolicy
+from gateway.reasoning import Markers
+from gateway.reasoning.policy import UPSTREAM_REASONING_FIELDS, LearntReasoning, ReasoningPolicy
 
 #: The fields a chunk the gateway adds (closing usage, held text of a broken stream) copies from the
 #: chunks before it.
@@ -169,8 +171,10 @@ class StreamRewriter:
             done = self._plain_delta(obj, choices[0])
             if done is not None:
                 return done
-        if not check_shape(choices, slot) or self._passthrough:
+        if not check_shape(choices, slot):
             return False, 0, 0
+        if self._passthrough:
+            return (uncut(choices, slot, self._policy.markers), *as_sent(choices, slot))
         kept, reasoning_chars, content_chars = [], 0, 0
         writers = self._choices
         for choice in choices:
@@ -240,7 +244,10 @@ def rewrite_body(
         raise MalformedChunkError("choices is not a list")
     if choices:
         check_shape(choices, slot_of(body))
-    if not policy.passthrough and choices:
+    if policy.passthrough and choices:
+        uncut(choices, slot_of(body), policy.markers)
+        reasoning_chars, content_chars = as_sent(choices, slot_of(body))
+    elif choices:
         slot = slot_of(body)
         for choice in choices:
             _, out = ChoiceWriter(policy, traits).rewrite(choice, slot)
@@ -248,3 +255,39 @@ def rewrite_body(
             content_chars += len(out.content)
             dropped += out.tool_calls_dropped
     return reasoning_chars, content_chars, dropped
+
+
+def as_sent(choices: list[Any], slot: str | None) -> tuple[int, int]:
+    """Reasoning and answer characters of choices the gateway passes on as the backend split them
+    (``GATEWAY_REASONING_SPLIT=off``): reasoning where the backend put it (its ``reasoning`` or
+    ``reasoning_content``), the rest answer — what the client gets, so what telemetry counts."""
+    reasoning = content = 0
+    for choice in choices:
+        target = choice.get(slot) if slot else choice
+        if not isinstance(target, dict):
+            continue
+        reasoning += next(
+            (len(v) for n in UPSTREAM_REASONING_FIELDS if isinstance(v := target.get(n), str) and v), 0
+        )
+        content += text_length(target.get("content" if slot else "text"))
+    return reasoning, content
+
+
+def uncut(choices: list[Any], slot: str | None, markers: Markers) -> bool:
+    """Take a marker ``max_tokens`` cut in two (``…</thi``) off the end of each choice that ends so,
+    in place, as the split does (``GATEWAY_REASONING_SPLIT=off`` splits nothing, yet a piece of a
+    marker is no text of the answer); whether any changed. vLLM sends a choice's last text with its
+    finish reason, so the piece is in that chunk."""
+    changed = False
+    for choice in choices:
+        target = choice.get(slot) if slot else choice
+        if choice.get("finish_reason") != "length" or not isinstance(target, dict):
+            continue
+        for name in ("content" if slot else "text", *UPSTREAM_REASONING_FIELDS):
+            text = target.get(name)
+            if isinstance(text, str) and text:
+                kept = markers.cut(text)
+                changed = changed or kept != text
+                target[name] = kept
+                break  # the output ends with the answer when it has one
+    return changed

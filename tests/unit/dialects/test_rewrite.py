@@ -510,3 +510,40 @@ def test_the_plain_delta_shortcut_gives_what_the_general_path_gives(
                 outcome[name] = str(exc)
         assert outcome["shortcut"] == outcome["general"], obj
         assert seen["shortcut"] == seen["general"], obj
+
+
+@pytest.mark.parametrize("mode", ["auto", "gateway", "upstream", "off"])
+@pytest.mark.parametrize("cut", ["</thi", "<", "</think"])
+def test_a_marker_cut_in_two_by_max_tokens_never_reaches_the_answer(mode: str, cut: str) -> None:
+    """Stream and body, whoever splits: the piece of the end marker a length cut leaves is dropped;
+    the same text at a natural stop stays (it is text then)."""
+    text = "the answer is 42 " + cut
+    last = event(chunk(content="is 42 " + cut, finish="length"))
+    parsed, _ = run([event(chunk(content="the answer ")), last], mode=mode)
+    reasoning, content = texts(parsed)
+    assert (reasoning + content).endswith("42 ") and cut not in reasoning + content
+    stopped, _ = run([event(chunk(content=text, finish="stop"))], mode=mode, thinking=False)
+    assert texts(stopped)[1] == text
+    message = {"role": "assistant", "content": text}
+    body = {
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": message, "finish_reason": "length"}],
+    }
+    rewrite_body(body, ReasoningPolicy(mode=mode, thinking=True), UpstreamTraits())
+    message = body["choices"][0]["message"]
+    assert cut not in (message.get("content") or "") + (message.get("reasoning") or "")
+
+
+def test_what_passes_through_unsplit_is_counted_where_it_went() -> None:
+    """``GATEWAY_REASONING_SPLIT=off``: the backend's own reasoning field is reasoning, the rest answer
+    — telemetry counts what the client got."""
+    seen = []
+    rewriter = StreamRewriter(
+        ReasoningPolicy(mode="off", thinking=True), UpstreamTraits(), SEE_ALL, seen.append
+    )
+    for raw in (event(chunk(reasoning="thinking hard")), event(chunk(content="42", finish="length"))):
+        step(rewriter, raw)
+    assert [(s.reasoning_chars, s.content_chars) for s in seen] == [(13, 0), (0, 2)]
+    body = {"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "length",
+            "message": {"role": "assistant", "reasoning": "abc", "content": None}}]}  # fmt: skip
+    assert rewrite_body(body, ReasoningPolicy(mode="off", thinking=True), UpstreamTraits()) == (3, 0, 0)
