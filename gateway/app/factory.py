@@ -44,6 +44,7 @@ from gateway.telemetry import GatewayMetrics
 from gateway.telemetry.backend import BackendMonitor
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.sinks import TelemetrySinks
+from gateway.telemetry.tracing import Tracing
 
 #: Makes the client to one backend's base URL (the lifespan closes it with ``aclose``).
 UpstreamFactory = Callable[[Settings, str], Upstream]
@@ -169,6 +170,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             Quotas(
                 quota_storage(settings, limits_storage), QuotaWeights(**settings.quota_weights), ledger.spent
             ),
+            tracing := Tracing.from_environment(),
         )
         app.state.throttle = AddressThrottle(
             limits_storage, settings.auth_failures_per_minute, settings.public_requests_per_minute
@@ -190,6 +192,8 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
                     await task
             await app.state.authenticator.aclose()
             await pipeline.settled()
+            if tracing is not None:
+                await asyncio.to_thread(tracing.shutdown)  # exports what is batched: a blocking call
             await owners.aclose()
             await ledger.close()
             for backend in backends.all:

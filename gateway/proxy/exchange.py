@@ -71,6 +71,8 @@ class Exchange:
         self.billing = Billing(pipeline.limits, pipeline.quotas, principal, pipeline.settings, request_id)
         self._request_headers = headers
         self._headers = {"x-request-id": request_id}
+        tracing = pipeline.tracing
+        self._span = tracing.start(dialect.api, headers, self._headers) if tracing is not None else None
         self.placement = Placement(pipeline, principal, dialect.upstream_path, self._headers, self.recorder)
         self._telemetry = telemetry
         self._asked = asked
@@ -211,4 +213,6 @@ class Exchange:
         if self.recorder.saw_backend_metrics and placement.backend is not None:
             placement.backend.traits.per_request_metrics = True
         pipeline.sink.publish(record)
+        if self._span is not None and pipeline.tracing is not None:
+            pipeline.tracing.finish(self._span, record)
         await self.billing.settle(record, self._prompt_tokens)

@@ -23,6 +23,7 @@ from gateway.proxy.aliases import ModelAliases
 from gateway.proxy.backends import Backend, Backends
 from gateway.storage.response_owners import Owner
 from gateway.telemetry.record import RequestTelemetry
+from gateway.telemetry.tracing import Tracing
 
 
 class Sink(Protocol):
@@ -47,7 +48,8 @@ class Owners(Protocol):
 class Pipeline:
     """The shared parts of forwarding. ``background`` holds the recording tasks still running;
     ``owners`` remembers which key created which stored response (None: not tracked, as in the
-    in-memory test pipelines that serve no Responses API)."""
+    in-memory test pipelines that serve no Responses API); ``tracing``: OpenTelemetry spans of the
+    requests (None: off, :mod:`gateway.telemetry.tracing`)."""
 
     backends: Backends
     settings: Settings
@@ -55,6 +57,7 @@ class Pipeline:
     limits: RateLimiter
     owners: Owners | None = None
     quotas: Quotas = field(default_factory=lambda: Quotas(storage_for("memory://"), QuotaWeights()))
+    tracing: Tracing | None = None
     background: set[asyncio.Task[None]] = field(default_factory=set)
     aliases: ModelAliases = field(init=False)
 

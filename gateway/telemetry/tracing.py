@@ -1,0 +1,164 @@
+"""OpenTelemetry traces of inference requests, opt-in: on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) is set — the SDK's standard variables, read by its OTLP/HTTP
+exporter (``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_SERVICE_NAME``, ``OTEL_BSP_*`` … too). Off, nothing
+here runs on a request.
+
+Each request is a span (kind SERVER) named ``{gen_ai.operation.name} {gen_ai.request.model}`` after
+the GenAI semantic conventions (``gen_ai.*`` attributes: operation, provider, request model, usage
+input/output tokens, finish reasons, time to first token), continuing the client's W3C
+``traceparent`` and passed on to the backend in the request's own ``traceparent`` (vLLM continues
+it when started with ``--otlp-traces-endpoint``), so a coding agent's trace, the gateway's and the
+backend's are one. Its children, written when the request ends from its telemetry record
+(:class:`~gateway.telemetry.record.RequestTelemetry`, so the times are the ledger's)::
+
+    chat deepseek-v4-flash-0731           arrival → last byte; gen_ai.*, dspark.* attributes
+    ├── gateway.queue                     arrival → admission; dspark.waited_for.<reason> (s),
+    │                                     event "prompt sized" (tokens, source)
+    ├── gateway.upstream_first_token      admission → first token from the backend
+    └── gateway.decode                    first token → last byte; tokens/s, acceptance
+
+Never prompt or answer text, never a key: the key's name only (as ``/metrics`` and the ledger).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from gateway.telemetry.record import RequestTelemetry
+
+#: The variables that turn tracing on (the OTLP exporter's own).
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+#: ``gen_ai.operation.name`` of each client API (GenAI semantic conventions' operation names).
+OPERATIONS = {"chat": "chat", "completions": "text_completion", "responses": "chat", "messages": "chat"}
+_PROPAGATOR = TraceContextTextMapPropagator()
+_NS = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpan:
+    """A request's span and when it started (Unix time, ns: its children's times count from it)."""
+
+    span: Span
+    start_ns: int
+
+
+class Tracing:
+    """The gateway's tracer (its own provider: nothing global is set) and how a request's span starts,
+    is passed on and ends."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        self._provider = provider
+        self._tracer: Tracer = provider.get_tracer("dspark-gateway")
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> Tracing | None:
+        """Tracing to the OTLP/HTTP endpoint the standard variables name, or None when none is set."""
+        if not any(environ.get(name) for name in ENDPOINT_VARIABLES):
+            return None
+        resource = Resource.create({"service.name": environ.get("OTEL_SERVICE_NAME") or "dspark-gateway"})
+        provider = TracerProvider(resource=resource)
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        return cls(provider)
+
+    def start(self, api: str, headers: Mapping[str, str], forwarded: dict[str, str]) -> RequestSpan:
+        """A request's span, child of the client's ``traceparent`` if it sent one; its own context
+        written into ``forwarded`` (the headers that go to the backend)."""
+        parent: Context = _PROPAGATOR.extract(
+            {name: headers[name] for name in ("traceparent", "tracestate") if name in headers}
+        )
+        start = time.time_ns()
+        span = self._tracer.start_span(
+            OPERATIONS.get(api, "chat"), context=parent, kind=SpanKind.SERVER, start_time=start
+        )
+        _PROPAGATOR.inject(forwarded, context=set_span_in_context(span))
+        return RequestSpan(span, start)
+
+    def finish(self, request: RequestSpan, record: RequestTelemetry) -> None:
+        """The span's attributes and children from the request's record; the span ends at its end."""
+        span, start = request.span, request.start_ns
+        operation = OPERATIONS.get(record.api, "chat")
+        span.update_name(f"{operation} {record.model}")
+        span.set_attributes(_attributes(operation, record))
+        if record.status >= 500:
+            span.set_status(Status(StatusCode.ERROR, f"HTTP {record.status}"))
+        context = set_span_in_context(span)
+        at = lambda seconds: start + int(seconds * _NS)  # noqa: E731
+        queued = record.queue_wait_s
+        if queued is not None:
+            queue = self._tracer.start_span("gateway.queue", context=context, start_time=start)
+            queue.set_attributes({f"dspark.waited_for.{k}": v for k, v in record.waited_for.items()})
+            if record.prompt_size_source:
+                queue.add_event(
+                    "prompt sized",
+                    {
+                        "dspark.prompt_size_tokens": record.prompt_size_tokens,
+                        "dspark.prompt_size_source": record.prompt_size_source,
+                    },  # fmt: skip
+                    timestamp=at(queued),
+                )
+            queue.end(end_time=at(queued))
+            if record.upstream_ttft_s is not None:
+                first = self._tracer.start_span(
+                    "gateway.upstream_first_token", context=context, start_time=at(queued)
+                )
+                first.end(end_time=at(queued + record.upstream_ttft_s))
+        if record.ttft_s is not None and record.e2e_s is not None:
+            decode = self._tracer.start_span("gateway.decode", context=context, start_time=at(record.ttft_s))
+            if record.decode_tokens_per_s is not None:
+                decode.set_attribute("dspark.decode_tokens_per_s", record.decode_tokens_per_s)
+            if record.spec is not None:
+                decode.set_attributes(
+                    {f"dspark.spec.{k}": v for k, v in _scalars(record.spec.as_dict()).items()}
+                )
+            decode.end(end_time=at(record.e2e_s))
+        span.end(end_time=at(record.e2e_s or 0.0))
+
+    def shutdown(self) -> None:
+        """Export what is batched, then stop (the gateway's shutdown)."""
+        self._provider.shutdown()
+
+
+def _attributes(operation: str, record: RequestTelemetry) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": operation,
+        "gen_ai.provider.name": "deepseek",
+        "gen_ai.request.model": record.model,
+        "gen_ai.usage.input_tokens": record.prompt_tokens,
+        "gen_ai.usage.output_tokens": record.completion_tokens,
+        "http.response.status_code": record.status,
+        "dspark.api": record.api,
+        "dspark.route": record.route,
+        "dspark.key_name": record.key_name,
+        "dspark.request_id": record.request_id,
+        "dspark.stream": record.stream,
+        "dspark.usage.reasoning_tokens": record.reasoning_tokens,
+        "dspark.usage.cached_tokens": record.cached_tokens,
+    }
+    if record.finish_reason:
+        attributes["gen_ai.response.finish_reasons"] = [record.finish_reason]
+    if record.ttft_s is not None:
+        attributes["gen_ai.server.time_to_first_token"] = record.ttft_s
+    if record.queue_wait_s is not None:
+        attributes["dspark.queue_wait_s"] = record.queue_wait_s
+    if record.end_reason:
+        attributes["dspark.end_reason"] = record.end_reason
+    if record.group_name:
+        attributes["dspark.group_name"] = record.group_name
+    return attributes
+
+
+def _scalars(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values an attribute can hold (no None, no nesting)."""
+    return {k: v for k, v in values.items() if isinstance(v, str | bool | int | float)}

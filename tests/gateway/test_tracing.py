@@ -1,0 +1,149 @@
+"""OpenTelemetry traces through a real gateway: the SDK's OTLP/HTTP exporter posts to a real OTLP/HTTP
+endpoint this test runs (protobuf bodies decoded with the OTLP proto package), the OpenAI SDK is the
+client and sends a ``traceparent``; a recording simulator shows what reached the backend."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from dspark_sim import SimConfig, create_sim_app
+from tests.conftest import FAST_SIM
+from tests.support.probes import wait_until
+from tests.support.servers import ThreadedServer
+
+MODEL = "deepseek-v4-flash-0731"
+CANARY = "PROMPT-CANARY-7f3a"
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+
+
+class Receiver:
+    """An OTLP/HTTP trace endpoint (``POST /v1/traces``, protobuf): every span it was sent."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        if scope["path"] == "/v1/traces":
+            request = ExportTraceServiceRequest.FromString(body)
+            for resource in request.resource_spans:
+                for scoped in resource.scope_spans:
+                    self.spans += [MessageToDict(span) for span in scoped.spans]
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/x-protobuf")],
+            }
+        )
+        await send({"type": "http.response.body", "body": b""})
+
+
+class Upstream:
+    """The simulator, recording each request's headers."""
+
+    def __init__(self) -> None:
+        self.app = create_sim_app(SimConfig(**FAST_SIM))
+        self.headers: list[dict[bytes, bytes]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            self.headers.append(dict(scope["headers"]))
+        await self.app(scope, receive, send)
+
+
+@pytest.fixture
+def servers() -> Iterator[tuple[Receiver, ThreadedServer, Upstream, ThreadedServer]]:
+    receiver, upstream = Receiver(), Upstream()
+    collector, sim = ThreadedServer(receiver).start(), ThreadedServer(upstream).start()
+    yield receiver, collector, upstream, sim
+    sim.stop()
+    collector.stop()
+
+
+def attributes(span: dict[str, Any]) -> dict[str, Any]:
+    return {a["key"]: next(iter(a["value"].values())) for a in span.get("attributes", [])}
+
+
+def hex_id(value: str) -> str:
+    """OTLP JSON carries ids as base64 (MessageToDict of bytes)."""
+    return base64.b64decode(value).hex()
+
+
+def test_a_request_is_a_genai_span_tree_continuing_the_clients_trace(
+    servers, start_gateway, make_key, monkeypatch
+) -> None:
+    receiver, collector, upstream, sim = servers
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    gateway = start_gateway(sim.url)
+    key = make_key("traced")
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": f"Count to 3. {CANARY}"}],
+        max_tokens=30,
+        stream=True,
+        extra_headers={"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"},
+    )
+    chunks = [c for c in stream if c.choices]
+    finish = chunks[-1].choices[0].finish_reason
+    assert finish in ("stop", "length") and "".join(c.choices[0].delta.content or "" for c in chunks)
+    wait_until(lambda: len(receiver.spans) >= 4, timeout_s=15, what="the spans exported")
+    by_name = {span["name"]: span for span in receiver.spans}
+    root = by_name[f"chat {MODEL}"]
+    assert hex_id(root["traceId"]) == TRACE_ID and hex_id(root["parentSpanId"]) == CLIENT_SPAN
+    assert root["kind"] == "SPAN_KIND_SERVER"
+    told = attributes(root)
+    assert told["gen_ai.operation.name"] == "chat" and told["gen_ai.request.model"] == MODEL
+    assert int(told["gen_ai.usage.output_tokens"]) > 0 and int(told["gen_ai.usage.input_tokens"]) > 0
+    assert told["gen_ai.response.finish_reasons"] == {"values": [{"stringValue": finish}]}
+    assert told["gen_ai.server.time_to_first_token"] > 0 and told["dspark.key_name"] == "traced"
+    children = {
+        name: by_name[name] for name in ("gateway.queue", "gateway.upstream_first_token", "gateway.decode")
+    }
+    for child in children.values():
+        assert child["parentSpanId"] == root["spanId"] and child["traceId"] == root["traceId"]
+        assert (
+            int(root["startTimeUnixNano"]) <= int(child["startTimeUnixNano"]) <= int(child["endTimeUnixNano"])
+        )
+        assert int(child["endTimeUnixNano"]) <= int(root["endTimeUnixNano"])
+    assert [e["name"] for e in children["gateway.queue"].get("events", [])] == ["prompt sized"]
+    sent = upstream.headers[-1][b"traceparent"].decode().split("-")
+    assert (sent[1], sent[2]) == (
+        TRACE_ID,
+        hex_id(root["spanId"]),
+    )  # the backend continues the gateway's span
+    exported = json.dumps(receiver.spans)
+    assert CANARY not in exported and key not in exported
+
+
+def test_off_without_an_endpoint_and_nothing_passed_on(servers, start_gateway, make_key, monkeypatch) -> None:
+    receiver, _, upstream, sim = servers
+    for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    gateway = start_gateway(sim.url)
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("plain"), max_retries=0)
+    client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=4,
+        extra_headers={"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"},
+    )
+    assert b"traceparent" not in upstream.headers[-1] and receiver.spans == []
