@@ -9,6 +9,9 @@ Format (vLLM ``vllm/parser/deepseek_v4.py``; DeepSeek-V4 ``encoding_dsv4.py``)::
     </｜DSML｜invoke>
     </｜DSML｜tool_calls>
 
+DeepSeek-V4.1 (vLLM ``vllm/parser/deepseek_v41.py``) writes the same block spaced, its opening as
+``calls``: ``<｜DSML｜ calls>``, ``<｜DSML｜ invoke name="…">``, ``<｜DSML｜ parameter …>``; both
+generations' spellings are markers here, so one gateway splits either model's output.
 The bars are full-width (U+FF5C) in the tokenizer; ASCII ``|`` is seen too, so every marker exists in
 both spellings. ``string="true"`` values are strings; others are JSON when they parse (vLLM falls back
 to the literal text, and so do we). Pure: no I/O.
@@ -30,21 +33,26 @@ def _both(template: str) -> tuple[str, ...]:
 
 #: Opening a tool-call block (vLLM also saw ``toolcalls`` and ``tool`` spellings in production).
 TOOL_START = (
-    _both("<{bar}DSML{bar}tool_calls>") + _both("<{bar}DSML{bar}toolcalls>") + _both("<{bar}DSML{bar}tool>")
+    _both("<{bar}DSML{bar}tool_calls>")
+    + _both("<{bar}DSML{bar}toolcalls>")
+    + _both("<{bar}DSML{bar}tool>")
+    + _both("<{bar}DSML{bar} calls>")
 )
 TOOL_END = (
     _both("</{bar}DSML{bar}tool_calls>")
     + _both("</{bar}DSML{bar}toolcalls>")
     + _both("</{bar}DSML{bar}tool>")
+    + _both("</{bar}DSML{bar} calls>")
 )
-INVOKE_START = _both('<{bar}DSML{bar}invoke name="')
-INVOKE_END = _both("</{bar}DSML{bar}invoke>")
+INVOKE_START = _both('<{bar}DSML{bar}invoke name="') + _both('<{bar}DSML{bar} invoke name="')
+INVOKE_END = _both("</{bar}DSML{bar}invoke>") + _both("</{bar}DSML{bar} invoke>")
 
 _BAR = "[｜|]"
-_NAME = re.compile(r"^\s*(?:<" + _BAR + r"DSML" + _BAR + r'invoke name=")?([^"]+)">', re.DOTALL)
+_DSML = r"DSML" + _BAR + r" ?"  # V4.1 spaces its names: ``<｜DSML｜ parameter``
+_NAME = re.compile(r"^\s*(?:<" + _BAR + _DSML + r'invoke name=")?([^"]+)">', re.DOTALL)
 _PARAM = re.compile(
-    r"<" + _BAR + r"DSML" + _BAR + r'parameter\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>(.*?)'
-    r"(?:</" + _BAR + r"DSML" + _BAR + r"parameter>|(?=<" + _BAR + r"DSML" + _BAR + r"parameter\s+name=)|$)",
+    r"<" + _BAR + _DSML + r'parameter\s+name="([^"]+)"(?:\s+string="([^"]*)")?\s*>(.*?)'
+    r"(?:</" + _BAR + _DSML + r"parameter>|(?=<" + _BAR + _DSML + r"parameter\s+name=)|$)",
     re.DOTALL,
 )
 

@@ -111,18 +111,20 @@ def test_thinking_off_leaves_text_untouched() -> None:
         assert split(pieces, thinking=False) == ("", text, [])
 
 
-@pytest.mark.parametrize("bar", [FW, "|"])
-def test_dsml_tool_calls_become_tool_calls(bar: str) -> None:
-    d = f"{bar}DSML{bar}"
+@pytest.mark.parametrize(
+    ("d", "block"),
+    [(f"{FW}DSML{FW}", "tool_calls"), ("|DSML|", "tool_calls"), (f"{FW}DSML{FW} ", "calls")],  # V4.1: spaced
+)
+def test_dsml_tool_calls_become_tool_calls(d: str, block: str) -> None:
     text = (
-        f"need weather</think>Checking.\n<{d}tool_calls>\n"
+        f"need weather</think>Checking.\n<{d}{block}>\n"
         f'<{d}invoke name="get_weather">\n'
         f'<{d}parameter name="city" string="true">Paris</{d}parameter>\n'
         f'<{d}parameter name="days" string="false">3</{d}parameter>\n'
         f"</{d}invoke>\n"
         f'<{d}invoke name="get_time">\n'
         f'<{d}parameter name="tz" string="true">CET</{d}parameter>\n</{d}invoke>\n'
-        f"</{d}tool_calls>"
+        f"</{d}{block}>"
     )
     expected = (
         "need weather",
