@@ -8,6 +8,8 @@ fabric notes; rationale in docs/stability.md):
   2 sequences) — e.g. the report's 0.80 / 8,192 / 6 — needs ``DSPARK_ALLOW_UNQUALIFIED=1``.
 - ``MAX_CUDAGRAPH_CAPTURE_SIZE`` >= K + 1, the DSpark verify shape (6 for K5).
 - ``MAX_NUM_SEQS`` >= 1; the UCX registration-cache safeguards are set.
+- The tokenizer mode and the reasoning and tool parsers are the model generation's
+  (``DSPARK_MODEL_GENERATION``: ``deepseek_v4`` or ``deepseek_v41``).
 - Each node sets its own ``NCCL_IB_GID_INDEX`` and ``VLLM_HOST_IP`` (different nodes, different IPs);
   both ranks share ``MASTER_ADDR`` / ``MASTER_PORT``, and ``MASTER_ADDR`` is the head's fabric address.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from dspark_runtime.profile import NodeEnv, RuntimeProfile
+from dspark_runtime.profile import GENERATIONS, NodeEnv, RuntimeProfile
 
 #: The recipe's qualified (pressure-tested) ceilings.
 QUALIFIED_GPU_MEMORY_UTILIZATION = 0.75
@@ -92,6 +94,18 @@ def check_profile(profile: RuntimeProfile) -> list[Problem]:
             f"server default must be one of {', '.join(THINKING_DEFAULTS)}, got "
             f"{profile.default_thinking!r} (turn thinking off per request or per key in the gateway)",
         )
+    parser = GENERATIONS[profile.model_generation].parser
+    for setting, value in (
+        ("TOKENIZER_MODE", profile.tokenizer_mode),
+        ("REASONING_PARSER", profile.reasoning_parser),
+        ("TOOL_CALL_PARSER", profile.tool_call_parser),
+    ):
+        if value != parser:
+            refuse(
+                setting,
+                f"{value!r} is not the chat format of DSPARK_MODEL_GENERATION={profile.model_generation} "
+                f"({parser!r}): vLLM would encode its prompts or read its reasoning and tool calls wrong",
+            )
     problems.extend(_unqualified(profile))
     return problems
 

@@ -14,10 +14,11 @@ report's ``.env.dspark`` (variable names such as ``MTP_NUM_TOKENS``, ``MOE_BACKE
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -25,6 +26,33 @@ M = TypeVar("M", bound=BaseModel)
 RUNTIME_DIR = Path(__file__).resolve().parents[1] / "runtime"
 #: The profiles, shipped with the package (``dspark_runtime/profiles/<name>.env``).
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """What a DeepSeek model generation is served with: its checkpoint, the name clients ask for, and
+    the vLLM tokenizer mode and reasoning and tool parsers of its chat format (one name for the three)."""
+
+    model: str
+    served_model_name: str
+    parser: str
+
+
+#: ``DSPARK_MODEL_GENERATION`` -> its defaults. V4-Flash-0731 is the seeds' deployment; V4.1's
+#: format (vLLM ``vllm/tokenizers/deepseek_v41.py``, ``vllm/parser/deepseek_v41.py``) keeps
+#: ``<think>``/``</think>`` and spaces its DSML tool-call markup (``<｜DSML｜ calls>``).
+GENERATIONS: Mapping[str, Generation] = {
+    "deepseek_v4": Generation("deepseek-ai/DeepSeek-V4-Flash-0731", "deepseek-v4-flash-0731", "deepseek_v4"),
+    "deepseek_v41": Generation("deepseek-ai/DeepSeek-V4.1-Flash", "deepseek-v4.1-flash", "deepseek_v41"),
+}
+#: The variables a generation sets unless the env files do.
+_GENERATION_VARIABLES = (
+    ("DSPARK_MODEL", "model"),
+    ("SERVED_MODEL_NAME", "served_model_name"),
+    ("TOKENIZER_MODE", "parser"),
+    ("REASONING_PARSER", "parser"),
+    ("TOOL_CALL_PARSER", "parser"),
+)
 
 
 class ProfileError(ValueError):
@@ -57,6 +85,11 @@ class RuntimeProfile(BaseModel):
 
     name: str = "custom"
     image: str = Field("ghcr.io/anemll/dspark-vllm-gx10:0.1.1", alias="DSPARK_VLLM_IMAGE")
+    #: The model generation (:data:`GENERATIONS`): the defaults of the model, its served name, the
+    #: tokenizer mode and the parsers.
+    model_generation: Literal["deepseek_v4", "deepseek_v41"] = Field(
+        "deepseek_v4", alias="DSPARK_MODEL_GENERATION"
+    )
     model: str = Field("deepseek-ai/DeepSeek-V4-Flash-0731", alias="DSPARK_MODEL")
     served_model_name: str = Field("deepseek-v4-flash-0731", alias="SERVED_MODEL_NAME")
     vllm_host: str = Field("127.0.0.1", alias="VLLM_HOST")
@@ -86,6 +119,22 @@ class RuntimeProfile(BaseModel):
     scheduling_policy: Literal["", "priority"] = Field("", alias="SCHEDULING_POLICY")
     allow_unqualified: bool = Field(False, alias="DSPARK_ALLOW_UNQUALIFIED")
     node: NodeEnv | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _generation_defaults(cls, data: Any) -> Any:
+        """The model generation's model, served name, tokenizer mode and parsers, for each of them the
+        env files do not set."""
+        if not isinstance(data, Mapping):
+            return data
+        generation = GENERATIONS.get(str(data.get("DSPARK_MODEL_GENERATION") or "deepseek_v4"))
+        if generation is None:
+            return data  # the field's own validation names the choices
+        filled = dict(data)
+        for alias, attr in _GENERATION_VARIABLES:
+            if not filled.get(alias):  # unset, or blank (``TOKENIZER_MODE=``)
+                filled[alias] = getattr(generation, attr)
+        return filled
 
     @property
     def verify_tokens(self) -> int:

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from dspark_runtime import NodeEnv, RuntimeProfile, check, load_profile
+from dspark_runtime import NodeEnv, RuntimeProfile, check, load_profile, render
+from dspark_runtime.profile import profile_path
 from tests.runtime.conftest import HEAD_TEMPLATE
 
 
@@ -151,3 +152,38 @@ def test_other_profile_refusals(
     problems = check(balanced_head.model_copy(update=update), head_env, worker_env)
     assert refused(problems) == {("profile", setting)}
     assert all(p.reason for p in problems)
+
+
+def test_the_model_generation_sets_the_model_and_its_chat_format(
+    tmp_path, head_env: NodeEnv, worker_env: NodeEnv
+) -> None:
+    """``DSPARK_MODEL_GENERATION=deepseek_v41`` serves V4.1 with vLLM's ``deepseek_v41`` tokenizer mode
+    and parsers, for every one of them the files leave out (V4-Flash-0731 stays the default); a parser
+    of the other generation is refused."""
+    derived = (
+        "DSPARK_MODEL=",
+        "SERVED_MODEL_NAME=",
+        "TOKENIZER_MODE=",
+        "REASONING_PARSER=",
+        "TOOL_CALL_PARSER=",
+    )
+    lines = profile_path("balanced").read_text().replace("GENERATION=deepseek_v4", "GENERATION=deepseek_v41")
+    profile = tmp_path / "v41.env"
+    profile.write_text("\n".join(line for line in lines.splitlines() if not line.startswith(derived)))
+    upgraded = load_profile(profile)
+    assert (upgraded.model, upgraded.served_model_name) == (
+        "deepseek-ai/DeepSeek-V4.1-Flash",
+        "deepseek-v4.1-flash",
+    )
+    assert {upgraded.tokenizer_mode, upgraded.reasoning_parser, upgraded.tool_call_parser} == {"deepseek_v41"}
+    argv = render(upgraded.model_copy(update={"node": head_env}), 0)[0]
+    assert (
+        argv[argv.index("--reasoning-parser") + 1] == "deepseek_v41"
+        and "deepseek-ai/DeepSeek-V4.1-Flash" in argv
+    )
+    assert check(upgraded, head_env, worker_env) == []
+    default = load_profile("balanced", HEAD_TEMPLATE)
+    assert (default.model_generation, default.reasoning_parser) == ("deepseek_v4", "deepseek_v4")
+    half_done = upgraded.model_copy(update={"tool_call_parser": "deepseek_v4"})
+    problems = check(half_done, head_env, worker_env)
+    assert refused(problems) == {("profile", "TOOL_CALL_PARSER")} and "deepseek_v41" in problems[0].reason
