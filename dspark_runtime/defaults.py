@@ -14,12 +14,15 @@ from dspark_runtime.profile import RuntimeProfile
 
 
 class GatewayDefaults(TypedDict):
-    """``slots``: default ``GATEWAY_SLOTS``; ``kv_budget_tokens``: shared KV pool, ``None`` if unmeasured;
+    """``slots``: default ``GATEWAY_SLOTS``; ``served_model``: the model name vLLM serves (its
+    generation's unless set: ``DSPARK_MODEL_GENERATION``); ``kv_budget_tokens``: shared KV pool,
+    ``None`` if unmeasured;
     ``max_model_len``: the context window; ``long_prompt_tokens``: where the express lane starts;
     ``express_slots``: slots kept for short prompts while long ones run; ``upstream_priority``: whether
     vLLM schedules by ``priority`` (``SCHEDULING_POLICY=priority``), so batch requests may say so."""
 
     slots: int
+    served_model: str
     kv_budget_tokens: int | None
     max_model_len: int
     long_prompt_tokens: int
@@ -39,6 +42,7 @@ def gateway_defaults(profile: RuntimeProfile) -> GatewayDefaults:
     """
     return GatewayDefaults(
         slots=profile.max_num_seqs,
+        served_model=profile.served_model_name,
         kv_budget_tokens=profile.kv_capacity_tokens,
         max_model_len=profile.max_model_len,
         long_prompt_tokens=8 * profile.max_num_batched_tokens,

@@ -63,6 +63,10 @@ class SimConfig:
     reasoning_parser: bool = True
     """True: split reasoning into the ``reasoning`` field (``--reasoning-parser deepseek_v4``).
     False: raw ``...reasoning...</think>answer`` in ``content``."""
+    reasoning_end: str = "</think>"
+    """The marker the model writes between its reasoning and its answer (one token): DeepSeek-V4's
+    and V4.1's ``</think>``, or what a ``--reasoning-config`` names (the seed's `` response``); what
+    a gateway splitting the raw text must be told (``GATEWAY_REASONING_END``)."""
     per_request_metrics: bool = False
     """Add a vLLM 0.32 style per-request ``metrics`` object to every response (on the final usage chunk
     of a stream), as ``--enable-per-request-metrics`` does; the request cannot turn it off."""
@@ -79,6 +83,7 @@ class SimConfig:
     def __post_init__(self) -> None:
         checks = {
             "served_model_name must be non-empty": bool(self.served_model_name),
+            "reasoning_end must be non-empty": bool(self.reasoning_end),
             "slots must be >= 1": self.slots >= 1,
             "decode_tps must be > 0": self.decode_tps > 0,
             "prefill_tps must be > 0": self.prefill_tps > 0,

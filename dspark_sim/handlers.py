@@ -338,6 +338,7 @@ async def _prepare(
         content_tokens=config.content_tokens,
         call=call,
         tool_result=prompt.tool_result,
+        end_marker=config.reasoning_end,
     )
     envelope = render.Envelope(id=envelope_id, created=int(time.time()), model=model)
     step_seed = derive_seed(config.seed, seed, "steps", prompt.key, max_tokens)

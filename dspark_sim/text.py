@@ -140,6 +140,7 @@ def build_output(
     content_tokens: int = 96,
     call: ToolCall | None = None,
     tool_result: str | None = None,
+    end_marker: str = THINK_END,
 ) -> Output:
     """The output for one request: its script cut to ``max_tokens``.
 
@@ -147,6 +148,7 @@ def build_output(
     ``instruction`` is the last user message or the prompt (searched for "count from A to B").
     ``tool_result`` (the conversation ends with a tool's result) makes the answer quote it; else
     ``call`` makes the answer that call's arguments. Both come with a fixed one-sentence reasoning.
+    ``end_marker`` is the one token between the reasoning and the answer.
     With ``ignore_eos`` and ``max_tokens``, filler continues until exactly ``max_tokens`` tokens, and
     the finish reason is ``length``, as vLLM's: with EOS ignored only the limit ends the sequence.
 
@@ -184,7 +186,7 @@ def build_output(
         answer = _count_pieces(*counted, stop=left)
     else:
         answer = _filler(answer_rng, _vary(answer_rng, content_tokens), opener=None, stop=left)
-    script = ([*thought, THINK_END] if thinking else []) + answer
+    script = ([*thought, end_marker] if thinking else []) + answer
     if ignore_eos and max_tokens is not None and len(script) < max_tokens:
         more = max_tokens - len(script)
         script += _filler(answer_rng, more, opener=None, lead=" ")[:more]

@@ -416,7 +416,13 @@ class Settings(BaseSettings):
                 self.slots = defaults["slots"]
             if "kv_budget_tokens" not in self.model_fields_set and defaults["kv_budget_tokens"]:
                 self.kv_budget_tokens = defaults["kv_budget_tokens"]
-            for name in ("max_model_len", "long_prompt_tokens", "express_slots", "upstream_priority"):
+            for name in (
+                "served_model",
+                "max_model_len",
+                "long_prompt_tokens",
+                "express_slots",
+                "upstream_priority",
+            ):
                 if name not in self.model_fields_set:
                     setattr(self, name, defaults[name])  # type: ignore[literal-required]
         if self.express_slots >= self.slots:

@@ -188,3 +188,22 @@ def test_output_cut_inside_reasoning_is_counted_as_reasoning_on_every_api(
     wait_until(lambda: len(rows()) == sent, what="every record")
     counted = {(r["route"], r["stream"]): (r["reasoning_tokens"], r["completion_tokens"]) for r in rows()}
     assert counted == {(route, stream): (10, 10) for route in bodies for stream in (False, True)}, counted
+
+
+def test_a_model_with_other_markers_is_split_with_the_markers_it_is_configured_with(
+    start_sim, start_gateway, make_key
+) -> None:
+    """A backend whose model ends its reasoning with `` response`` (the seed's ``--reasoning-config``)
+    and no parser: the simulator writes that marker (``reasoning_end``), and the gateway told the same
+    markers splits the raw text as a parser would — stream and not, and a cut marker never shows."""
+    key = make_key("markers")
+    parsed = start_sim(seed=3, reasoning_end=" response")
+    raw = start_sim(seed=3, reasoning_end=" response", reasoning_parser=False)
+    markers = {"reasoning_start": " thinking", "reasoning_end": " response"}
+    reference = openai.OpenAI(base_url=start_gateway(parsed.url).url + "/v1", api_key=key, max_retries=0)
+    client = openai.OpenAI(base_url=start_gateway(raw.url, **markers).url + "/v1", api_key=key, max_retries=0)
+    chat(client, PROMPTS[0], False)  # a whole answer first: its marker shows the upstream writes them
+    for stream in (False, True):
+        reasoning, content, finish = chat(client, PROMPTS[1], stream)
+        assert (reasoning, content, finish) == chat(reference, PROMPTS[1], stream)
+        assert reasoning and content and " response" not in reasoning + content

@@ -114,6 +114,7 @@ def test_render_needs_a_node_and_a_valid_rank(balanced_head: RuntimeProfile) -> 
 def test_gateway_defaults() -> None:
     assert gateway_defaults(load_profile("balanced")) == {
         "slots": 2,
+        "served_model": "deepseek-v4-flash-0731",
         "kv_budget_tokens": 1_372_579,
         "max_model_len": 1_048_576,
         "long_prompt_tokens": 32_768,
