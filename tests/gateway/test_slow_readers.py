@@ -18,15 +18,18 @@ import openai
 from tests.support.probes import scrape, wait_until
 
 MODEL = "deepseek-v4-flash-0731"
-#: A stalled stream's prompt: its answer is ~3 MB of SSE from the simulator, more than the socket
-#: buffers between a stalled client and the gateway hold (a 4 KB receive buffer on loopback).
+#: A stalled stream's prompt: its answer is ~3 MB of SSE from the simulator.
 LONG = "count from 1 to 20000"
+#: A prompt whose answer (~15 MB of SSE) is more than every buffer between the backend and a stalled
+#: client holds: the gateway's stream buffer, a 4 KB receive buffer, and a send buffer the kernel may
+#: grow to ``net.ipv4.tcp_wmem``'s maximum (4 MB by default) — so the gateway's writes block for sure.
+LONGER = "count from 1 to 100000"
 
 
-def stalled_stream(gateway_port: int, key: str) -> socket.socket:
-    """A streamed chat whose client reads the response head, then nothing; the open socket."""
+def stalled_stream(gateway_port: int, key: str, prompt: str = LONG) -> socket.socket:
+    """A streamed chat of ``prompt`` whose client reads the response head, then nothing; the open socket."""
     body = json.dumps(
-        {"model": MODEL, "messages": [{"role": "user", "content": LONG}], "stream": True}
+        {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "stream": True}
     ).encode()
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -83,7 +86,7 @@ def test_a_client_that_reads_nothing_with_its_buffer_full_is_cut(start_sim, star
     sim = start_sim(slots=2, decode_tps=20000)
     gateway = start_gateway(sim.url, slots=2, stream_buffer_bytes=64 * 1024, client_write_timeout_s=1.0)
     admin = make_key("ops", scopes=["admin"])
-    sock = stalled_stream(gateway.port, make_key("stalled"))
+    sock = stalled_stream(gateway.port, make_key("stalled"), LONGER)
     try:
         # cut: the slot freed and the backend's sequence aborted before it could finish
         wait_until(lambda: scrape(gateway.url)["gateway_slots_in_use"] == 0, timeout_s=30, what="cut")
