@@ -73,9 +73,10 @@ class Plan:
 
 FULL = Plan(levels=((1, 200, 4), (32, 1920, 8), (256, 2048, 4)))
 QUICK = Plan(levels=((1, 32, 2), (32, 128, 2)), tput_s=4.0, rps_requests=400)
-#: The ``x-request-id`` of a latency stream (``bench-<path>-c<concurrency>-r<round>-<index>``), which
-#: the gateway, the relay and the simulator keep: the simulator's trace line of the stream carries it.
-_BENCH_ID = re.compile(r"bench-[a-z]+-c\d+-r\d+-\d+")
+#: The ``x-request-id`` the simulator got for a latency stream, which its trace line carries: the one the
+#: client sent (``bench-<path>-c<concurrency>-r<round>-<index>``) when the direct path and the relay pass
+#: it on, the gateway's own (``req-<32 hex>``, its answer's ``x-request-id``) through the gateway.
+_BENCH_ID = re.compile(r"bench-[a-z]+-c\d+-r\d+-\d+|req-[0-9a-f]{32}")
 
 #: The parts of :func:`ttft_split`, in order, with the table's labels.
 SPLIT_PARTS = {
