@@ -1,7 +1,8 @@
 """The gateway's performance benchmark, every part in one run on a 2-core machine.
 
-1. Added latency and 2. throughput, direct to the simulator vs through the gateway, and 4. the LiteLLM
-   proxy in the gateway's place, same loads (``bench.overhead``);
+1. Added latency and 2. throughput, direct to the simulator vs through the gateway (with tracing off,
+   and on: a second gateway exporting OTLP to a local receiver), and 4. the LiteLLM proxy in the
+   gateway's place, same loads (``bench.overhead``);
 3. queue scale: thousands of clients waiting on 2 slots (``bench.queue_scale``);
 5. a real vLLM on CPU: aggregate tokens/s at concurrency 2, direct vs through the gateway
    (``bench.real_vllm``).
@@ -11,7 +12,7 @@ figure. The method and the latest figures: docs/performance.md.
 
 Usage::
 
-    .venv/bin/python -m bench.bench_gateway [--quick] [--json OUT] [--no-litellm] [--no-vllm]
+    .venv/bin/python -m bench.bench_gateway [--quick] [--json OUT] [--no-litellm] [--no-vllm] [--no-tracing]
 """
 
 from __future__ import annotations
@@ -39,36 +40,43 @@ from tests.support.vllm_server import VLLMNotInstalled, vllm_python
 QUEUED = 5000
 
 
-def _added(report: dict[str, Any], concurrency: str, p: str, baseline: str) -> float:
+def _added(report: dict[str, Any], concurrency: str, p: str, path: str, baseline: str) -> float:
+    """``path``'s TTFT percentile ``p`` minus ``baseline``'s at a concurrency, ms (NaN: not measured)."""
     level = report["overhead"]["levels"].get(concurrency)
     if level is None:
         return math.nan
-    return float(level["gateway"]["ttft_ms"][p] - level[baseline]["ttft_ms"][p])
+    return float(level[path]["ttft_ms"][p] - level[baseline]["ttft_ms"][p])
+
+
+#: The gateway's paths the targets hold for: tracing off, and on (``--no-tracing``: off only).
+GATEWAYS = {"gateway": "", "traced": ", tracing on"}
 
 
 def targets(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
-    """Each target (issue 23): (target, the figure that decides it, met?); None when not measured.
-    The other parts' figures (the p99, the queue, real vLLM) follow with no verdict (:func:`figures`)."""
+    """Each target (issues 23, 38: with tracing off and on): (target, the figure that decides it, met?);
+    None when not measured. The other parts' figures (the p99, the queue, real vLLM) follow with no
+    verdict (:func:`figures`)."""
     rows: list[tuple[str, str, bool | None]] = []
-    # met only if it holds against both baselines: direct and the zero-work relay on CPU 0 (at high
-    # concurrency direct is slowed by CPU 1 doing all the client-facing sends)
-    added = {name: _added(report, "32", "p50", name) for name in ("direct", "relay")}
-    figure = f"{added['direct']:+.2f} ms vs direct, {added['relay']:+.2f} ms vs relay"
-    if "32" in report["overhead"]["levels"]:
-        level = report["overhead"]["levels"]["32"]
-        gateway, direct = (level[n]["ttft_p50_ms_rounds"] for n in ("gateway", "direct"))
-        per_round = [g - d for g, d in zip(gateway, direct, strict=True)]
-        figure += f" (rounds {min(per_round):+.1f}..{max(per_round):+.1f})"
-    rows.append(("added TTFT p50 at 32 streams <= 1 ms", figure, max(added.values()) <= 1.0))
-    tput = report["overhead"]["throughput"]
-    capacity = overhead.capacity(tput["gateway"], "gateway")
-    rows.append(
-        (
-            ">= 15,000 relayed chunks per CPU-second on one core",
-            f"{capacity:,.0f}/s at its CPU per chunk; {tput['gateway']['chunks_per_s']:,.0f}/s measured",
-            capacity >= 15_000,
+    levels, tput = report["overhead"]["levels"], report["overhead"]["throughput"]
+    for path, label in GATEWAYS.items():
+        if path not in tput:
+            continue
+        # met only if it holds against both baselines: direct and the zero-work relay on CPU 0 (at high
+        # concurrency direct is slowed by CPU 1 doing all the client-facing sends)
+        added = {name: _added(report, "32", "p50", path, name) for name in ("direct", "relay")}
+        figure = f"{added['direct']:+.2f} ms vs direct, {added['relay']:+.2f} ms vs relay"
+        if "32" in levels:
+            figure += f" (rounds {_per_round(levels['32'], path, 'direct')})"
+        rows.append((f"added TTFT p50 at 32 streams <= 1 ms{label}", figure, max(added.values()) <= 1.0))
+        capacity = overhead.capacity(tput[path], path)
+        rows.append(
+            (
+                f">= 15,000 relayed chunks per CPU-second on one core{label}",
+                f"{capacity:,.0f}/s at its CPU per chunk; {tput[path]['chunks_per_s']:,.0f}/s measured",
+                capacity >= 15_000,
+            )
         )
-    )
+    capacity = overhead.capacity(tput["gateway"], "gateway")
     if "litellm" in tput:
         ratio = capacity / overhead.capacity(tput["litellm"], "litellm")
         measured = tput["gateway"]["chunks_per_s"] / max(tput["litellm"]["chunks_per_s"], 1e-9)
@@ -79,12 +87,21 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     return rows + figures(report)
 
 
+def _per_round(level: dict[str, Any], path: str, baseline: str) -> str:
+    """The range of ``path``'s TTFT p50 minus ``baseline``'s over a level's rounds, ms."""
+    mine, theirs = (level[n]["ttft_p50_ms_rounds"] for n in (path, baseline))
+    per_round = [a - b for a, b in zip(mine, theirs, strict=True)]
+    return f"{min(per_round):+.1f}..{max(per_round):+.1f}"
+
+
 def figures(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     """The other parts' deciding figures, with no verdict."""
     rows: list[tuple[str, str, bool | None]] = []
-    added = {name: _added(report, "32", "p99", name) for name in ("direct", "relay")}
+    added = {name: _added(report, "32", "p99", "gateway", name) for name in ("direct", "relay")}
     rows.append(("added TTFT p99 at 32 streams", f"{added['direct']:+.2f} ms vs direct, "
                  f"{added['relay']:+.2f} ms vs relay", None))  # fmt: skip
+    if "traced" in report["overhead"]["throughput"]:
+        rows.append(("tracing on vs off (same run)", _tracing_cost(report["overhead"]), None))
     queue = report["queue_scale"]
     rss = queue["memory_mb"]["sampled_rss_max"]
     rows.append(("RSS with queued clients", f"{rss:.0f} MB with {queue['clients']:,}", None))
@@ -97,6 +114,23 @@ def figures(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         figure = f"{ratio:.1%} (95 % CI {low:.1%}..{high:.1%}); zero-work relay {relay:.1%}"
         rows.append(("real vLLM through the gateway, of direct", figure, None))
     return rows
+
+
+def _tracing_cost(figures: dict[str, Any]) -> str:
+    """What tracing adds: TTFT p50 at 32 streams and CPU per request, traced gateway minus the other
+    (the same load, interleaved rounds), and what its OTLP receiver got."""
+    rps = figures["rps"]
+    cpu = [rps[path]["cpu_ms_per_1"][path] for path in ("traced", "gateway")]
+    parts = [f"CPU/request {cpu[0]:.2f} vs {cpu[1]:.2f} ms"]
+    level = figures["levels"].get("32")
+    if level is not None:
+        ttft = level["traced"]["ttft_ms"]["p50"] - level["gateway"]["ttft_ms"]["p50"]
+        parts.insert(
+            0, f"TTFT p50 at 32 streams {ttft:+.2f} ms (rounds {_per_round(level, 'traced', 'gateway')})"
+        )
+    otlp = figures["otlp"]
+    parts.append(f"{otlp['spans']:,} spans exported in {otlp['exports']:,} OTLP requests")
+    return "; ".join(parts)
 
 
 def targets_table(rows: list[tuple[str, str, bool | None]]) -> str:
@@ -117,15 +151,17 @@ def _vllm_installed() -> bool:
     return True
 
 
-def _overhead(workdir: Path, plan: overhead.Plan, litellm: bool) -> dict[str, Any]:
+def _overhead(workdir: Path, plan: overhead.Plan, litellm: bool, tracing: bool) -> dict[str, Any]:
     affinity = os.sched_getaffinity(0)
-    with overhead.servers(workdir, plan.decode_tps, litellm) as (paths, pids, trace):
+    with overhead.servers(workdir, plan.decode_tps, litellm, tracing) as (paths, pids, trace):
         os.sched_setaffinity(0, {LOAD_CPU})
         try:
             figures, sent = asyncio.run(overhead.measure(plan, paths, pids | {"load": os.getpid()}))
         finally:
             os.sched_setaffinity(0, affinity)
         figures["log_problems"] = {name: log_problems(workdir / f"{name}.log") for name in pids}
+    if tracing:  # the traced gateway exported what it had batched as it stopped
+        figures["otlp"] = json.loads((workdir / overhead.OTLP_COUNTS).read_text())
     # the simulator has stopped: its trace is whole
     figures["ttft_split_incomplete"] = overhead.add_ttft_split(figures, sent, trace)
     phases = [v["stream_phase_cpu_busy_pct"] for lvl in figures["levels"].values() for v in lvl.values()]
@@ -161,6 +197,11 @@ def main() -> int:
     parser.add_argument("--decode-tps", type=float, default=2000.0, help="simulator decode speed per stream")
     parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM proxy comparison")
     parser.add_argument("--no-vllm", action="store_true", help="skip the real-vLLM part")
+    parser.add_argument(
+        "--no-tracing",
+        action="store_true",
+        help="skip the gateway with tracing on (OTLP to a local receiver)",
+    )
     args = parser.parse_args()
     if not {GATEWAY_CPU, LOAD_CPU} <= os.sched_getaffinity(0):
         print(f"CPUs {GATEWAY_CPU} and {LOAD_CPU} must both be available (taskset)", file=sys.stderr)
@@ -193,7 +234,7 @@ def main() -> int:
         workdir = Path(tmp)
         for part in ("overhead", "queue", "vllm"):
             (workdir / part).mkdir()
-        report["overhead"] = _overhead(workdir / "overhead", plan, litellm)
+        report["overhead"] = _overhead(workdir / "overhead", plan, litellm, not args.no_tracing)
         print(overhead.table(report["overhead"]), end="\n\n", flush=True)
         clients = QUEUED // 10 if args.quick else QUEUED
         report["queue_scale"] = queue_scale.measure_queue_scale(workdir / "queue", clients=clients)

@@ -152,44 +152,68 @@ def answers(url: str) -> bool:
 
 
 @contextlib.contextmanager
+def pinned(
+    workdir: Path, name: str, cpu: int, cmd: list[str], env: dict[str, str] | None, ready: str
+) -> Iterator[int]:
+    """``cmd`` pinned to ``cpu`` (``taskset``), its output in ``workdir/<name>.log``, until it answers
+    200 on the ``ready`` URL (30 s at most); yield its pid; terminate it (then kill after 20 s)."""
+    with (workdir / f"{name}.log").open("wb") as log:
+        proc = subprocess.Popen(["taskset", "-c", str(cpu), *cmd], env=env, stdout=log, stderr=log)
+    try:
+        wait_until(functools.partial(answers, ready), timeout_s=30, what=f"{name} ready")
+        yield proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def gateway(
+    workdir: Path,
+    name: str,
+    sim_url: str,
+    slots: int,
+    settings: dict[str, object],
+    environ: dict[str, str] | None = None,
+) -> Iterator[tuple[str, int]]:
+    """A gateway (CPU 0) in front of the simulator at ``sim_url``: ``GATEWAY_SLOTS=slots``, SQLite
+    ``workdir/<name>.db``, no spec-counter scrapes, ``settings`` as ``GATEWAY_*`` and ``environ`` added
+    to its environment; its log ``workdir/<name>.log``. Yield (its url, its pid)."""
+    port = free_port()
+    env = clean_env(
+        upstream=sim_url,
+        database_url=f"sqlite+aiosqlite:///{workdir / f'{name}.db'}",
+        slots=slots,
+        spec_counters="never",
+        **settings,
+    )
+    url = f"http://127.0.0.1:{port}"
+    cmd = [BIN, "serve", "--port", str(port)]
+    with pinned(workdir, name, GATEWAY_CPU, cmd, env | (environ or {}), url + "/ready") as pid:
+        yield url, pid
+
+
+@contextlib.contextmanager
 def simulator_and_gateway(
     workdir: Path, slots: int, sim_args: list[str], **gateway_settings: object
 ) -> Iterator[tuple[str, str, dict[str, int]]]:
     """The simulator (CPU 1; ``--slots slots``, instant prefill, plus ``sim_args``) and the gateway in
-    front of it (CPU 0; ``GATEWAY_SLOTS=slots``, SQLite in ``workdir``, no spec-counter scrapes, plus
-    ``gateway_settings`` as ``GATEWAY_*``); yield (simulator url, gateway url, pids). Logs in ``workdir``.
-    The gateway stops first, so the simulator sees its last requests end."""
-    sim_port, gw_port = free_port(), free_port()
-    sim_cmd = [sys.executable, "-m", "dspark_sim", "--port", str(sim_port), "--log-level", "warning"]
+    front of it (:func:`gateway` named "gateway": its keys in ``workdir/gateway.db``); yield
+    (simulator url, gateway url, pids). Logs in ``workdir``. The gateway stops first, so the
+    simulator sees its last requests end."""
+    port = free_port()
+    sim_cmd = [sys.executable, "-m", "dspark_sim", "--port", str(port), "--log-level", "warning"]
     sim_cmd += ["--slots", str(slots), "--ttft-base-s", "0", "--prefill-tps", "1e7", *sim_args]
-    env = clean_env(
-        upstream=f"http://127.0.0.1:{sim_port}",
-        database_url=f"sqlite+aiosqlite:///{workdir / 'bench.db'}",
-        slots=slots,
-        spec_counters="never",
-        **gateway_settings,
-    )
-    sim_url, gw_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}"
-    starts = (
-        ("simulator", LOAD_CPU, sim_cmd, None, sim_url + "/health"),
-        ("gateway", GATEWAY_CPU, [BIN, "serve", "--port", str(gw_port)], env, gw_url + "/ready"),
-    )
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        for name, cpu, cmd, proc_env, ready in starts:
-            with (workdir / f"{name}.log").open("wb") as log:
-                pinned = ["taskset", "-c", str(cpu), *cmd]
-                procs.append(subprocess.Popen(pinned, env=proc_env, stdout=log, stderr=log))
-            wait_until(functools.partial(answers, ready), timeout_s=30, what=f"{name} ready")
-        yield sim_url, gw_url, {"simulator": procs[0].pid, "gateway": procs[1].pid}
-    finally:
-        for proc in reversed(procs):
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    sim_url = f"http://127.0.0.1:{port}"
+    with (
+        pinned(workdir, "simulator", LOAD_CPU, sim_cmd, None, sim_url + "/health") as sim_pid,
+        gateway(workdir, "gateway", sim_url, slots, gateway_settings) as (gw_url, gw_pid),
+    ):
+        yield sim_url, gw_url, {"simulator": sim_pid, "gateway": gw_pid}
 
 
 def machine_speed() -> dict[str, dict[str, float]]:

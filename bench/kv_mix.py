@@ -80,7 +80,7 @@ def short_body(index: int) -> dict[str, Any]:
 
 async def run_arm(workdir: Path, arm: str, longs: int, short_rate: float, seconds: float) -> dict[str, Any]:
     """One arm's load against a fresh simulator and gateway; its figures."""
-    database = f"sqlite+aiosqlite:///{workdir / 'bench.db'}"
+    database = f"sqlite+aiosqlite:///{workdir / 'gateway.db'}"
     secrets = await make_keys(database, LONG_KEYS + SHORT_KEYS)
     settings = {**ARMS[arm], **QUEUE}
     with simulator_and_gateway(workdir, 2, SIM_ARGS, **settings) as (sim_url, gw_url, _pids):

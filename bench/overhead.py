@@ -16,7 +16,9 @@ import contextlib
 import json
 import math
 import re
+import shutil
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -27,23 +29,29 @@ import httpx
 
 from bench.common import (
     GATEWAY_CPU,
+    LOAD_CPU,
     MODEL,
     BenchError,
     Meter,
     Target,
     chat_body,
     cpu_seconds,
+    gateway,
     machine_busy_seconds,
     make_keys,
     pct,
+    pinned,
     simulator_and_gateway,
     sse_events,
 )
 from bench.litellm_proxy import litellm_proxy
 from bench.sse_counter import TEXT, run_streams
 from bench.tcp_relay import tcp_relay
+from tests.support.servers import free_port
 
 SLOTS = 512
+#: What the OTLP receiver of the traced gateway got: ``{"exports": n, "spans": n}``, in the workdir.
+OTLP_COUNTS = "otlp-counts.json"
 
 
 @dataclass(frozen=True)
@@ -299,7 +307,13 @@ async def measure_rps(clients: Clients, target: Target, plan: Plan, pids: dict[s
 
 
 #: The process that answers each path, whose CPU the tables show: the simulator for the direct path.
-SERVER = {"direct": "simulator", "relay": "relay", "gateway": "gateway", "litellm": "litellm"}
+SERVER = {
+    "direct": "simulator",
+    "relay": "relay",
+    "gateway": "gateway",
+    "traced": "traced",
+    "litellm": "litellm",
+}
 
 
 def ttft_split(sent: dict[str, tuple[float, float]], trace: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -399,16 +413,23 @@ async def measure(
 
 @contextlib.contextmanager
 def servers(
-    workdir: Path, decode_tps: float, litellm: bool
+    workdir: Path, decode_tps: float, litellm: bool, tracing: bool
 ) -> Iterator[tuple[dict[str, Target], dict[str, int], Path]]:
     """The simulator (its sequence trace in ``workdir``) and the gateway with :data:`SLOTS` slots
-    (nothing queues), the zero-work TCP relay (:mod:`bench.tcp_relay`, CPU 0) and, if
-    ``litellm``, the LiteLLM proxy (CPU 0; each idle while another path is measured); yield (chat
-    completions target per path, pid per server, the trace file)."""
-    keys = asyncio.run(make_keys(f"sqlite+aiosqlite:///{workdir / 'bench.db'}", ["bench"]))
-    limits = {"queue_max": 100_000, "queue_max_per_key": 100_000, "max_connections": 100_000}
+    (nothing queues), the zero-work TCP relay (:mod:`bench.tcp_relay`, CPU 0), if ``tracing`` a second
+    gateway ("traced") exporting its traces to an OTLP/HTTP receiver on CPU 1
+    (:mod:`tests.support.otlp_receiver`, counts in ``workdir/otlp-counts.json``) and, if ``litellm``,
+    the LiteLLM proxy (CPU 0; each idle while another path is measured); yield (chat completions
+    target per path, pid per server, the trace file)."""
+    keys = asyncio.run(make_keys(f"sqlite+aiosqlite:///{workdir / 'gateway.db'}", ["bench"]))
+    limits: dict[str, object] = {
+        "queue_max": 100_000,
+        "queue_max_per_key": 100_000,
+        "max_connections": 100_000,
+    }
     trace = workdir / "sim-trace.jsonl"
     sim_args = ["--decode-tps", str(decode_tps), "--trace-file", str(trace)]
+    bearer = {"Authorization": f"Bearer {keys['bench']}"}
     with (
         simulator_and_gateway(workdir, SLOTS, sim_args, **limits) as (sim_url, gw_url, pids),
         contextlib.ExitStack() as stack,
@@ -420,14 +441,34 @@ def servers(
         targets = {
             "direct": (sim_url + path, {}),
             "relay": (relay_url + path, {}),
-            "gateway": (gw_url + path, {"Authorization": f"Bearer {keys['bench']}"}),
+            "gateway": (gw_url + path, bearer),
         }
+        if tracing:
+            otlp_url, pids["otlp"] = stack.enter_context(otlp_receiver(workdir))
+            shutil.copy(workdir / "gateway.db", workdir / "traced.db")  # the same key
+            traced = gateway(
+                workdir, "traced", sim_url, SLOTS, limits, {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp_url}
+            )
+            traced_url, pids["traced"] = stack.enter_context(traced)
+            targets["traced"] = (traced_url + path, bearer)
         if litellm:
             ll_url, ll_key, pids["litellm"] = stack.enter_context(
                 litellm_proxy(workdir, sim_url, MODEL, GATEWAY_CPU)
             )
             targets["litellm"] = (ll_url + path, {"Authorization": f"Bearer {ll_key}"})
         yield targets, pids, trace
+
+
+@contextlib.contextmanager
+def otlp_receiver(workdir: Path) -> Iterator[tuple[str, int]]:
+    """The OTLP/HTTP trace receiver on CPU 1 (where a deployment's collector is not: on another
+    machine), counting into ``workdir/otlp-counts.json``; yield (its url, its pid)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "tests.support.otlp_receiver", "--port", str(port)]
+    cmd += ["--counts", str(workdir / OTLP_COUNTS)]
+    url = f"http://127.0.0.1:{port}"
+    with pinned(workdir, "otlp", LOAD_CPU, cmd, None, url + "/health") as pid:
+        yield url, pid
 
 
 def capacity(phase: dict[str, Any], name: str) -> float:

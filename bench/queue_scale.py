@@ -441,7 +441,7 @@ def measure_queue_scale(workdir: Path, clients: int = 5000, keys: int = 8) -> di
     random.Random(0).shuffle(calls)  # the ramp interleaves the keys
     for index, call in enumerate(calls):
         call.index = index
-    secrets = asyncio.run(make_keys(f"sqlite+aiosqlite:///{workdir / 'bench.db'}", [*names, HOLDER_KEY]))
+    secrets = asyncio.run(make_keys(f"sqlite+aiosqlite:///{workdir / 'gateway.db'}", [*names, HOLDER_KEY]))
     trace_file = workdir / "sim-trace.jsonl"
     affinity = os.sched_getaffinity(0)
     pinned = {GATEWAY_CPU, LOAD_CPU} <= affinity

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         pids,
     ):
         names = ["other", *(f"stalled-{i}" for i in range(max(2, args.stalled)))]
-        keys = asyncio.run(make_keys(f"sqlite+aiosqlite:///{workdir / 'bench.db'}", names))
+        keys = asyncio.run(make_keys(f"sqlite+aiosqlite:///{workdir / 'gateway.db'}", names))
         with HeldIdle(gateway_url, sim_url) as held_alone:
             alone = asyncio.run(ttfts(gateway_url, keys["other"], args.chats))
         stalled = [stalled_reader(gateway_url, keys[f"stalled-{i}"], args.stalled_text) for i in range(2)]

@@ -86,10 +86,15 @@ class Tracing:
         return RequestSpan(span, start)
 
     def finish(self, request: RequestSpan, record: RequestTelemetry) -> None:
-        """The span's attributes and children from the request's record; the span ends at its end."""
+        """The span's attributes and children from the request's record; the span ends at its end.
+        A span the sampler dropped (``OTEL_TRACES_SAMPLER``) gets no children: nothing would export them."""
         span, start = request.span, request.start_ns
         operation = OPERATIONS.get(record.api, "chat")
         span.update_name(f"{operation} {record.model}")
+        end = start + int((record.e2e_s or 0.0) * _NS)
+        if not span.is_recording():
+            span.end(end_time=end)
+            return
         span.set_attributes(_attributes(operation, record))
         if record.status >= 500:
             span.set_status(Status(StatusCode.ERROR, f"HTTP {record.status}"))
@@ -97,33 +102,29 @@ class Tracing:
         at = lambda seconds: start + int(seconds * _NS)  # noqa: E731
         queued = record.queue_wait_s
         if queued is not None:
-            queue = self._tracer.start_span("gateway.queue", context=context, start_time=start)
-            queue.set_attributes({f"dspark.waited_for.{k}": v for k, v in record.waited_for.items()})
+            waited = {f"dspark.waited_for.{k}": v for k, v in record.waited_for.items()}
+            queue = self._tracer.start_span("gateway.queue", context, attributes=waited, start_time=start)
             if record.prompt_size_source:
-                queue.add_event(
-                    "prompt sized",
-                    {
-                        "dspark.prompt_size_tokens": record.prompt_size_tokens,
-                        "dspark.prompt_size_source": record.prompt_size_source,
-                    },  # fmt: skip
-                    timestamp=at(queued),
-                )
+                sized: dict[str, Any] = {
+                    "dspark.prompt_size_tokens": record.prompt_size_tokens,
+                    "dspark.prompt_size_source": record.prompt_size_source,
+                }
+                queue.add_event("prompt sized", sized, timestamp=at(queued))
             queue.end(end_time=at(queued))
             if record.upstream_ttft_s is not None:
                 first = self._tracer.start_span(
-                    "gateway.upstream_first_token", context=context, start_time=at(queued)
+                    "gateway.upstream_first_token", context, start_time=at(queued)
                 )
                 first.end(end_time=at(queued + record.upstream_ttft_s))
         if record.ttft_s is not None and record.e2e_s is not None:
-            decode = self._tracer.start_span("gateway.decode", context=context, start_time=at(record.ttft_s))
+            decoded = _scalars(record.spec.as_dict(), "dspark.spec.") if record.spec is not None else {}
             if record.decode_tokens_per_s is not None:
-                decode.set_attribute("dspark.decode_tokens_per_s", record.decode_tokens_per_s)
-            if record.spec is not None:
-                decode.set_attributes(
-                    {f"dspark.spec.{k}": v for k, v in _scalars(record.spec.as_dict()).items()}
-                )
-            decode.end(end_time=at(record.e2e_s))
-        span.end(end_time=at(record.e2e_s or 0.0))
+                decoded["dspark.decode_tokens_per_s"] = record.decode_tokens_per_s
+            decode = self._tracer.start_span(
+                "gateway.decode", context, attributes=decoded, start_time=at(record.ttft_s)
+            )
+            decode.end(end_time=end)
+        span.end(end_time=end)
 
     def shutdown(self) -> None:
         """Export what is batched, then stop (the gateway's shutdown)."""
@@ -159,6 +160,6 @@ def _attributes(operation: str, record: RequestTelemetry) -> dict[str, Any]:
     return attributes
 
 
-def _scalars(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The values an attribute can hold (no None, no nesting)."""
-    return {k: v for k, v in values.items() if isinstance(v, str | bool | int | float)}
+def _scalars(values: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """The values an attribute can hold (no None, no nesting), their names prefixed."""
+    return {prefix + k: v for k, v in values.items() if isinstance(v, str | bool | int | float)}

@@ -1,5 +1,5 @@
 """OpenTelemetry traces through a real gateway: the SDK's OTLP/HTTP exporter posts to a real OTLP/HTTP
-endpoint this test runs (protobuf bodies decoded with the OTLP proto package), the OpenAI SDK is the
+endpoint this test runs (:mod:`tests.support.otlp_receiver`), the OpenAI SDK is the
 client and sends a ``traceparent``; a recording simulator shows what reached the backend."""
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from typing import Any
 
 import openai
 import pytest
-from google.protobuf.json_format import MessageToDict
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from dspark_sim import SimConfig, create_sim_app
 from tests.conftest import FAST_SIM
+from tests.support.otlp_receiver import Receiver
 from tests.support.probes import wait_until
 from tests.support.servers import ThreadedServer
 
@@ -23,36 +22,6 @@ MODEL = "deepseek-v4-flash-0731"
 CANARY = "PROMPT-CANARY-7f3a"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
-
-
-class Receiver:
-    """An OTLP/HTTP trace endpoint (``POST /v1/traces``, protobuf): every span it was sent."""
-
-    def __init__(self) -> None:
-        self.spans: list[dict[str, Any]] = []
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        if scope["path"] == "/v1/traces":
-            request = ExportTraceServiceRequest.FromString(body)
-            for resource in request.resource_spans:
-                for scoped in resource.scope_spans:
-                    self.spans += [MessageToDict(span) for span in scoped.spans]
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"application/x-protobuf")],
-            }
-        )
-        await send({"type": "http.response.body", "body": b""})
 
 
 class Upstream:
@@ -147,3 +116,24 @@ def test_off_without_an_endpoint_and_nothing_passed_on(servers, start_gateway, m
         extra_headers={"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"},
     )
     assert b"traceparent" not in upstream.headers[-1] and receiver.spans == []
+
+
+def test_a_request_the_sampler_drops_exports_nothing_and_tells_the_backend(
+    servers, start_gateway, make_key, monkeypatch
+) -> None:
+    receiver, collector, upstream, sim = servers
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")  # only a sampled client's trace
+    gateway = start_gateway(sim.url)
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("sampled"), max_retries=0)
+    ask = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    client.chat.completions.create(**ask)  # no traceparent: a root the sampler drops
+    dropped = upstream.headers[-1][b"traceparent"].decode().split("-")
+    assert int(dropped[3], 16) & 1 == 0 and dropped[1] != TRACE_ID  # its own trace, sampled flag off
+    client.chat.completions.create(**ask, extra_headers={"traceparent": f"00-{TRACE_ID}-{CLIENT_SPAN}-01"})
+    assert int(upstream.headers[-1][b"traceparent"].decode().split("-")[3], 16) & 1 == 1
+    root = f"chat {MODEL}"
+    wait_until(lambda: root in {s["name"] for s in receiver.spans}, timeout_s=15, what="the sampled root")
+    assert {hex_id(span["traceId"]) for span in receiver.spans} == {TRACE_ID}  # none of the dropped one
+    assert sorted(span["name"] for span in receiver.spans) == [root, "gateway.queue"]  # not streamed
