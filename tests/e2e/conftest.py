@@ -8,7 +8,7 @@ folder is marked ``vllm`` (deselect with ``-m "not vllm"``). The model is built 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -43,16 +43,21 @@ def tiny_model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_factory(tiny_model_dir: Path) -> Iterator[Callable[..., VLLMServer]]:
-    """``vllm_factory(extra_args, served_model_name=...)`` -> a running server, one per argument set.
+    """``vllm_factory(extra_args, served_model_name=..., env=...)`` -> a running server, one per
+    argument set (``env``: added to its environment).
 
     Servers are cached by their arguments and all stopped at the end of the session.
     """
-    servers: dict[tuple[str, tuple[str, ...]], VLLMServer] = {}
+    servers: dict[tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]], VLLMServer] = {}
 
-    def start(extra_args: Sequence[str] = (), served_model_name: str = TINY_MODEL_NAME) -> VLLMServer:
-        key = (served_model_name, tuple(extra_args))
+    def start(
+        extra_args: Sequence[str] = (),
+        served_model_name: str = TINY_MODEL_NAME,
+        env: Mapping[str, str] | None = None,
+    ) -> VLLMServer:
+        key = (served_model_name, tuple(extra_args), tuple(sorted((env or {}).items())))
         if key not in servers:
-            servers[key] = VLLMServer(tiny_model_dir, served_model_name, extra_args).start()
+            servers[key] = VLLMServer(tiny_model_dir, served_model_name, extra_args, env=env).start()
         return servers[key]
 
     try:

@@ -21,7 +21,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -103,10 +103,12 @@ class VLLMServer:
         served_model_name: str = TINY_MODEL_NAME,
         extra_args: Sequence[str] = (),
         *,
+        env: Mapping[str, str] | None = None,
         startup_timeout: float = 180.0,
         log_dir: Path | str = CACHE_DIR / "vllm-logs",
     ) -> None:
         self.model_dir = Path(model_dir)
+        self.env = dict(env or {})
         self.served_model_name = served_model_name
         self.extra_args = list(extra_args)
         self.startup_timeout = startup_timeout
@@ -158,7 +160,7 @@ class VLLMServer:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **SERVER_ENV},
+                env={**os.environ, **SERVER_ENV, **self.env},
                 cwd=str(REPO_ROOT),
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
