@@ -72,6 +72,9 @@ class NodeEnv(BaseModel):
     nccl_socket_ifname: str | None = Field(None, alias="NCCL_SOCKET_IFNAME")
     gloo_socket_ifname: str | None = Field(None, alias="GLOO_SOCKET_IFNAME")
     hf_cache_dir: str = Field("~/.cache/huggingface", alias="HF_CACHE_DIR")
+    #: An OTLP/HTTP traces URL (``http://collector:4318/v1/traces``): vLLM exports its request spans
+    #: there (``--otlp-traces-endpoint``), under the gateway's (docs/telemetry.md); empty: no traces.
+    otlp_traces_endpoint: str | None = Field(None, alias="OTLP_TRACES_ENDPOINT")
 
 
 class RuntimeProfile(BaseModel):

@@ -75,6 +75,8 @@ def render(profile: RuntimeProfile, rank: int) -> tuple[list[str], dict[str, str
     ]  # fmt: skip
     if profile.scheduling_policy:
         argv += ["--scheduling-policy", profile.scheduling_policy]
+    if node.otlp_traces_endpoint:
+        argv += ["--otlp-traces-endpoint", node.otlp_traces_endpoint]
     if rank == 1:
         argv.append("--headless")
     return argv, render_env(profile)
@@ -95,6 +97,8 @@ def render_env(profile: RuntimeProfile) -> dict[str, str]:
         "VLLM_USE_BREAKABLE_CUDAGRAPH": profile.use_breakable_cudagraph,
         "VLLM_USE_FLASHINFER_SAMPLER": profile.use_flashinfer_sampler,
         "HF_HUB_OFFLINE": profile.hf_hub_offline,
+        # the gateway's protocol: one collector URL for both (vLLM's default is gRPC)
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
     }
     return {key: str(value) for key, value in values.items() if value is not None and value != ""}
 

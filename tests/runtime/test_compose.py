@@ -18,14 +18,16 @@ from tests.support.compose_spec import compose_spec_errors
 
 COMPOSE_FILES = sorted(p for pattern in ("*.yml", "*.yaml") for p in RUNTIME.rglob(pattern))
 COMPOSE = RUNTIME / "docker-compose.yml"
-VARIABLE = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-+?])([^}]*))?\}")
+#: ``${NAME}`` or ``${NAME<op>arg}``, the arg holding at most one level of ``${…}`` of its own
+VARIABLE = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-+?])((?:\$\{[^}]*\}|[^}])*))?\}")
 
 
 def interpolate(text: str, env: dict[str, str]) -> str:
-    """Compose's ``${VAR}``, ``${VAR:-default}``, ``${VAR-default}``, ``${VAR:+alt}``, ``${VAR+alt}``."""
+    """Compose's ``${VAR}``, ``${VAR:-default}``, ``${VAR-default}``, ``${VAR:+alt}``, ``${VAR+alt}``;
+    the default or alt interpolated in turn (``${VAR:+--flag ${VAR}}``)."""
 
     def one(match: re.Match[str]) -> str:
-        name, op, arg = match.group(1), match.group(2), match.group(3) or ""
+        name, op, arg = match.group(1), match.group(2), interpolate(match.group(3) or "", env)
         value = env.get(name)
         if op == ":-":
             return value if value else arg
@@ -78,14 +80,24 @@ def test_service_shape() -> None:
 
 @pytest.mark.parametrize(("rank", "template"), [(0, HEAD_TEMPLATE), (1, WORKER_TEMPLATE)])
 @pytest.mark.parametrize("profile", ["balanced", "throughput"])
-def test_compose_launches_the_rendered_command(rank: int, template: Path, profile: str) -> None:
-    """The compose command, interpolated as ``--env-file NODE --env-file PROFILE`` does, equals render()."""
+@pytest.mark.parametrize("traces", ["", "http://127.0.0.1:4318/v1/traces"])
+def test_compose_launches_the_rendered_command(
+    rank: int, template: Path, profile: str, traces: str, tmp_path: Path
+) -> None:
+    """The compose command, interpolated as ``--env-file NODE --env-file PROFILE`` does, equals render();
+    with and without an OTLP traces endpoint in the node's file."""
+    node = tmp_path / template.name
+    node.write_text(
+        template.read_text().replace("OTLP_TRACES_ENDPOINT=\n", f"OTLP_TRACES_ENDPOINT={traces}\n")
+    )
     service = yaml.safe_load(COMPOSE.read_text())["services"]["vllm"]
-    env = {**read_env_file(template), **read_env_file(PROFILES_DIR / f"{profile}.env")}
+    env = {**read_env_file(node), **read_env_file(PROFILES_DIR / f"{profile}.env")}
+    assert env["OTLP_TRACES_ENDPOINT"] == traces
     assert service["entrypoint"] == ["/bin/bash", "-c"]
     words = shlex.split(interpolate(service["command"][0], env))
     assert words[0] == "exec"
-    expected_argv, expected_env = render(load_profile(profile, template), rank)
+    expected_argv, expected_env = render(load_profile(profile, node), rank)
+    assert ("--otlp-traces-endpoint" in expected_argv) == bool(traces)
     composed = argv_dict(words[1:])
     expected = argv_dict(expected_argv)
     # render prints the utilisation as a number (0.8); the env file says 0.80
