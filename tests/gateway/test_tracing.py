@@ -55,12 +55,17 @@ def hex_id(value: str) -> str:
     return base64.b64decode(value).hex()
 
 
+def export_to(collector: ThreadedServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tracing on, to ``collector``, each batch sent within 50 ms."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+
+
 def test_a_request_is_a_genai_span_tree_continuing_the_clients_trace(
     servers, start_gateway, make_key, monkeypatch
 ) -> None:
     receiver, collector, upstream, sim = servers
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    export_to(collector, monkeypatch)
     gateway = start_gateway(sim.url)
     key = make_key("traced")
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
@@ -122,8 +127,7 @@ def test_a_request_the_sampler_drops_exports_nothing_and_tells_the_backend(
     servers, start_gateway, make_key, monkeypatch
 ) -> None:
     receiver, collector, upstream, sim = servers
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    export_to(collector, monkeypatch)
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")  # only a sampled client's trace
     gateway = start_gateway(sim.url)
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("sampled"), max_retries=0)
