@@ -181,8 +181,9 @@ def gateway(
     environ: dict[str, str] | None = None,
 ) -> Iterator[tuple[str, int]]:
     """A gateway (CPU 0) in front of the simulator at ``sim_url``: ``GATEWAY_SLOTS=slots``, SQLite
-    ``workdir/<name>.db``, no spec-counter scrapes, ``settings`` as ``GATEWAY_*`` and ``environ`` added
-    to its environment; its log ``workdir/<name>.log``. Yield (its url, its pid)."""
+    ``workdir/<name>.db``, no spec-counter scrapes, ``settings`` as ``GATEWAY_*``, no ``OTEL_*`` of this
+    shell and ``environ`` added to its environment; its log ``workdir/<name>.log``. Yield (its url,
+    its pid)."""
     port = free_port()
     env = clean_env(
         upstream=sim_url,
@@ -191,6 +192,7 @@ def gateway(
         spec_counters="never",
         **settings,
     )
+    env = {k: v for k, v in env.items() if not k.startswith("OTEL_")}  # tracing only as ``environ`` says
     url = f"http://127.0.0.1:{port}"
     cmd = [BIN, "serve", "--port", str(port)]
     with pinned(workdir, name, GATEWAY_CPU, cmd, env | (environ or {}), url + "/ready") as pid:

@@ -446,9 +446,7 @@ def servers(
         if tracing:
             otlp_url, pids["otlp"] = stack.enter_context(otlp_receiver(workdir))
             shutil.copy(workdir / "gateway.db", workdir / "traced.db")  # the same key
-            traced = gateway(
-                workdir, "traced", sim_url, SLOTS, limits, {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp_url}
-            )
+            traced = gateway(workdir, "traced", sim_url, SLOTS, limits, traced_env(otlp_url))
             traced_url, pids["traced"] = stack.enter_context(traced)
             targets["traced"] = (traced_url + path, bearer)
         if litellm:
@@ -457,6 +455,12 @@ def servers(
             )
             targets["litellm"] = (ll_url + path, {"Authorization": f"Bearer {ll_key}"})
         yield targets, pids, trace
+
+
+def traced_env(otlp_url: str) -> dict[str, str]:
+    """The traced gateway's tracing: to ``otlp_url``, each batch sent within 100 ms (the SDK waits up to
+    5 s), so a round's spans are exported while :func:`settle` waits, not during the next path's."""
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp_url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
 
 
 @contextlib.contextmanager

@@ -74,7 +74,10 @@ class NodeEnv(BaseModel):
     hf_cache_dir: str = Field("~/.cache/huggingface", alias="HF_CACHE_DIR")
     #: An OTLP/HTTP traces URL (``http://collector:4318/v1/traces``): vLLM exports its request spans
     #: there (``--otlp-traces-endpoint``), under the gateway's (docs/telemetry.md); empty: no traces.
-    otlp_traces_endpoint: str | None = Field(None, alias="OTLP_TRACES_ENDPOINT")
+    #: A URL only: the compose file puts it into vLLM's ``bash -c`` command line unquoted.
+    otlp_traces_endpoint: str | None = Field(
+        None, alias="OTLP_TRACES_ENDPOINT", pattern=r"^$|^https?://[A-Za-z0-9._~:/?#\[\]@!%+=,-]+$"
+    )
 
 
 class RuntimeProfile(BaseModel):

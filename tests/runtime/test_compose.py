@@ -131,3 +131,16 @@ def test_throughput_profile_is_marked_unqualified() -> None:
     text = (PROFILES_DIR / "throughput.env").read_text()
     assert text.startswith("# UNQUALIFIED")
     assert "DSPARK_ALLOW_UNQUALIFIED" not in read_env_file(PROFILES_DIR / "throughput.env")
+
+
+@pytest.mark.parametrize(
+    "value", ["http://c:4318/v1/traces; rm -rf /", "http://c/$(id)", "c:4318 --x", "ftp://c"]
+)
+def test_the_traces_endpoint_must_be_a_url(value: str, tmp_path: Path) -> None:
+    """The compose file puts it into a ``bash -c`` line unquoted: nothing but a URL is accepted."""
+    node = tmp_path / HEAD_TEMPLATE.name
+    node.write_text(
+        HEAD_TEMPLATE.read_text().replace("OTLP_TRACES_ENDPOINT=\n", f"OTLP_TRACES_ENDPOINT={value}\n")
+    )
+    with pytest.raises(ValueError, match="OTLP_TRACES_ENDPOINT"):
+        load_profile("balanced", node)
