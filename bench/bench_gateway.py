@@ -101,7 +101,7 @@ def figures(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     rows.append(("added TTFT p99 at 32 streams", f"{added['direct']:+.2f} ms vs direct, "
                  f"{added['relay']:+.2f} ms vs relay", None))  # fmt: skip
     if "traced" in report["overhead"]["throughput"]:
-        rows.append(("tracing on vs off (same run)", _tracing_cost(report["overhead"]), None))
+        rows.append(("tracing on vs off (same run)", _tracing_cost(report), None))
     queue = report["queue_scale"]
     rss = queue["memory_mb"]["sampled_rss_max"]
     rows.append(("RSS with queued clients", f"{rss:.0f} MB with {queue['clients']:,}", None))
@@ -116,18 +116,17 @@ def figures(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     return rows
 
 
-def _tracing_cost(figures: dict[str, Any]) -> str:
+def _tracing_cost(report: dict[str, Any]) -> str:
     """What tracing adds: TTFT p50 at 32 streams and CPU per request, traced gateway minus the other
     (the same load, interleaved rounds), and what its OTLP receiver got."""
+    figures = report["overhead"]
     rps = figures["rps"]
     cpu = [rps[path]["cpu_ms_per_1"][path] for path in ("traced", "gateway")]
     parts = [f"CPU/request {cpu[0]:.2f} vs {cpu[1]:.2f} ms"]
-    level = figures["levels"].get("32")
-    if level is not None:
-        ttft = level["traced"]["ttft_ms"]["p50"] - level["gateway"]["ttft_ms"]["p50"]
-        parts.insert(
-            0, f"TTFT p50 at 32 streams {ttft:+.2f} ms (rounds {_per_round(level, 'traced', 'gateway')})"
-        )
+    if "32" in figures["levels"]:
+        ttft = _added(report, "32", "p50", "traced", "gateway")
+        rounds = _per_round(figures["levels"]["32"], "traced", "gateway")
+        parts.insert(0, f"TTFT p50 at 32 streams {ttft:+.2f} ms (rounds {rounds})")
     otlp = figures["otlp"]
     parts.append(f"{otlp['spans']:,} spans exported in {otlp['exports']:,} OTLP requests")
     return "; ".join(parts)

@@ -91,7 +91,8 @@ class Tracing:
         span, start = request.span, request.start_ns
         operation = OPERATIONS.get(record.api, "chat")
         span.update_name(f"{operation} {record.model}")
-        end = start + int((record.e2e_s or 0.0) * _NS)
+        at = lambda seconds: start + int(seconds * _NS)  # noqa: E731
+        end = at(record.e2e_s or 0.0)
         if not span.is_recording():
             span.end(end_time=end)
             return
@@ -99,7 +100,6 @@ class Tracing:
         if record.status >= 500:
             span.set_status(Status(StatusCode.ERROR, f"HTTP {record.status}"))
         context = set_span_in_context(span)
-        at = lambda seconds: start + int(seconds * _NS)  # noqa: E731
         queued = record.queue_wait_s
         if queued is not None:
             waited = {f"dspark.waited_for.{k}": v for k, v in record.waited_for.items()}
