@@ -8,14 +8,15 @@ the GenAI semantic conventions (``gen_ai.*`` attributes: operation, provider, re
 input/output tokens, finish reasons, time to first token), continuing the client's W3C
 ``traceparent`` and passed on to the backend in the request's own ``traceparent`` (vLLM continues
 it when started with ``--otlp-traces-endpoint``), so a coding agent's trace, the gateway's and the
-backend's are one. Its children, written when the request ends from its telemetry record
-(:class:`~gateway.telemetry.record.RequestTelemetry`, so the times are the ledger's)::
+backend's are one. What happened inside it is events on that span, written when the request ends
+from its telemetry record (:class:`~gateway.telemetry.record.RequestTelemetry`, so the times are
+the ledger's) — events rather than child spans, as the SDK's cost per span (building it, and the
+exporter encoding it in Python under the GIL) is the larger part of tracing's cost per request::
 
     chat deepseek-v4-flash-0731           arrival → last byte; gen_ai.*, dspark.* attributes
-    ├── gateway.queue                     arrival → admission; dspark.waited_for.<reason> (s),
-    │                                     event "prompt sized" (tokens, source)
-    ├── gateway.upstream_first_token      admission → first token from the backend
-    └── gateway.decode                    first token → last byte; tokens/s, acceptance
+    ├── event gateway.admitted            dspark.waited_for.<reason> (s), prompt size (tokens, source)
+    └── event gateway.first_token          the backend's first token; decode after it:
+                                          dspark.decode_tokens_per_s, dspark.spec.* on the span
 
 Never prompt or answer text, never a key: the key's name only (as ``/metrics`` and the ledger).
 """
@@ -86,45 +87,19 @@ class Tracing:
         return RequestSpan(span, start)
 
     def finish(self, request: RequestSpan, record: RequestTelemetry) -> None:
-        """The span's attributes and children from the request's record; the span ends at its end.
-        A span the sampler dropped (``OTEL_TRACES_SAMPLER``) gets no children: nothing would export them."""
+        """The span's attributes and events from the request's record; the span ends at its end.
+        A span the sampler dropped (``OTEL_TRACES_SAMPLER``) gets neither: nothing would export them."""
         span, start = request.span, request.start_ns
         operation = OPERATIONS.get(record.api, "chat")
         span.update_name(f"{operation} {record.model}")
         at = lambda seconds: start + int(seconds * _NS)  # noqa: E731
-        end = at(record.e2e_s or 0.0)
-        if not span.is_recording():
-            span.end(end_time=end)
-            return
-        span.set_attributes(_attributes(operation, record))
-        if record.status >= 500:
-            span.set_status(Status(StatusCode.ERROR, f"HTTP {record.status}"))
-        context = set_span_in_context(span)
-        queued = record.queue_wait_s
-        if queued is not None:
-            waited = {f"dspark.waited_for.{k}": v for k, v in record.waited_for.items()}
-            queue = self._tracer.start_span("gateway.queue", context, attributes=waited, start_time=start)
-            if record.prompt_size_source:
-                sized: dict[str, Any] = {
-                    "dspark.prompt_size_tokens": record.prompt_size_tokens,
-                    "dspark.prompt_size_source": record.prompt_size_source,
-                }
-                queue.add_event("prompt sized", sized, timestamp=at(queued))
-            queue.end(end_time=at(queued))
-            if record.upstream_ttft_s is not None:
-                first = self._tracer.start_span(
-                    "gateway.upstream_first_token", context, start_time=at(queued)
-                )
-                first.end(end_time=at(queued + record.upstream_ttft_s))
-        if record.ttft_s is not None and record.e2e_s is not None:
-            decoded = _scalars(record.spec.as_dict(), "dspark.spec.") if record.spec is not None else {}
-            if record.decode_tokens_per_s is not None:
-                decoded["dspark.decode_tokens_per_s"] = record.decode_tokens_per_s
-            decode = self._tracer.start_span(
-                "gateway.decode", context, attributes=decoded, start_time=at(record.ttft_s)
-            )
-            decode.end(end_time=end)
-        span.end(end_time=end)
+        if span.is_recording():
+            span.set_attributes(_attributes(operation, record))
+            if record.status >= 500:
+                span.set_status(Status(StatusCode.ERROR, f"HTTP {record.status}"))
+            for name, seconds, attributes in _events(record):
+                span.add_event(name, attributes, timestamp=at(seconds))
+        span.end(end_time=at(record.e2e_s or 0.0))
 
     def shutdown(self) -> None:
         """Export what is batched, then stop (the gateway's shutdown)."""
@@ -157,7 +132,26 @@ def _attributes(operation: str, record: RequestTelemetry) -> dict[str, Any]:
         attributes["dspark.end_reason"] = record.end_reason
     if record.group_name:
         attributes["dspark.group_name"] = record.group_name
+    if record.decode_tokens_per_s is not None:
+        attributes["dspark.decode_tokens_per_s"] = record.decode_tokens_per_s
+    if record.spec is not None:
+        attributes.update(_scalars(record.spec.as_dict(), "dspark.spec."))
     return attributes
+
+
+def _events(record: RequestTelemetry) -> list[tuple[str, float, dict[str, Any]]]:
+    """The request's events: (name, seconds after arrival, attributes), those its record has times for."""
+    queued = record.queue_wait_s
+    if queued is None:
+        return []
+    admitted: dict[str, Any] = {f"dspark.waited_for.{k}": v for k, v in record.waited_for.items()}
+    if record.prompt_size_source:
+        admitted["dspark.prompt_size_tokens"] = record.prompt_size_tokens
+        admitted["dspark.prompt_size_source"] = record.prompt_size_source
+    events = [("gateway.admitted", queued, admitted)]
+    if record.ttft_s is not None:  # the backend's first token: admitted + upstream_ttft_s
+        events.append(("gateway.first_token", record.ttft_s, {}))
+    return events
 
 
 def _scalars(values: Mapping[str, Any], prefix: str) -> dict[str, Any]:
