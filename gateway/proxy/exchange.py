@@ -214,5 +214,5 @@ class Exchange:
             placement.backend.traits.per_request_metrics = True
         pipeline.sink.publish(record)
         if self._span is not None and pipeline.tracing is not None:
-            pipeline.tracing.finish(self._span, record)
+            pipeline.tracing.finish(self._span, record, self.recorder.admitted_s)
         await self.billing.settle(record, self._prompt_tokens)

@@ -2,10 +2,12 @@
 
 Formulas (all times in seconds, from the gateway's monotonic clock):
 
-- ``queue_wait_s`` = admission − arrival, split by what it waited for in ``waited_for``
+- ``queue_wait_s`` = admission − joining the queue (after the request was read, sized and its tokens
+  reserved), split by what it waited for in ``waited_for``
   (``{"slot": s, "kv": s, "lane": s, ...}``, :class:`~gateway.admission.Reason`);
 - ``upstream_ttft_s`` = first non-empty reasoning/content/tool-call delta − admission (the role chunk
-  does not count); ``ttft_s`` = the same event − arrival;
+  does not count); ``ttft_s`` = the same event − arrival (non-stream, from the backend's metrics:
+  admission − arrival + ``upstream_ttft_s``);
 - ``decode_tokens_per_s`` = (completion_tokens − 1) / (t_last − t_first), tokens from upstream usage,
   never from counting chunks (a speculative chunk carries several tokens);
 - ``e2e_s`` = end of the response − arrival.

@@ -88,6 +88,12 @@ class RequestRecorder:
         """True once the upstream sent a per-request ``metrics`` object."""
         return self._backend is not None
 
+    @property
+    def admitted_s(self) -> float | None:
+        """Admission − arrival, s (None: not admitted). More than ``queue_wait_s``, the time in the
+        queue: before it the request was counted, read, sized and its tokens reserved."""
+        return self._t_admit - self._t_arrival if self._t_admit is not None else None
+
     def admitted(self, queue_wait_s: float, waited_for: dict[str, float]) -> None:
         """The request was admitted after waiting ``queue_wait_s`` seconds, split by what it waited for
         (``{"kv": 12.0, "slot": 0.5}``)."""
@@ -215,7 +221,7 @@ class RequestRecorder:
         if isinstance(ttft_ms, int | float):
             upstream = ttft_ms / 1000 + (queue_ms / 1000 if isinstance(queue_ms, int | float) else 0.0)
             record.upstream_ttft_s = upstream
-            record.ttft_s = upstream + (record.queue_wait_s or 0.0)
+            record.ttft_s = upstream + (self.admitted_s or 0.0)
         if isinstance(generation_ms, int | float) and generation_ms > 0 and tokens > 1:
             record.decode_tokens_per_s = (tokens - 1) / (generation_ms / 1000)
 

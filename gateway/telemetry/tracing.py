@@ -15,7 +15,7 @@ exporter encoding it in Python under the GIL) is the larger part of tracing's co
 
     chat deepseek-v4-flash-0731           arrival → last byte; gen_ai.*, dspark.* attributes
     ├── event gateway.admitted            dspark.waited_for.<reason> (s), prompt size (tokens, source)
-    └── event gateway.first_token          the backend's first token; decode after it:
+    └── event gateway.first_token         the backend's first token; decode after it:
                                           dspark.decode_tokens_per_s, dspark.spec.* on the span
 
 Never prompt or answer text, never a key: the key's name only (as ``/metrics`` and the ledger).
@@ -49,7 +49,7 @@ _NS = 1_000_000_000
 
 @dataclass(frozen=True, slots=True)
 class RequestSpan:
-    """A request's span and when it started (Unix time, ns: its children's times count from it)."""
+    """A request's span and when it started (Unix time, ns: its events' times count from it)."""
 
     span: Span
     start_ns: int
@@ -86,9 +86,10 @@ class Tracing:
         _PROPAGATOR.inject(forwarded, context=set_span_in_context(span))
         return RequestSpan(span, start)
 
-    def finish(self, request: RequestSpan, record: RequestTelemetry) -> None:
-        """The span's attributes and events from the request's record; the span ends at its end.
-        A span the sampler dropped (``OTEL_TRACES_SAMPLER``) gets neither: nothing would export them."""
+    def finish(self, request: RequestSpan, record: RequestTelemetry, admitted_s: float | None) -> None:
+        """The span's attributes and events from the request's record and when it was admitted (s after
+        arrival; None: never); the span ends at the record's end. A span the sampler dropped
+        (``OTEL_TRACES_SAMPLER``) gets neither: nothing would export them."""
         span, start = request.span, request.start_ns
         operation = OPERATIONS.get(record.api, "chat")
         span.update_name(f"{operation} {record.model}")
@@ -97,7 +98,7 @@ class Tracing:
             span.set_attributes(_attributes(operation, record))
             if record.status >= 500:
                 span.set_status(Status(StatusCode.ERROR, f"HTTP {record.status}"))
-            for name, seconds, attributes in _events(record):
+            for name, seconds, attributes in _events(record, admitted_s):
                 span.add_event(name, attributes, timestamp=at(seconds))
         span.end(end_time=at(record.e2e_s or 0.0))
 
@@ -139,17 +140,16 @@ def _attributes(operation: str, record: RequestTelemetry) -> dict[str, Any]:
     return attributes
 
 
-def _events(record: RequestTelemetry) -> list[tuple[str, float, dict[str, Any]]]:
-    """The request's events: (name, seconds after arrival, attributes), those its record has times for."""
-    queued = record.queue_wait_s
-    if queued is None:
-        return []
-    admitted: dict[str, Any] = {f"dspark.waited_for.{k}": v for k, v in record.waited_for.items()}
-    if record.prompt_size_source:
-        admitted["dspark.prompt_size_tokens"] = record.prompt_size_tokens
-        admitted["dspark.prompt_size_source"] = record.prompt_size_source
-    events = [("gateway.admitted", queued, admitted)]
-    if record.ttft_s is not None:  # the backend's first token: admitted + upstream_ttft_s
+def _events(record: RequestTelemetry, admitted_s: float | None) -> list[tuple[str, float, dict[str, Any]]]:
+    """The request's events: (name, seconds after arrival, attributes), those it has times for."""
+    events: list[tuple[str, float, dict[str, Any]]] = []
+    if admitted_s is not None:
+        admitted: dict[str, Any] = {f"dspark.waited_for.{k}": v for k, v in record.waited_for.items()}
+        if record.prompt_size_source:
+            admitted["dspark.prompt_size_tokens"] = record.prompt_size_tokens
+            admitted["dspark.prompt_size_source"] = record.prompt_size_source
+        events.append(("gateway.admitted", admitted_s, admitted))
+    if record.ttft_s is not None:  # admitted_s + upstream_ttft_s
         events.append(("gateway.first_token", record.ttft_s, {}))
     return events
 

@@ -67,6 +67,26 @@ def test_timing_and_stream_acceptance() -> None:
     assert spec.mean_acceptance_length == pytest.approx(11 / 3, abs=1e-6)
 
 
+def test_a_non_stream_ttft_from_the_backends_metrics_counts_from_arrival() -> None:
+    """vLLM's figures start at the backend; before them the request was read and sized (0.2 s here)
+    and queued (0.1 s): ttft_s = admission − arrival + upstream_ttft_s, not queue_wait_s + it."""
+    clock = Clock()
+    rec = recorder(clock)
+    clock.now = 100.3
+    rec.admitted(0.1, {"slot": 0.1})
+    assert rec.admitted_s == pytest.approx(0.3)
+    body = {
+        "choices": [{"index": 0, "message": {"content": "x"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 3},
+        "metrics": {"time_to_first_token_ms": 40.0, "queue_time_ms": 10.0, "generation_time_ms": 100.0},
+    }
+    rec.observe_answer(observation(body, body["choices"], True, 0, 1))
+    clock.now = 100.5
+    record = rec.finish(200, client_disconnected=False)
+    assert record.upstream_ttft_s == pytest.approx(0.05) and record.ttft_s == pytest.approx(0.35)
+    assert record.queue_wait_s == 0.1
+
+
 def test_impossible_values_are_clamped_and_named() -> None:
     rec = recorder(Clock())
     body = {
