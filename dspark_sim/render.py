@@ -208,19 +208,19 @@ def completion_response(
 def request_metrics(seq: Sequence, k: int) -> dict[str, Any]:
     """vLLM 0.32's per-request ``metrics`` object for a finished sequence.
 
-    Times in ms from the request's arrival at the engine: ``queue_time_ms`` arrival -> slot,
-    ``time_to_first_token_ms`` arrival -> first token, ``generation_time_ms`` first -> last token,
-    ``mean_itl_ms`` mean gap between engine steps, ``tokens_per_second`` (completion_tokens - 1) /
-    generation time. Speculative counts cover the drafting steps (all but the prefill step);
-    ``mean_acceptance_length`` = 1 + accepted / spec steps; ``acceptance_histogram[i]`` = spec steps
-    that accepted exactly i drafts.
+    Times in ms, as vLLM 0.32 computes them (``vllm/entrypoints/generate/base/serving.py``):
+    ``queue_time_ms`` arrival -> scheduled, ``time_to_first_token_ms`` scheduled -> first token (the
+    queue not included), ``generation_time_ms`` first -> last token, ``mean_itl_ms`` mean gap between
+    engine steps, ``tokens_per_second`` completion_tokens / (scheduled -> last token). Speculative
+    counts cover the drafting steps (all but the prefill step); ``mean_acceptance_length`` = 1 +
+    accepted / spec steps; ``acceptance_histogram[i]`` = spec steps that accepted exactly i drafts.
     """
     arrival = seq.arrival
     first = seq.first_token if seq.first_token is not None else arrival
     last = seq.last_token if seq.last_token is not None else first
     scheduled = seq.scheduled if seq.scheduled is not None else arrival
     gaps = [b - a for a, b in zip(seq.step_times, seq.step_times[1:], strict=False)]
-    generation_s = last - first
+    generation_s, inference_s = last - first, last - scheduled
     spec = [step for step in seq.steps if step.drafted]
     accepted = sum(step.accepted for step in spec)
     drafted = sum(step.drafted for step in spec)
@@ -228,11 +228,11 @@ def request_metrics(seq: Sequence, k: int) -> dict[str, Any]:
     for step in spec:
         histogram[min(step.accepted, k)] += 1
     return {
-        "time_to_first_token_ms": round((first - arrival) * 1000, 3),
+        "time_to_first_token_ms": round((first - scheduled) * 1000, 3),
         "generation_time_ms": round(generation_s * 1000, 3),
         "queue_time_ms": round((scheduled - arrival) * 1000, 3),
         "mean_itl_ms": round(sum(gaps) / len(gaps) * 1000, 3) if gaps else 0.0,
-        "tokens_per_second": round((seq.generated - 1) / generation_s, 3) if generation_s > 0 else 0.0,
+        "tokens_per_second": round(seq.generated / inference_s, 3) if inference_s > 0 else 0.0,
         "speculative_decoding": {
             "mean_acceptance_length": round(1 + accepted / len(spec), 4) if spec else 1.0,
             "draft_acceptance_rate": round(accepted / drafted, 4) if drafted else 0.0,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import httpx
 import pytest
 
@@ -103,3 +105,28 @@ def test_per_request_metrics_only_when_enabled(sim):
         sim.base_url + "/v1/chat/completions", json=chat_body("count to 3", include_metrics=True)
     ).json()
     assert "metrics" not in body
+
+
+def test_per_request_times_are_vllms_a_queued_requests_ttft_starts_when_it_is_scheduled(new_sim):
+    """vLLM 0.32: ``queue_time_ms`` arrival → scheduled, ``time_to_first_token_ms`` scheduled → first
+    token, ``tokens_per_second`` tokens / (scheduled → last token). The second of two requests on one
+    slot waits the first one's whole generation, which its TTFT must not include."""
+    server = new_sim(per_request_metrics=True, slots=1, decode_tps=400.0, ttft_base_s=0.02)
+    body = chat_body("count from 1 to 40", max_tokens=40)
+    with ThreadPoolExecutor(2) as pool:
+        first, second = (
+            future.result()
+            for future in [
+                pool.submit(httpx.post, server.base_url + "/v1/chat/completions", json=body, timeout=30)
+                for _ in range(2)
+            ]
+        )
+    waited, ran = sorted((r.json() for r in (first, second)), key=lambda b: b["metrics"]["queue_time_ms"])[
+        ::-1
+    ]
+    queued = waited["metrics"]
+    assert queued["queue_time_ms"] > ran["metrics"]["generation_time_ms"] / 2  # it waited for the slot
+    assert queued["time_to_first_token_ms"] < queued["queue_time_ms"]
+    tokens = waited["usage"]["completion_tokens"]
+    inference_s = (queued["time_to_first_token_ms"] + queued["generation_time_ms"]) / 1000
+    assert queued["tokens_per_second"] == pytest.approx(tokens / inference_s, rel=1e-2)
