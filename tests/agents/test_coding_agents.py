@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.probes import scrape
+from tests.support.probes import scrape, wait_until
 
 MODEL = "deepseek-v4-flash-0731"
 AGENTS = Path(__file__).resolve().parents[2] / ".npm-agents" / "node_modules" / ".bin"
@@ -65,10 +65,15 @@ def test_claude_code_runs_a_tool_through_the_gateway(gateway, make_key, tmp_path
     assert done.returncode == 0, done.stdout + done.stderr
     assert (work / "out.txt").read_text() == "hello\n"
     assert '"is_error":false' in done.stdout and "Tool result:" in done.stdout, done.stdout
-    requests = scrape(gateway.url)[
-        f"gateway_requests_total{{api=messages,key=claude-code,model={MODEL},status=200}}"
-    ]
-    assert requests >= 2  # the tool call, then the answer to its result
+    answered_twice(gateway.url, "messages", "claude-code")
+
+
+def answered_twice(url: str, api: str, key: str) -> None:
+    """The gateway answered ``key`` twice on ``api``: the tool call, then the answer to its result. A
+    request is counted when its record is written, just after the client read its last byte (which
+    may be the agent's last act before it exits)."""
+    name = f"gateway_requests_total{{api={api},key={key},model={MODEL},status=200}}"
+    wait_until(lambda: scrape(url).get(name, 0) >= 2, timeout_s=10, what=f"two {api} requests counted")
 
 
 def test_codex_runs_a_tool_through_the_gateway(gateway, make_key, tmp_path: Path) -> None:
@@ -92,7 +97,4 @@ def test_codex_runs_a_tool_through_the_gateway(gateway, make_key, tmp_path: Path
     assert done.returncode == 0, done.stdout + done.stderr
     assert (work / "out.txt").read_text() == "hello\n"
     assert "Tool result:" in done.stdout, done.stdout + done.stderr
-    requests = scrape(gateway.url)[
-        f"gateway_requests_total{{api=responses,key=codex,model={MODEL},status=200}}"
-    ]
-    assert requests >= 2
+    answered_twice(gateway.url, "responses", "codex")
