@@ -182,8 +182,8 @@ def gateway(
 ) -> Iterator[tuple[str, int]]:
     """A gateway (CPU 0) in front of the simulator at ``sim_url``: ``GATEWAY_SLOTS=slots``, SQLite
     ``workdir/<name>.db``, no spec-counter scrapes, ``settings`` as ``GATEWAY_*``, no ``OTEL_*`` of this
-    shell and ``environ`` added to its environment; its log ``workdir/<name>.log``. Yield (its url,
-    its pid)."""
+    shell (:func:`clean_env`) and ``environ`` added to its environment; its log ``workdir/<name>.log``.
+    Yield (its url, its pid)."""
     port = free_port()
     env = clean_env(
         upstream=sim_url,
@@ -192,7 +192,6 @@ def gateway(
         spec_counters="never",
         **settings,
     )
-    env = {k: v for k, v in env.items() if not k.startswith("OTEL_")}  # tracing only as ``environ`` says
     url = f"http://127.0.0.1:{port}"
     cmd = [BIN, "serve", "--port", str(port)]
     with pinned(workdir, name, GATEWAY_CPU, cmd, env | (environ or {}), url + "/ready") as pid:

@@ -113,17 +113,10 @@ def test_per_request_times_are_vllms_a_queued_requests_ttft_starts_when_it_is_sc
     slot waits the first one's whole generation, which its TTFT must not include."""
     server = new_sim(per_request_metrics=True, slots=1, decode_tps=400.0, ttft_base_s=0.02)
     body = chat_body("count from 1 to 40", max_tokens=40)
+    url = server.base_url + "/v1/chat/completions"
     with ThreadPoolExecutor(2) as pool:
-        first, second = (
-            future.result()
-            for future in [
-                pool.submit(httpx.post, server.base_url + "/v1/chat/completions", json=body, timeout=30)
-                for _ in range(2)
-            ]
-        )
-    waited, ran = sorted((r.json() for r in (first, second)), key=lambda b: b["metrics"]["queue_time_ms"])[
-        ::-1
-    ]
+        answers = [r.json() for r in pool.map(lambda _: httpx.post(url, json=body, timeout=30), range(2))]
+    ran, waited = sorted(answers, key=lambda answer: answer["metrics"]["queue_time_ms"])
     queued = waited["metrics"]
     assert queued["queue_time_ms"] > ran["metrics"]["generation_time_ms"] / 2  # it waited for the slot
     assert queued["time_to_first_token_ms"] < queued["queue_time_ms"]

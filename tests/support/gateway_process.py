@@ -15,8 +15,9 @@ BIN = str(Path(sys.executable).parent / "dspark-gateway")
 
 
 def clean_env(**settings: object) -> dict[str, str]:
-    """This process's environment without any ``GATEWAY_*``, plus ``settings`` as ``GATEWAY_<NAME>``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    """This process's environment without any ``GATEWAY_*`` or ``OTEL_*`` (a shell's tracing would turn
+    the gateway's on), plus ``settings`` as ``GATEWAY_<NAME>``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "OTEL_"))}
     env.update({f"GATEWAY_{name.upper()}": str(value) for name, value in settings.items()})
     return env
 

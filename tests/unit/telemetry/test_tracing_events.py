@@ -26,13 +26,12 @@ def traced() -> tuple[Tracing, InMemorySpanExporter]:
 
 
 def record(**fields) -> RequestTelemetry:
-    base = RequestTelemetry(
-        request_id="req-1", key_id="k1", key_name="team", model="m", route="/v1/chat/completions",
-        api="chat", stream=True, arrived_at=datetime.now(UTC), status=200,
-    )  # fmt: skip
-    for name, value in fields.items():
-        setattr(base, name, value)
-    return base
+    base = {
+        "request_id": "req-1", "key_id": "k1", "key_name": "team", "model": "m",
+        "route": "/v1/chat/completions", "api": "chat", "stream": True, "arrived_at": datetime.now(UTC),
+        "status": 200,
+    }  # fmt: skip
+    return RequestTelemetry(**{**base, **fields})
 
 
 def test_admission_and_first_token_fall_where_they_happened(traced) -> None:
