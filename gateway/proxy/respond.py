@@ -212,10 +212,13 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
         for task in done:
             task.result()  # the reader's ClientTooSlowError, the writer's OSError
     finally:
-        for task in (reading, writing):
+        running = [task for task in (reading, writing) if not task.done()]
+        for task in running:
             task.cancel()
-        await asyncio.gather(reading, writing, return_exceptions=True)
-        exchange.stream_ended(outcome.delivered, outcome.error)
+        try:  # a client gone now (cancelling this task) must not skip how the stream ended
+            await asyncio.gather(*running, return_exceptions=True)
+        finally:
+            exchange.stream_ended(outcome.delivered, outcome.error)
     if outcome.error is not None:
         await reply.fail(outcome.error)
     else:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -121,8 +123,12 @@ def test_backend_per_request_metrics_are_the_best_source(start_sim, start_gatewa
     assert "metrics" not in hidden[-1]
 
 
-def admin_requests(gateway, admin_key: str) -> list:
-    response = httpx.get(gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin_key}"})
+def admin_requests(gateway, admin_key: str, limit: int = 50) -> list:
+    response = httpx.get(
+        gateway.url + "/admin/requests",
+        params={"limit": limit},
+        headers={"Authorization": f"Bearer {admin_key}"},
+    )
     assert response.status_code == 200, response.text
     return response.json()["data"]
 
@@ -229,3 +235,31 @@ def test_client_disconnect_is_recorded(stack) -> None:
     wait_until(lambda: len(admin_requests(gateway, admin)) == 1, what="ledger row")
     (row,) = admin_requests(gateway, admin)
     assert row["client_disconnected"] is True and row["status"] == 499
+
+
+def test_queued_streams_read_to_their_last_event_are_recorded_whole(start_sim, start_gateway, make_key):
+    """The OpenAI SDK stops reading at ``data: [DONE]`` and closes the connection, often before the
+    gateway has ended the response: an answer whose last event was written is delivered (200), not
+    a 499. Five SDK clients loop on two slots, so most streams wait in the queue first."""
+    sim = start_sim(slots=2, decode_tps=400)
+    gateway = start_gateway(sim.url, slots=2, ledger_flush_s=0.1)
+    admin = make_key("root", scopes=["admin"])
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("looping"), max_retries=0)
+    create = client.chat.completions.create
+    deadline = time.monotonic() + 6
+
+    def loop(i: int) -> int:
+        whole = 0
+        while time.monotonic() < deadline:
+            messages = [{"role": "user", "content": f"client {i}"}]
+            stream = create(model=MODEL, messages=messages, max_tokens=20, stream=True)
+            chunks = list(stream)
+            whole += any(c.choices and c.choices[0].finish_reason for c in chunks)
+        return whole
+
+    with ThreadPoolExecutor(5) as pool:
+        whole = sum(pool.map(loop, range(5)))
+    rows = lambda: admin_requests(gateway, admin, limit=1000)  # noqa: E731
+    wait_until(lambda: len(rows()) == whole, what="a row per request")
+    assert {(row["status"], row["end_reason"]) for row in rows()} == {(200, "complete")}
+    assert scrape(gateway.url).get("gateway_request_ends_total{end=client_gone}", 0) == 0
