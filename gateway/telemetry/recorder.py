@@ -128,12 +128,12 @@ class RequestRecorder:
                 # a chunk whose text the split held back whole releases nothing: its tokens go with
                 # the text when it is released
                 self._unattributed += increase
-                total = seen.reasoning_chars + seen.content_chars
-                if total:
-                    self._reasoning_tokens += self._unattributed * seen.reasoning_chars / total
-                    self._unattributed = 0
                 self._tokens = tokens
                 self._t_last = self._clock() if now is None else now
+        released = seen.reasoning_chars + seen.content_chars
+        if released and self._unattributed:
+            self._reasoning_tokens += self._unattributed * seen.reasoning_chars / released
+            self._unattributed = 0
         if seen.metrics is not None:
             self._backend = seen.metrics
 
@@ -192,16 +192,21 @@ class RequestRecorder:
             _int(completion_details.get("reasoning_tokens")) if isinstance(completion_details, Mapping) else 0
         )
         reasoning = (
-            reported or round(self._reasoning_tokens) or self._estimate_reasoning(record.completion_tokens)
+            reported
+            or round(self._reasoning_tokens + self._estimate_reasoning(self._unattributed))
+            or round(self._estimate_reasoning(record.completion_tokens))
         )
         if reasoning > record.completion_tokens:
             record.clamped.append("reasoning_tokens")
             reasoning = record.completion_tokens
         record.reasoning_tokens = reasoning
 
-    def _estimate_reasoning(self, completion_tokens: int) -> int:
+    def _estimate_reasoning(self, tokens: int) -> float:
+        """The reasoning share of ``tokens`` by the characters released so far: a whole body's tokens,
+        and a stream's whose text was never released (dropped, cut inside a would-be marker), counted
+        as a non-stream answer of the same text counts them."""
         reasoning, content = self._split_chars
-        return round(completion_tokens * reasoning / (reasoning + content)) if reasoning + content else 0
+        return tokens * reasoning / (reasoning + content) if reasoning + content else 0.0
 
     def _fill_timing(self, record: RequestTelemetry) -> None:
         tokens = record.completion_tokens

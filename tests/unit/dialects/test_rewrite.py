@@ -381,16 +381,19 @@ def both(reasoning: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    ("policy", "texts_", "expected"),
+    ("policy", "texts_", "finish", "expected"),
     [
         # "<" is held back whole (it may open a marker), then released as reasoning with "b"
-        ({"opened": True}, ["a", "<", "b</think>", "Hi"], 3),
+        ({"opened": True}, ["a", "<", "b</think>", "Hi"], "stop", 3),
         # no marker yet: everything waits, then the end marker releases it all as reasoning
-        ({}, ["Let", " me", " think</think>", "Hi"], 3),
+        ({}, ["Let", " me", " think</think>", "Hi"], "stop", 3),
+        # cut by max_tokens inside a would-be end marker: the marker's piece is dropped, its tokens
+        # count as reasoning like the rest (as the same answer non-streamed counts them: 7 of 7)
+        ({"opened": True}, ["a", "b", "c", "d", "e", "</", "thi"], "length", 7),
     ],
-    ids=["marker prefix held", "pending until the end marker"],
+    ids=["marker prefix held", "pending until the end marker", "cut inside the end marker"],
 )
-def test_tokens_of_text_held_back_count_as_what_it_is_released_as(policy, texts_, expected) -> None:
+def test_tokens_of_text_held_back_count_as_what_it_is_released_as(policy, texts_, finish, expected) -> None:
     from datetime import UTC, datetime
 
     from gateway.telemetry.record import RequestTelemetry
@@ -403,8 +406,8 @@ def test_tokens_of_text_held_back_count_as_what_it_is_released_as(policy, texts_
     )
     for tokens, text in enumerate(texts_, start=1):
         usage = {"prompt_tokens": 1, "completion_tokens": tokens}
-        finish = "stop" if tokens == len(texts_) else None
-        step(rewriter, event({**chunk(content=text, finish=finish), "usage": usage}))
+        last = finish if tokens == len(texts_) else None
+        step(rewriter, event({**chunk(content=text, finish=last), "usage": usage}))
     recorder.finish(200, False)
     assert (record.reasoning_tokens, record.completion_tokens) == (expected, len(texts_))
 
