@@ -16,6 +16,7 @@ answer carries the key's ``x-ratelimit-*`` headers, read without charging anythi
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +26,7 @@ from starlette.responses import JSONResponse
 from gateway.auth.principal import Principal
 from gateway.auth.tokens import expires_at
 from gateway.dialects.wire import bearer_token
+from gateway.limits.rate import Window, reset_after, window_headers
 from gateway.proxy.pipeline import Pipeline
 
 
@@ -33,7 +35,7 @@ async def own_key(request: Request) -> JSONResponse:
     principal: Principal = request.state.principal
     group = principal.group
     pipeline: Pipeline = request.app.state.pipeline
-    headers = await pipeline.limits.standing(principal)
+    windows = await pipeline.limits.standing(principal)
     quotas = [
         {"holder": quota.holder.split(":", 1)[0], **(await pipeline.quotas.standing(quota)).as_dict()}
         for quota in principal.quotas()
@@ -54,23 +56,20 @@ async def own_key(request: Request) -> JSONResponse:
             "max_wait_s": principal.max_wait_s,
             "request_class": principal.request_class,
         },
-        "rate_limits": {what: _window(headers, what) for what in ("requests", "tokens")},
+        "rate_limits": {what: _window(windows.get(what)) for what in ("requests", "tokens")},
         "quotas": quotas,
         "group": {"name": group.name, "rpm": group.rpm, "tpm": group.tpm} if group is not None else None,
         "aliases": dict(principal.aliases) if principal.aliases is not None else None,
         "default_thinking": principal.default_thinking,
     }
-    return JSONResponse(body, headers=headers)
+    return JSONResponse(body, headers=window_headers(windows))
 
 
-def _window(headers: dict[str, str], what: str) -> dict[str, Any] | None:
-    if f"x-ratelimit-limit-{what}" not in headers:
+def _window(window: Window | None) -> dict[str, Any] | None:
+    if window is None:
         return None
-    return {
-        "limit": int(headers[f"x-ratelimit-limit-{what}"]),
-        "remaining": int(headers[f"x-ratelimit-remaining-{what}"]),
-        "reset": headers[f"x-ratelimit-reset-{what}"],
-    }
+    reset = reset_after(window.reset_at - time.time())
+    return {"limit": window.limit, "remaining": window.remaining, "reset": reset}
 
 
 async def _expiry(request: Request, principal: Principal) -> str | None:

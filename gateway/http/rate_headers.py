@@ -15,7 +15,7 @@ import logging
 from starlette.types import Scope
 
 from gateway.auth.principal import Principal
-from gateway.limits.rate import RateLimiter
+from gateway.limits.rate import RateLimiter, window_headers
 
 log = logging.getLogger("gateway.errors")
 Headers = list[tuple[bytes, bytes]]
@@ -34,4 +34,4 @@ async def rate_headers(scope: Scope, present: Headers) -> Headers:
     except Exception:  # the headers inform; a limits store failing now must not fail the answer
         log.warning("request %s: the rate-limit headers could not be read", scope["state"].get("request_id"))
         return []
-    return [(name.encode(), value.encode()) for name, value in standing.items()]
+    return [(name.encode(), value.encode()) for name, value in window_headers(standing).items()]

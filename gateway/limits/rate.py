@@ -66,6 +66,29 @@ _REFUND_MARGIN_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
+class Window:
+    """One rate window as it stands: its ``limit`` and what ``remaining`` of it (requests or tokens),
+    and when it resets (``reset_at``, epoch s)."""
+
+    limit: int
+    remaining: int
+    reset_at: float
+
+    def headers(self, what: str) -> dict[str, str]:
+        """OpenAI's ``x-ratelimit-{limit,remaining,reset}-{what}`` headers of this window."""
+        return {
+            f"x-ratelimit-limit-{what}": str(self.limit),
+            f"x-ratelimit-remaining-{what}": str(self.remaining),
+            f"x-ratelimit-reset-{what}": reset_after(self.reset_at - time.time()),
+        }
+
+
+def window_headers(windows: dict[str, Window]) -> dict[str, str]:
+    """The ``x-ratelimit-*`` headers of ``windows`` (by ``requests`` / ``tokens``)."""
+    return {name: value for what, window in windows.items() for name, value in window.headers(what).items()}
+
+
+@dataclass(frozen=True, slots=True)
 class Bucket:
     """One holder of windows: a key (``key_<id>``) or its group (``group:<id>``), and its limits."""
 
@@ -122,13 +145,15 @@ class RateLimiter:
             headers=headers,
         )
 
+    async def _window(self, what: str, item: RateLimitItem, key: str) -> Window:
+        stats = await self._limiter.get_window_stats(item, what, key)
+        return Window(item.amount, max(0, stats.remaining), float(stats.reset_time))
+
     async def _headers(self, what: str, item: RateLimitItem, key: str, out: dict[str, str]) -> float:
         """Write the window's ``x-ratelimit-*`` headers into ``out``; return its reset time (epoch s)."""
-        stats = await self._limiter.get_window_stats(item, what, key)
-        out[f"x-ratelimit-limit-{what}"] = str(item.amount)
-        out[f"x-ratelimit-remaining-{what}"] = str(max(0, stats.remaining))
-        out[f"x-ratelimit-reset-{what}"] = reset_after(stats.reset_time - time.time())
-        return float(stats.reset_time)
+        window = await self._window(what, item, key)
+        out.update(window.headers(what))
+        return window.reset_at
 
     async def count(self, principal: Principal) -> Ticket:
         """Count one request against the requests per minute of its key and group (429 with
@@ -181,14 +206,15 @@ class RateLimiter:
                     await self._headers("tokens", self._item(bucket.tpm), bucket.name, ticket.headers)
                     return
 
-    async def standing(self, principal: Principal) -> dict[str, str]:
-        """The ``x-ratelimit-*`` headers now, nothing charged (``GET /v1/key``)."""
-        headers: dict[str, str] = {}
+    async def standing(self, principal: Principal) -> dict[str, Window]:
+        """The windows the ``x-ratelimit-*`` headers show now, by ``requests`` / ``tokens`` (the key's
+        own when it has that limit, else its group's), nothing charged (``GET /v1/key``)."""
+        windows: dict[str, Window] = {}
         for bucket in buckets(principal):
             for what, limit in (("requests", bucket.rpm), ("tokens", bucket.tpm)):
-                if limit and f"x-ratelimit-limit-{what}" not in headers:
-                    await self._headers(what, self._item(limit), bucket.name, headers)
-        return headers
+                if limit and what not in windows:
+                    windows[what] = await self._window(what, self._item(limit), bucket.name)
+        return windows
 
     async def settle(self, ticket: Ticket, used_tokens: Callable[[int], int]) -> None:
         """Settle each reservation against ``used_tokens(reserved)``: charge what was used beyond it;

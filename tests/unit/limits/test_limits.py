@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import pytest
 
-from gateway.auth.principal import Principal
+from gateway.auth.principal import Group, Principal
 from gateway.errors import GatewayError
-from gateway.limits.rate import RateLimiter, Ticket, reset_after, storage_for
+from gateway.limits.rate import RateLimiter, Ticket, reset_after, storage_for, window_headers
 
 KEY = Principal(key_id="key_1", name="team", tpm=100)
 
@@ -106,3 +107,20 @@ async def test_a_refusal_carries_the_rate_limit_headers_with_the_time_left_in_it
     assert (headers["x-ratelimit-limit-tokens"], headers["x-ratelimit-remaining-tokens"]) == ("100", "10")
     assert headers["x-ratelimit-remaining-requests"] == "3"  # the request was counted before its tokens
     assert 0 < seconds_of(headers["x-ratelimit-reset-tokens"]) <= 600
+
+
+async def test_standing_gives_each_window_as_figures_and_charges_nothing() -> None:
+    """``standing`` (``GET /v1/key``, the headers of answers that count nothing): per window its limit,
+    what remains and when it resets; the key's own window, its group's for a limit only the group has."""
+    group = Group(id="grp_1", name="lab", rpm=7)
+    principal = Principal(key_id="key_2", name="team", tpm=100, group=group)
+    limiter = RateLimiter(storage_for("memory://"))
+    await limiter.reserve(await limiter.count(principal), 30)
+    before = time.time()
+    windows = await limiter.standing(principal)
+    again = await limiter.standing(principal)
+    figures = {what: (w.limit, w.remaining) for what, w in windows.items()}
+    assert figures == {"requests": (7, 6), "tokens": (100, 70)}
+    assert again == windows  # nothing charged
+    assert before < windows["tokens"].reset_at <= before + 60
+    assert window_headers(windows)["x-ratelimit-remaining-tokens"] == "70"
