@@ -23,10 +23,10 @@ import socket
 import statistics
 import time
 
+from gateway.backends.traits import UpstreamTraits
 from gateway.dialects.openai.client_view import ClientView
 from gateway.dialects.openai.rewrite import StreamRewriter
 from gateway.dialects.sse import SSEDecoder
-from gateway.proxy.traits import UpstreamTraits
 from gateway.reasoning.policy import ReasoningPolicy
 
 #: Sleep before each "after idle" sample, s: longer than the gap between a 32-stream level's chunks.

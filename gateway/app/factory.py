@@ -23,6 +23,11 @@ from gateway.app import routes
 from gateway.auth import Authenticator, KeyStore
 from gateway.auth.audit import AuditLog
 from gateway.auth.tokens import TokenConfig
+from gateway.backends.aiohttp_upstream import AiohttpUpstream, build_session
+from gateway.backends.counting import CountGate
+from gateway.backends.monitor import BackendMonitor
+from gateway.backends.pool import Backend, Backends
+from gateway.backends.upstream import Upstream
 from gateway.config import Settings
 from gateway.http.drain import Drain
 from gateway.http.edge import EdgeMiddleware
@@ -33,15 +38,10 @@ from gateway.http.rate_headers import rate_headers
 from gateway.http.throttle import AddressThrottle
 from gateway.limits.quota import Quotas, QuotaWeights
 from gateway.limits.rate import RateLimiter, storage_for
-from gateway.proxy.aiohttp_upstream import AiohttpUpstream, build_session
-from gateway.proxy.backends import Backend, Backends
-from gateway.proxy.counting import CountGate
 from gateway.proxy.pipeline import Pipeline
-from gateway.proxy.upstream import Upstream
 from gateway.storage.db import open_engine
 from gateway.storage.response_owners import ResponseOwners
 from gateway.telemetry import GatewayMetrics
-from gateway.telemetry.backend import BackendMonitor
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.sinks import TelemetrySinks
 from gateway.telemetry.tracing import Tracing

@@ -273,7 +273,7 @@ def _traits(learnt: dict[str, Any]) -> str:
 
 
 def _learnt(value: Any) -> str:
-    """A trait the gateway learns about a backend (``gateway.proxy.traits``: True, False or None for not
+    """A trait the gateway learns about a backend (``gateway.backends.traits``: True, False or None for not
     seen yet) as ``yes``, ``no`` or ``unknown``."""
     if value is None:
         return "unknown"

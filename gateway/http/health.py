@@ -5,8 +5,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from gateway.backends.upstream import probe
 from gateway.errors import GatewayError
-from gateway.proxy.upstream import probe
 
 
 async def health() -> dict[str, str]:

@@ -15,13 +15,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from dspark_common import json_codec
+from gateway.backends.upstream import Upstream
 from gateway.body.read import body_bounds, read_json
 from gateway.dialects.base import Dialect
 from gateway.dialects.messages import COUNT_TOKENS
 from gateway.errors import GatewayError
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.respond import INFERENCE, ExchangeResponse
-from gateway.proxy.upstream import Upstream
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -57,7 +57,7 @@ async def forward(
 async def count_tokens(request: Request) -> Response:
     """``POST /v1/messages/count_tokens``: the prompt's tokens, counted by vLLM. No slot (nothing is
     generated), but one request against the key's requests per minute, within the backend's bound on
-    counts (:mod:`gateway.proxy.counting`: 429 when the key has its share in flight)."""
+    counts (:mod:`gateway.backends.counting`: 429 when the key has its share in flight)."""
     pipeline: Pipeline = request.app.state.pipeline
     principal = request.state.principal
     settings = pipeline.settings

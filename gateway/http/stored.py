@@ -14,8 +14,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.backends.pool import Backend
 from gateway.http.inference import forward
-from gateway.proxy.backends import Backend
 from gateway.proxy.pipeline import Pipeline
 
 _PARAM = "response_id"

@@ -24,15 +24,15 @@ from types import TracebackType
 from typing import Any
 
 from gateway.auth.principal import Principal
+from gateway.backends.pool import affinity_key
+from gateway.backends.traits import UpstreamTraits
 from gateway.dialects.base import Context, Dialect, Prepared
 from gateway.errors import GatewayError
 from gateway.proxy.asks import BATCH_PRIORITY, PRIORITY_ROUTES, Asked, resolved, too_long, with_priority
-from gateway.proxy.backends import affinity_key
 from gateway.proxy.billing import Billing
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.placement import Placement
 from gateway.proxy.prompt_size import estimate, prompt_size
-from gateway.proxy.traits import UpstreamTraits
 from gateway.storage.response_owners import Owner
 from gateway.telemetry.recorder import RequestRecorder
 

@@ -14,13 +14,13 @@ from typing import Any, Protocol
 
 from gateway.admission import Need
 from gateway.auth.principal import Principal
+from gateway.backends.pool import Backend, Backends
 from gateway.config import Settings
 from gateway.dialects.base import Prepared
 from gateway.errors import GatewayError
 from gateway.limits.quota import Quotas, QuotaWeights
 from gateway.limits.rate import RateLimiter, storage_for
 from gateway.proxy.aliases import ModelAliases
-from gateway.proxy.backends import Backend, Backends
 from gateway.storage.response_owners import Owner
 from gateway.telemetry.record import RequestTelemetry
 from gateway.telemetry.tracing import Tracing

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 
 from gateway.admission import Lease, Need, Waiter
 from gateway.auth.principal import Principal
+from gateway.backends.pool import Backend, BackendDown
+from gateway.backends.upstream import Unreachable, UpstreamResponse
 from gateway.dialects.base import Prepared
 from gateway.errors import GatewayError
-from gateway.proxy.backends import Backend, BackendDown
 from gateway.proxy.pipeline import Pipeline
-from gateway.proxy.upstream import Unreachable, UpstreamResponse
 from gateway.telemetry.recorder import RequestRecorder
 from gateway.telemetry.spec import COUNTERS
 
@@ -74,7 +74,7 @@ class Placement:
         self._after_taken = False
 
     def route(self) -> Backend:
-        """The backend the request would go to now (:meth:`~gateway.proxy.backends.Backends.route`)."""
+        """The backend the request would go to now (:meth:`~gateway.backends.pool.Backends.route`)."""
         return self.stored_at or self._pipeline.backends.route(self.affinity, self._left)
 
     def close(self) -> None:
@@ -141,7 +141,7 @@ class Placement:
     async def open(self, prepared: Prepared) -> UpstreamResponse:
         """Send the request upstream once the slot is held; return when its headers arrive (503 / 504 /
         the upstream's own error status). A backend whose circuit is open is not tried (503 at once,
-        :mod:`~gateway.proxy.breaker`); one that refuses the connection while another is up is left
+        :mod:`~gateway.backends.breaker`); one that refuses the connection while another is up is left
         for that one (queue again there)."""
         while True:
             backend = self.backend

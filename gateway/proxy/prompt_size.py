@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dspark_common import json_codec
+from gateway.backends.counting import CountBusy, CountGate
+from gateway.backends.traits import UpstreamTraits
 from gateway.config import Settings
 from gateway.dialects.prompt_count import TokenCount
 from gateway.errors import GatewayError
-from gateway.proxy.counting import CountBusy, CountGate
-from gateway.proxy.traits import UpstreamTraits
 
 log = logging.getLogger("gateway.admission")
 

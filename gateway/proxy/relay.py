@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
 
+from gateway.backends.upstream import UpstreamResponse
 from gateway.dialects.base import Translator
 from gateway.dialects.sse import MAX_EVENT_BYTES, EventTooLargeError, SSEDecoder
 from gateway.errors import GatewayError, MalformedResponseError
-from gateway.proxy.upstream import UpstreamResponse
 
 
 class _End(Enum):

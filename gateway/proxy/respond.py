@@ -38,6 +38,7 @@ from starlette.types import Receive, Scope, Send
 
 from dspark_common.asgi import ClientDisconnectedError, unless_disconnected
 from gateway.auth.principal import Principal
+from gateway.backends.upstream import Unreachable
 from gateway.body.json_limits import JsonLimits
 from gateway.body.read import body_bounds, read_json
 from gateway.dialects.base import Dialect, Prepared
@@ -54,7 +55,6 @@ from gateway.proxy.placement import Placement
 from gateway.proxy.relay import SEQUENCE_END, Relayed, RelayOutcome, relay_events
 from gateway.proxy.reply import Reply
 from gateway.proxy.stream_buffer import StreamBuffer
-from gateway.proxy.upstream import Unreachable
 
 log = logging.getLogger("gateway.errors")
 T = TypeVar("T")

@@ -36,7 +36,7 @@ from gateway.reasoning.splitter import THINK, Markers, ReasoningSplitter, SplitD
 
 class LearntReasoning(Protocol):
     """What the gateway learnt of a backend's reasoning output, read and written as its answers arrive
-    (None: not seen yet; :class:`~gateway.proxy.traits.UpstreamTraits` keeps it per backend):
+    (None: not seen yet; :class:`~gateway.backends.traits.UpstreamTraits` keeps it per backend):
     ``splits_reasoning``, it sends reasoning fields (vLLM ``--reasoning-parser``);
     ``reasoning_markers``, its raw text with thinking on shows reasoning markers."""
 

@@ -3,7 +3,7 @@
 Names follow ``gateway_<noun>_<unit>``; labels carry the key *name*, never the key. HTTP metrics are
 recorded on the same registry by the edge middleware (:mod:`gateway.http.http_metrics`); slot and queue gauges
 are read live from the :class:`~gateway.admission.Gate` at scrape time; backend gauges are set by
-the :class:`~gateway.telemetry.backend.BackendMonitor`. The registry also carries what
+the :class:`~gateway.backends.monitor.BackendMonitor`. The registry also carries what
 prometheus-client's default registry would — ``process_*`` (CPU, memory, open files, start time),
 ``python_info`` and ``python_gc_*`` — and no ``_created`` series: each counter and histogram would
 add one whose value is only its creation time, doubling the series a scrape stores

@@ -15,11 +15,11 @@ from redis.asyncio import Redis
 
 from gateway.admission import Capacity, Lease, Need, QueueFullError, SharedAdmission
 from gateway.app import admission_for
+from gateway.backends.counting import CountGate
+from gateway.backends.monitor import BackendMonitor
+from gateway.backends.pool import Backend, Backends
 from gateway.config import Settings
-from gateway.proxy.backends import Backend, Backends
-from gateway.proxy.counting import CountGate
 from gateway.telemetry import GatewayMetrics
-from gateway.telemetry.backend import BackendMonitor
 from tests.support.fake_upstream import FakeUpstream
 
 pytestmark = pytest.mark.uvloop_too

@@ -32,7 +32,7 @@ def test_unknown_model_is_404(sim):
 
 def test_router_errors_are_fastapis_json(sim):
     """vLLM's server is FastAPI: an unknown path or a wrong method answers ``{"detail": ...}`` JSON, and
-    a gateway reads that shape (gateway/proxy/upstream.py); the simulator's Starlette app does too."""
+    a gateway reads that shape (gateway/backends/upstream.py); the simulator's Starlette app does too."""
     missing = httpx.post(sim.base_url + "/v1/no-such-route", json={})
     assert (missing.status_code, missing.json()) == (404, {"detail": "Not Found"})
     wrong = httpx.get(sim.base_url + CHAT)

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from gateway.backends.traits import UpstreamTraits
 from gateway.dialects.openai.client_view import ClientView
 from gateway.dialects.openai.rewrite import StreamRewriter, rewrite_body
 from gateway.dialects.sse import event_data
 from gateway.dialects.wire import MalformedChunkError
-from gateway.proxy.traits import UpstreamTraits
 from gateway.reasoning.policy import ReasoningPolicy
 
 FW = "｜DSML｜"

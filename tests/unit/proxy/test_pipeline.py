@@ -13,17 +13,17 @@ import pytest
 
 from gateway.admission import Admission
 from gateway.auth.principal import Principal
+from gateway.backends.counting import CountGate
+from gateway.backends.monitor import BackendMonitor
+from gateway.backends.pool import Backend, Backends
+from gateway.backends.upstream import unavailable
 from gateway.config import Settings
 from gateway.dialects.openai.chat import CHAT
 from gateway.errors import GatewayError
 from gateway.limits.rate import RateLimiter, storage_for
-from gateway.proxy.backends import Backend, Backends
-from gateway.proxy.counting import CountGate
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.respond import ExchangeResponse
-from gateway.proxy.upstream import unavailable
 from gateway.telemetry import GatewayMetrics
-from gateway.telemetry.backend import BackendMonitor
 from gateway.telemetry.record import RequestTelemetry
 from tests.support.asgi_call import Call
 from tests.support.fake_upstream import Answer, FakeUpstream

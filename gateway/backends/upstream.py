@@ -1,6 +1,6 @@
 """The upstream seam: what the pipeline needs of an HTTP client to the model server, and the errors
 it maps every failure to. Pure: the client itself is elsewhere
-(:mod:`gateway.proxy.aiohttp_upstream`; an in-memory fake for tests in ``tests/support``).
+(:mod:`gateway.backends.aiohttp_upstream`; an in-memory fake for tests in ``tests/support``).
 
 Failures before response headers are 503 ``upstream_unavailable``; an upstream that took the request
 but stays silent past the read timeout is 504 ``upstream_timeout``; a body that breaks is 502; an

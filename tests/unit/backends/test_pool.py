@@ -1,4 +1,4 @@
-"""Choosing a backend pair (gateway/proxy/backends.py): least loaded, a conversation kept on its
+"""Choosing a backend pair (gateway/backends/pool.py): least loaded, a conversation kept on its
 backend by rendezvous hashing, a backend that is down skipped, and its waiters failed over."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import asyncio
 import pytest
 
 from gateway.admission import Admission, Lease, Need
-from gateway.proxy.backends import Backend, BackendDown, Backends, affinity_key
-from gateway.proxy.counting import CountGate
+from gateway.backends.counting import CountGate
+from gateway.backends.monitor import BackendMonitor
+from gateway.backends.pool import Backend, BackendDown, Backends, affinity_key
 from gateway.telemetry import GatewayMetrics
-from gateway.telemetry.backend import BackendMonitor
 from tests.support.fake_upstream import FakeUpstream
 
 

@@ -17,7 +17,14 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from gateway.proxy.upstream import MAX_ERROR_BODY, Unreachable, broken, timed_out, unavailable, upstream_error
+from gateway.backends.upstream import (
+    MAX_ERROR_BODY,
+    Unreachable,
+    broken,
+    timed_out,
+    unavailable,
+    upstream_error,
+)
 
 #: Seconds an idle pooled connection is kept: under uvicorn's 5 s keep-alive (vLLM's server), so the
 #: gateway never sends a request on a connection the server is closing at that moment.
@@ -45,7 +52,7 @@ def build_session(
 
 
 class AiohttpResponse:
-    """:class:`~gateway.proxy.upstream.UpstreamResponse` over an ``aiohttp.ClientResponse``."""
+    """:class:`~gateway.backends.upstream.UpstreamResponse` over an ``aiohttp.ClientResponse``."""
 
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
@@ -69,7 +76,7 @@ class AiohttpResponse:
 
 
 class AiohttpUpstream:
-    """:class:`~gateway.proxy.upstream.Upstream` at ``base_url`` (e.g. ``http://127.0.0.1:8000``)."""
+    """:class:`~gateway.backends.upstream.Upstream` at ``base_url`` (e.g. ``http://127.0.0.1:8000``)."""
 
     def __init__(self, base_url: str, session: aiohttp.ClientSession) -> None:
         self.base_url = base_url

@@ -26,15 +26,15 @@ from typing import Any, Protocol
 
 from gateway.admission import Capacity, Gate, Lease, Need, Reason, Waiter
 from gateway.admission.gate import status_view
+from gateway.backends.breaker import Breaker
+from gateway.backends.counting import CountGate
+from gateway.backends.traits import UpstreamTraits
+from gateway.backends.upstream import Upstream
 from gateway.errors import GatewayError
-from gateway.proxy.breaker import Breaker
-from gateway.proxy.counting import CountGate
-from gateway.proxy.traits import UpstreamTraits
-from gateway.proxy.upstream import Upstream
 
 
 class Monitor(Protocol):
-    """Watches one backend (:class:`~gateway.telemetry.backend.BackendMonitor`): :meth:`scrape` reads
+    """Watches one backend (:class:`~gateway.backends.monitor.BackendMonitor`): :meth:`scrape` reads
     named samples of its ``/metrics`` (``{name: value}``, None when the page can't be read); ``run``
     polls it, telling ``on_health`` whether it answered."""
 

@@ -1,4 +1,4 @@
-"""The upstream client (gateway/proxy/aiohttp_upstream.py) against raw-socket servers on loopback: bytes
+"""The upstream client (gateway/backends/aiohttp_upstream.py) against raw-socket servers on loopback: bytes
 read before a failure are passed on, an error body in several segments keeps its message, redirects
 are not followed, no cookie comes back, and the relay reports [DONE] as it arrives."""
 
@@ -15,10 +15,10 @@ from typing import TypeVar
 import pytest
 
 from gateway.admission import Admission
+from gateway.backends.aiohttp_upstream import AiohttpUpstream as Upstream
+from gateway.backends.aiohttp_upstream import build_session
 from gateway.dialects.sse import DONE
 from gateway.errors import GatewayError
-from gateway.proxy.aiohttp_upstream import AiohttpUpstream as Upstream
-from gateway.proxy.aiohttp_upstream import build_session
 from gateway.proxy.placement import let_waiter_send
 from gateway.proxy.relay import SEQUENCE_END, RelayOutcome, relay_events
 from tests.support.raw_http import chunked, head, read_message, read_request, server

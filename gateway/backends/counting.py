@@ -17,8 +17,8 @@ import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 
+from gateway.backends.upstream import Upstream
 from gateway.errors import GatewayError
-from gateway.proxy.upstream import Upstream
 
 #: Seconds a client is told to wait when its key has its counts in flight already.
 RETRY_AFTER_S = 1

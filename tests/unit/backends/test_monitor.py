@@ -1,9 +1,9 @@
-"""Reading vLLM's /metrics page (gateway/telemetry/backend.py): only the samples asked for, summed over
+"""Reading vLLM's /metrics page (gateway/backends/monitor.py): only the samples asked for, summed over
 label sets, from a page shaped like vLLM's (typed families, histograms, several engines)."""
 
 from __future__ import annotations
 
-from gateway.telemetry.backend import GAUGES, parse_samples
+from gateway.backends.monitor import GAUGES, parse_samples
 from gateway.telemetry.spec import COUNTERS
 
 PAGE = """\

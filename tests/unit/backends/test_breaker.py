@@ -3,7 +3,7 @@ after three failures in a row, one trial after a doubling cool-down, closed agai
 
 from __future__ import annotations
 
-from gateway.proxy.breaker import BASE_S, MAX_S, THRESHOLD, Breaker
+from gateway.backends.breaker import BASE_S, MAX_S, THRESHOLD, Breaker
 
 
 def test_failures_in_a_row_open_it_and_a_trial_success_closes_it() -> None:

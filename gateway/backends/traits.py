@@ -1,6 +1,6 @@
 """What the gateway learns about a backend while serving (read by the reasoning split — as
 :class:`~gateway.reasoning.policy.LearntReasoning` —, telemetry and the prompt count; one per backend:
-:class:`~gateway.proxy.backends.Backend`)."""
+:class:`~gateway.backends.pool.Backend`)."""
 
 from __future__ import annotations
 
