@@ -22,9 +22,9 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
-from gateway.admission import Capacity, Gate, Lease, Need, Reason, Waiter
+from gateway.admission import Capacity, Gate, Reason
 from gateway.admission.gate import status_view
 from gateway.backends.breaker import Breaker
 from gateway.backends.counting import CountGate
@@ -69,8 +69,9 @@ class Backend:
     traits: UpstreamTraits = field(default_factory=UpstreamTraits)
     up: bool = True
     routed: int = 0
-    """Requests routed here whose admission has not answered yet (a shared one's figures lag by a
-    Redis round trip: a burst would all see the same idle backend)."""
+    """Requests placed here whose admission has not answered yet (:meth:`placed`, :meth:`unplaced`):
+    between its decision and its admission a request is sized and its tokens reserved, and a shared
+    admission's figures lag by a Redis round trip: a burst would all see the same idle backend."""
 
     def load(self) -> tuple[float, float]:
         """(sequences held + requests waiting or being admitted) per slot, KV reserved per budget (0
@@ -80,13 +81,22 @@ class Backend:
         kv = admission.kv_reserved_tokens / budget if budget not in (0, math.inf) else 0.0
         return (admission.in_use + admission.queue_depth + self.routed) / admission.slots, kv
 
-    async def admit(self, key: str, priority: int, max_concurrency: int | None, need: Need) -> Lease | Waiter:
-        """Its admission's :meth:`~gateway.admission.gate.Gate.admit`, counted in :attr:`routed` meanwhile."""
+    def placed(self) -> None:
+        """A request was placed here: it counts in :attr:`routed` until :meth:`unplaced`."""
         self.routed += 1
-        try:
-            return await self.admission.admit(key, priority, max_concurrency, need)
-        finally:
-            self.routed -= 1
+
+    def unplaced(self) -> None:
+        """A request placed here was answered by admission, or left before."""
+        self.routed -= 1
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """Where a request runs and why: ``stored`` (the backend holding the stored response it continues),
+    ``affinity`` (its session's backend) or ``least_loaded``."""
+
+    backend: Backend
+    reason: Literal["stored", "affinity", "least_loaded"]
 
 
 def affinity_key(body: Mapping[str, Any], session: str | None = None) -> str | None:
@@ -116,16 +126,17 @@ class Backends:
         self.affinity = affinity
         self.by_name = {backend.name: backend for backend in self.all}
 
-    def route(self, affinity: str | None = None, exclude: Iterable[Backend] = ()) -> Backend:
-        """The backend for a request (see the module doc); ``exclude``: ones it was failed by."""
+    def route(self, affinity: str | None = None, exclude: Iterable[Backend] = ()) -> Placed:
+        """The backend for a request and why (see the module doc); ``exclude``: ones it was failed by."""
         gone = set(exclude)
         up = [b for b in self.all if b.up]
         candidates = (
             [b for b in up if b not in gone] or up or [b for b in self.all if b not in gone] or self.all
         )
         if self.affinity and affinity is not None:
-            return max(candidates, key=lambda b: hashlib.sha256(f"{affinity}|{b.name}".encode()).digest())
-        return min(candidates, key=lambda b: (*b.load(), b.name))
+            home = max(candidates, key=lambda b: hashlib.sha256(f"{affinity}|{b.name}".encode()).digest())
+            return Placed(home, "affinity")
+        return Placed(min(candidates, key=lambda b: (*b.load(), b.name)), "least_loaded")
 
     def first_up(self) -> Backend:
         """A backend to ask what any of them answers alike (``/tokenize``, ``/v1/models``, ``/ready``)."""

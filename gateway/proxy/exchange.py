@@ -169,7 +169,7 @@ class Exchange:
         (400 ``context_length_exceeded`` when no idle backend could hold it). A request the backend
         it would go to has no queue room for is refused first (429 ``queue_full``)."""
         pipeline, record, placement = self.pipeline, self.recorder.record, self.placement
-        backend = placement.route()
+        backend = placement.decide()
         refusal = backend.admission.queue_refusal(self.principal.name)
         if refusal is not None:  # before the count: a request bound to be refused costs the backend nothing
             raise refusal

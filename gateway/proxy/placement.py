@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from gateway.admission import Lease, Need, Waiter
 from gateway.auth.principal import Principal
-from gateway.backends.pool import Backend, BackendDown
+from gateway.backends.pool import Backend, BackendDown, Placed
 from gateway.backends.upstream import Unreachable, UpstreamResponse
 from gateway.dialects.base import Prepared
 from gateway.errors import GatewayError
@@ -42,8 +42,11 @@ async def let_waiter_send() -> None:
 
 
 class Placement:
-    """One request's backend, slot and upstream response. ``recorder`` is told when the request is
-    admitted (and how long it waited, on every backend it queued for)."""
+    """One request's backend, slot and upstream response. The backend is decided once
+    (:meth:`decide`: :attr:`placed`, with its reason) and serves the request's sizing, queue room,
+    admission and upstream alike; only a fail-over decides again, away from the backends that
+    failed it. ``recorder`` is told when the request is admitted (and how long it waited, on every
+    backend it queued for)."""
 
     def __init__(
         self,
@@ -58,7 +61,9 @@ class Placement:
         self._path = upstream_path
         self._headers = headers
         self._recorder = recorder
+        self.placed: Placed | None = None
         self.backend: Backend | None = None
+        self._counted: Backend | None = None  # the backend whose routed count holds this request
         self.waiter: Waiter | None = None
         self.lease: Lease | None = None
         self.upstream: UpstreamResponse | None = None
@@ -73,9 +78,24 @@ class Placement:
         self._after: dict[str, float] | None = None  # ... and when it ended (upstream_done)
         self._after_taken = False
 
-    def route(self) -> Backend:
-        """The backend the request would go to now (:meth:`~gateway.backends.pool.Backends.route`)."""
-        return self.stored_at or self._pipeline.backends.route(self.affinity, self._left)
+    def decide(self) -> Backend:
+        """Decide where the request runs (:attr:`placed`): the backend storing what it continues, else
+        :meth:`~gateway.backends.pool.Backends.route` among those that have not failed it. It counts
+        there (:meth:`~gateway.backends.pool.Backend.placed`) until its admission answers."""
+        if self.stored_at is not None:
+            placed = Placed(self.stored_at, "stored")
+        else:
+            placed = self._pipeline.backends.route(self.affinity, self._left)
+        self.placed, self.backend = placed, placed.backend
+        self._uncount()
+        self._counted = placed.backend
+        placed.backend.placed()
+        return placed.backend
+
+    def _uncount(self) -> None:
+        if self._counted is not None:
+            self._counted.unplaced()
+            self._counted = None
 
     def close(self) -> None:
         """Give everything back, once: the upstream response closed (vLLM aborts a sequence still
@@ -84,17 +104,28 @@ class Placement:
             if self.upstream is not None:
                 self.upstream.close()
         finally:
+            self._uncount()
             if self.lease is not None:
                 self.lease.release()
             elif self.waiter is not None and self.backend is not None:
                 self.backend.admission.abandon(self.waiter)
 
     async def enqueue(self) -> bool:
-        """Choose a backend (:meth:`route`) and be admitted there now if the request fits and fairness
-        allows, else take a place in the key's queue (429 ``queue_full``); True if admitted."""
+        """Be admitted on the backend decided (:meth:`decide`) now if the request fits and fairness
+        allows, else take a place in the key's queue (429 ``queue_full``); True if admitted. A backend
+        that went down since it was decided is a fail-over: decided again when another is up."""
         principal = self._principal
-        backend = self.backend = self.route()
-        entry = await backend.admit(principal.name, principal.priority, principal.max_concurrency, self.need)
+        backend = self.backend
+        assert backend is not None, "decide() first"
+        if not backend.up and any(other.up for other in self._pipeline.backends.all):
+            self._left.append(backend)
+            backend = self.decide()
+        try:
+            entry = await backend.admission.admit(
+                principal.name, principal.priority, principal.max_concurrency, self.need
+            )
+        finally:
+            self._uncount()
         if isinstance(entry, Lease):
             self._admitted(entry)
             return True
@@ -112,6 +143,7 @@ class Placement:
                 self._carry(time.monotonic() - self.waiter.enqueued_at, self.waiter.waited_for)
                 self._left.append(self.backend)
                 self.waiter = None
+                self.decide()
                 if await self.enqueue():
                     return
                 continue
@@ -151,6 +183,7 @@ class Placement:
             except Unreachable:
                 if not self._fail_over(backend):
                     raise
+                self.decide()
                 if not await self.enqueue():
                     await self.wait()
                 continue

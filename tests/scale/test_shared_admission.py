@@ -313,8 +313,12 @@ async def test_a_burst_over_two_shared_backends_spreads_before_redis_answers(red
     backends = Backends(made)
 
     async def one() -> str:
-        backend = backends.route()
-        entry = await backend.admit("k", 1, None, Need())
+        backend = backends.route().backend
+        backend.placed()  # as a request's placement does, until its admission answers
+        try:
+            entry = await backend.admission.admit("k", 1, None, Need())
+        finally:
+            backend.unplaced()
         lease = entry if isinstance(entry, Lease) else await backend.admission.wait(entry)
         await asyncio.sleep(0.05)
         lease.release()

@@ -30,21 +30,25 @@ async def test_the_least_loaded_backend_takes_the_request() -> None:
     backends = pool("a", "b", "c")
     chosen = []
     for _ in range(3):
-        backend = backends.route()
+        placed = backends.route()
+        backend = placed.backend
+        assert placed.reason == "least_loaded"
         assert isinstance(backend.admission.enqueue(), Lease)
         chosen.append(backend.name)
     assert chosen == ["a", "b", "c"]  # equal loads: by name; then each one's slot is held
     backends.by_name["b"].admission.enqueue()  # b: one running, one waiting
-    assert backends.route().name in ("a", "c")
+    assert backends.route().backend.name in ("a", "c")
 
 
 async def test_a_conversation_keeps_its_backend_and_only_a_leaving_backends_move() -> None:
     backends = pool("a", "b", "c")
-    home = {f"user-{i}": backends.route(f"user-{i}").name for i in range(60)}
+    assert backends.route("user-0").reason == "affinity"
+    home = {f"user-{i}": backends.route(f"user-{i}").backend.name for i in range(60)}
     assert {name for name in home.values()} == {"a", "b", "c"}  # spread
-    assert all(backends.route(user).name == name for user, name in home.items())  # stable under load too
+    stable = all(backends.route(user).backend.name == name for user, name in home.items())
+    assert stable  # under load too
     backends.mark(backends.by_name["b"], False)
-    moved = {user: backends.route(user).name for user in home}
+    moved = {user: backends.route(user).backend.name for user in home}
     assert all(moved[user] == name for user, name in home.items() if name != "b")
     assert all(moved[user] != "b" for user in home)
 
@@ -52,9 +56,9 @@ async def test_a_conversation_keeps_its_backend_and_only_a_leaving_backends_move
 async def test_a_backend_down_is_skipped_unless_none_is_up() -> None:
     backends = pool("a", "b")
     backends.mark(backends.by_name["a"], False)
-    assert backends.route().name == "b" and backends.first_up().name == "b"
+    assert backends.route().backend.name == "b" and backends.first_up().name == "b"
     backends.mark(backends.by_name["b"], False)
-    assert backends.route().name == "a"  # all down: the least loaded, and its own error will tell
+    assert backends.route().backend.name == "a"  # all down: the least loaded, and its own error will tell
 
 
 async def test_going_down_fails_its_waiters_when_another_backend_can_take_them() -> None:
@@ -88,9 +92,9 @@ def test_affinity_key_sources() -> None:
 
 async def test_least_loaded_when_affinity_is_off() -> None:
     backends = pool("a", "b", affinity=False)
-    assert backends.route("user-1").name == "a"
+    assert backends.route("user-1").backend.name == "a"
     backends.by_name["a"].admission.enqueue(need=Need())
-    assert backends.route("user-1").name == "b"
+    assert backends.route("user-1").backend.name == "b"
 
 
 async def test_a_backend_up_again_is_preferred_to_one_still_down() -> None:
@@ -98,4 +102,4 @@ async def test_a_backend_up_again_is_preferred_to_one_still_down() -> None:
     a, b, c = (backends.by_name[name] for name in "abc")
     backends.mark(b, False)
     backends.mark(c, False)
-    assert backends.route(exclude=[a, b]).name == "a"  # it left a and b; a is up again, c is not
+    assert backends.route(exclude=[a, b]).backend.name == "a"  # it left a and b; a is up again, c is not

@@ -23,7 +23,7 @@ from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.respond import ExchangeResponse
 from tests.support.asgi_call import Call
 from tests.support.fake_upstream import Answer, FakeUpstream
-from tests.unit.proxy.test_pipeline import DONE, KEY, MODEL, assert_nothing_held, build, chunk, settled
+from tests.support.pipeline import DONE, KEY, MODEL, assert_nothing_held, build, chunk, settled
 
 
 def sse(name: str, data: dict[str, Any]) -> bytes:
