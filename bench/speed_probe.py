@@ -23,11 +23,10 @@ import socket
 import statistics
 import time
 
-from gateway.backends.traits import UpstreamTraits
 from gateway.dialects.openai.client_view import ClientView
 from gateway.dialects.openai.rewrite import StreamRewriter
 from gateway.dialects.sse import SSEDecoder
-from gateway.reasoning.policy import ReasoningPolicy
+from gateway.reasoning.policy import ReasoningPolicy, ReasoningShown
 
 #: Sleep before each "after idle" sample, s: longer than the gap between a 32-stream level's chunks.
 IDLE_S = 0.002
@@ -64,7 +63,7 @@ def _event_us(idle_s: float = IDLE_S, samples: int = 200) -> tuple[float, float]
     policy = ReasoningPolicy(
         mode="auto", thinking=True, fields=("reasoning_content", "reasoning"), include_reasoning=True
     )
-    rewriter = StreamRewriter(policy, UpstreamTraits(), ClientView(), lambda *_: None)
+    rewriter = StreamRewriter(policy, ReasoningShown(), ClientView())
     decoder = SSEDecoder()
 
     def one() -> float:

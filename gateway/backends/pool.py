@@ -31,6 +31,7 @@ from gateway.backends.counting import CountGate
 from gateway.backends.traits import UpstreamTraits
 from gateway.backends.upstream import Upstream
 from gateway.errors import GatewayError
+from gateway.reasoning.policy import ReasoningShown
 
 
 class Monitor(Protocol):
@@ -80,6 +81,16 @@ class Backend:
         budget = admission.capacity.kv_budget_tokens
         kv = admission.kv_reserved_tokens / budget if budget not in (0, math.inf) else 0.0
         return (admission.in_use + admission.queue_depth + self.routed) / admission.slots, kv
+
+    def learn(
+        self,
+        reasoning: ReasoningShown | None = None,
+        per_request_metrics: bool | None = None,
+        counts_prompts: bool | None = None,
+    ) -> None:
+        """What one request showed of this backend (None: nothing of that), into :attr:`traits`: the
+        one writer of what the gateway knows of it (:meth:`UpstreamTraits.with_learnt`)."""
+        self.traits = self.traits.with_learnt(reasoning, per_request_metrics, counts_prompts)
 
     def placed(self) -> None:
         """A request was placed here: it counts in :attr:`routed` until :meth:`unplaced`."""

@@ -4,15 +4,18 @@ A dialect (OpenAI chat completions, text completions, the OpenAI Responses API, 
 Messages) is one small module implementing :class:`Dialect`. The pipeline (:mod:`gateway.proxy`) —
 admission, limits, relay, disconnect handling, telemetry — is written once against it and knows no
 dialect. The shape follows Envoy AI Gateway's translators: a request body in, the upstream body
-out; each response chunk in, the client's chunks out, with what telemetry needs reported on the side
-(:class:`~gateway.telemetry.observation.Observation`); no dialect records metrics itself.
+out; each response chunk in, the client's chunks out with what it saw (:class:`Step`: the
+:class:`~gateway.telemetry.observation.Observation` telemetry needs, what it learnt of the backend, a
+response id to claim); a whole body in, the client's out likewise (:class:`Answer`). A translator
+returns what it saw and holds nothing of its caller: no dialect records metrics or changes what the
+gateway knows of a backend itself; the request's owner does, from these values.
 
 Pure: no web framework, no HTTP client.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,7 +23,7 @@ from gateway.auth.principal import Principal
 from gateway.config import Settings
 from gateway.dialects.prompt_count import TokenCount
 from gateway.errors import GatewayError
-from gateway.reasoning.policy import LearntReasoning
+from gateway.reasoning.policy import ReasoningShown
 from gateway.telemetry.observation import Observation
 
 
@@ -38,44 +41,69 @@ class Parsed:
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What a dialect may read to prepare one request: the caller, the settings, what the gateway
-    learnt of the backend that answers (``traits()``, called once the response arrives: the backend
-    is chosen after the request is prepared, and again on a fail-over), where telemetry facts go
-    (``observe`` each stream chunk's, ``observe_answer`` a whole body's), and the client
-    ``telemetry`` object's builder when the client asked for one (header ``x-gateway-telemetry: 1``),
-    else None."""
+    """What a dialect may read to prepare one request (data only): the caller, the settings, and
+    whether the client asked for the gateway's ``telemetry`` object (header ``x-gateway-telemetry: 1``)."""
 
     principal: Principal
     settings: Settings
-    traits: Callable[[], LearntReasoning]
-    observe: Callable[[Observation], None]
-    observe_answer: Callable[[Observation], None]
-    telemetry: Callable[[], dict[str, Any]] | None = None
-    #: ``claim(response_id)``: the response the backend stores under this id is the caller's
-    #: (the Responses API's ``store``; :class:`~gateway.storage.response_owners.ResponseOwners`).
-    claim: Callable[[str], None] = lambda _id: None
+    telemetry: bool = False
+
+
+@dataclass(slots=True)
+class Step:
+    """What a translator made of one upstream event: ``events``, the SSE events to send the client
+    (unchanged ones byte for byte, none while text is held back); ``seen``, the event's facts for
+    telemetry (None: none); ``learnt``, what the backend's answer showed of its reasoning so far when
+    that is news (None: nothing new); ``claimed``, the id the backend stores the response under, to be
+    the caller's (the Responses API's ``store``; :class:`~gateway.storage.response_owners.ResponseOwners`)."""
+
+    events: list[bytes]
+    seen: Observation | None = None
+    learnt: ReasoningShown | None = None
+    claimed: str | None = None
+
+
+@dataclass(slots=True)
+class Answer:
+    """What a translator made of a whole non-stream body: ``body``, the client's — bytes to send as
+    they are, or a JSON object that takes the gateway's ``telemetry`` when the client asked for it
+    before it is encoded —; ``seen``, its facts for telemetry; ``learnt`` and ``claimed`` as
+    :class:`Step`'s."""
+
+    body: bytes | dict[str, Any]
+    seen: Observation
+    learnt: ReasoningShown | None = None
+    claimed: str | None = None
 
 
 class Translator(Protocol):
     """One request's response rewriting (reasoning split, field names, what the client asked to see).
 
-    ``step`` takes one whole upstream SSE event (bytes with its blank-line terminator) and its ``data``
-    payload (None if it has none) and returns the events to send the client (unchanged ones byte for
-    byte); ``answer`` takes a whole non-stream body and returns the client's. Both report what they
-    saw to the context (``observe``, ``observe_answer``) and raise :class:`MalformedResponseError`
-    for a chunk or body that is not the API's shape. ``ends(event, data)``: whether the event is the
-    stream's last (OpenAI's ``[DONE]``, Anthropic's ``message_stop``, the Responses API's
-    ``response.completed``): a stream that stops before it broke. ``error_event(error)``: the error
-    as one SSE event of this API, ending a stream that broke after it started.
+    - ``knowing(shown)``: what the gateway knows of the reasoning output of the backend that answers,
+      told once the backend is known and before the first step or the answer (a fail-over tells
+      again; :class:`~gateway.reasoning.policy.ReasoningShown`).
+    - ``step(event, data, telemetry)``: one whole upstream SSE event (bytes with its blank-line
+      terminator) and its ``data`` payload (None if it has none) → :class:`Step`. ``telemetry``: the
+      client's telemetry object (asked for, and handed to the stream's last event only: it is as of
+      the backend's end).
+    - ``answer(body)``: a whole non-stream body → :class:`Answer`.
+    - Both raise :class:`MalformedResponseError` for a chunk or body that is not the API's shape.
+    - ``ends(event, data)``: whether the event is the stream's last (OpenAI's ``[DONE]``, Anthropic's
+      ``message_stop``, the Responses API's ``response.completed``): a stream that stops before it
+      broke.
+    - ``error_event(error)``: the error as this API's SSE events ending a stream that broke after it
+      started (what the split still held first), as a :class:`Step`.
     """
+
+    def knowing(self, shown: ReasoningShown) -> None: ...
 
     def ends(self, event: bytes, data: bytes | None) -> bool: ...
 
-    def step(self, event: bytes, data: bytes | None) -> list[bytes]: ...
+    def step(self, event: bytes, data: bytes | None, telemetry: dict[str, Any] | None = None) -> Step: ...
 
-    def answer(self, body: bytes) -> bytes: ...
+    def answer(self, body: bytes) -> Answer: ...
 
-    def error_event(self, error: GatewayError) -> bytes: ...
+    def error_event(self, error: GatewayError) -> Step: ...
 
 
 @dataclass(slots=True)

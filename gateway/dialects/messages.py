@@ -29,13 +29,14 @@ from dspark_common import json_codec
 from gateway.auth.authenticator import unauthorized
 from gateway.auth.principal import Principal
 from gateway.config import Settings
-from gateway.dialects.base import Context, Parsed, Prepared, text_length
+from gateway.dialects.base import Answer, Context, Parsed, Prepared, Step, text_length
 from gateway.dialects.fields import check_fields
 from gateway.dialects.prompt_count import messages_count
 from gateway.dialects.sse import event_name
 from gateway.dialects.thinking import as_level, resolve_thinking, set_template_thinking
 from gateway.dialects.wire import bearer_token, json_object
 from gateway.errors import GatewayError, invalid_request
+from gateway.reasoning.policy import ReasoningShown
 from gateway.telemetry.observation import Observation
 
 #: Anthropic's error ``type`` by HTTP status (API reference, "Errors"); anything else 5xx: ``api_error``.
@@ -210,7 +211,7 @@ class Messages(AnthropicDialect):
     def prepare(self, parsed: Parsed, context: Context) -> Prepared:
         request: MessagesRequest = parsed.request
         payload = self.normalize(parsed, context.principal, context.settings)
-        translator = MessagesTranslator(context)
+        translator = MessagesTranslator()
         return Prepared(
             json_codec.dumps(payload),
             request.stream,
@@ -225,58 +226,59 @@ class Messages(AnthropicDialect):
 class MessagesTranslator:
     """:class:`~gateway.dialects.base.Translator` of Messages responses: relayed unchanged, observed."""
 
-    def __init__(self, context: Context) -> None:
-        self._observe = context.observe
-        self._observe_answer = context.observe_answer
+    def __init__(self) -> None:
         self._usage: dict[str, Any] = {}
+
+    def knowing(self, shown: ReasoningShown) -> None:
+        """Nothing to know: vLLM's Messages route splits the reasoning itself."""
 
     def ends(self, event: bytes, data: bytes | None) -> bool:
         """``event: message_stop``."""
         return event_name(event) == b"message_stop"
 
-    def error_event(self, error: GatewayError) -> bytes:
+    def error_event(self, error: GatewayError) -> Step:
         """``event: error`` with the error object (the Anthropic SDKs raise it)."""
-        return b"event: error\ndata: " + json_codec.dumps(error_body(error)) + b"\n\n"
+        return Step([b"event: error\ndata: " + json_codec.dumps(error_body(error)) + b"\n\n"])
 
-    def step(self, event: bytes, data: bytes | None) -> list[bytes]:
-        """One event, unchanged; its facts observed."""
+    def step(self, event: bytes, data: bytes | None, telemetry: dict[str, Any] | None = None) -> Step:
+        """One event, unchanged, with its facts."""
         if data is None:
-            return [event]
+            return Step([event])
         obj = json_object(data, "a Messages event")
         kind = obj.get("type")
         if kind == "content_block_delta":
             reasoning, content = _chars(obj.get("delta"), DELTA_TEXT)
-            self._observe(Observation(output=True, reasoning_chars=reasoning, content_chars=content))
-        elif kind == "message_start":
+            return Step([event], Observation(output=True, reasoning_chars=reasoning, content_chars=content))
+        if kind == "message_start":
             message = obj.get("message")
             self._merge(message.get("usage") if isinstance(message, dict) else None)
-            self._observe(Observation(usage=dict(self._usage), final=True))
-        elif kind == "message_delta":
+            return Step([event], Observation(usage=dict(self._usage), final=True))
+        if kind == "message_delta":
             delta = obj.get("delta")
             reason = delta.get("stop_reason") if isinstance(delta, dict) else None
             self._merge(obj.get("usage"))
-            self._observe(Observation(finish_reason=_finish(reason), usage=dict(self._usage), final=True))
-        return [event]
+            return Step(
+                [event], Observation(finish_reason=_finish(reason), usage=dict(self._usage), final=True)
+            )
+        return Step([event])
 
-    def answer(self, body: bytes) -> bytes:
-        """A whole message, unchanged; its usage, stop reason and block sizes observed."""
+    def answer(self, body: bytes) -> Answer:
+        """A whole message, unchanged, with its usage, stop reason and block sizes."""
         obj = json_object(body, "the response")
         reasoning = content = 0
         for block in obj.get("content") or ():
             r, c = _chars(block, BLOCK_TEXT)
             reasoning, content = reasoning + r, content + c
         self._merge(obj.get("usage"))
-        self._observe_answer(
-            Observation(
-                output=bool(reasoning or content),
-                reasoning_chars=reasoning,
-                content_chars=content,
-                finish_reason=_finish(obj.get("stop_reason")),
-                usage=dict(self._usage),
-                final=True,
-            )
+        seen = Observation(
+            output=bool(reasoning or content),
+            reasoning_chars=reasoning,
+            content_chars=content,
+            finish_reason=_finish(obj.get("stop_reason")),
+            usage=dict(self._usage),
+            final=True,
         )
-        return body
+        return Answer(body, seen)
 
     def _merge(self, usage: Any) -> None:
         """Anthropic usage (``input_tokens`` + cache reads and writes, ``output_tokens``) merged into

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dspark_common import json_codec
-from gateway.dialects.base import Context, Parsed, Prepared, text_length
+from gateway.dialects.base import Answer, Context, Parsed, Prepared, Step, text_length
 from gateway.dialects.fields import check_fields
 from gateway.dialects.openai.dialect import OpenAIDialect
 from gateway.dialects.prompt_count import responses_count
@@ -37,6 +37,7 @@ from gateway.dialects.sse import event_name
 from gateway.dialects.thinking import as_level, resolve_thinking, set_template_thinking
 from gateway.dialects.wire import json_object
 from gateway.errors import GatewayError
+from gateway.reasoning.policy import ReasoningShown
 from gateway.telemetry.observation import Observation
 
 #: The events a Responses stream ends with (API reference, "Streaming events").
@@ -104,7 +105,7 @@ class Responses(OpenAIDialect):
             payload["reasoning"] = {k: v for k, v in reasoning.items() if k != "effort"}
         set_template_thinking(payload, thinking)
         check_fields(payload, context.principal, context.settings.max_n)
-        translator = ResponsesTranslator(context, stored=request.store is not False)
+        translator = ResponsesTranslator(stored=request.store is not False)
         budget = request.max_output_tokens
         return Prepared(
             json_codec.dumps(payload),
@@ -149,17 +150,19 @@ class ResponsesTranslator:
     """:class:`~gateway.dialects.base.Translator` of Responses API responses: relayed unchanged,
     observed; a response the backend may store is claimed for the caller (``stored``)."""
 
-    def __init__(self, context: Context, stored: bool) -> None:
-        self._context = context
+    def __init__(self, stored: bool) -> None:
         self._stored = stored
         self._sequence = -1  # the last event's sequence_number
         self._response_id: str | None = None  # from response.created
+
+    def knowing(self, shown: ReasoningShown) -> None:
+        """Nothing to know: vLLM's Responses route splits the reasoning itself."""
 
     def ends(self, event: bytes, data: bytes | None) -> bool:
         """``response.completed``, ``response.incomplete`` or ``response.failed``."""
         return event_name(event) in LAST_EVENTS
 
-    def error_event(self, error: GatewayError) -> bytes:
+    def error_event(self, error: GatewayError) -> Step:
         """``event: error`` numbered after the last event relayed, then ``response.failed`` with the
         same error: the stream's last event (Codex CLI shows ``response.failed``'s message and retries;
         it takes a bare ``error`` event for a stream that was cut)."""
@@ -171,19 +174,21 @@ class ResponsesTranslator:
             (b"error", {"type": "error", "code": code, "message": error.message, "param": error.param}),
             (b"response.failed", {"type": "response.failed", "response": failed}),
         )
-        return b"".join(
-            b"event: "
-            + name
-            + b"\ndata: "
-            + json_codec.dumps({**body, "sequence_number": first + i})
-            + b"\n\n"
-            for i, (name, body) in enumerate(events)
+        return Step(
+            [
+                b"event: "
+                + name
+                + b"\ndata: "
+                + json_codec.dumps({**body, "sequence_number": first + i})
+                + b"\n\n"
+                for i, (name, body) in enumerate(events)
+            ]
         )
 
-    def step(self, event: bytes, data: bytes | None) -> list[bytes]:
-        """One event, unchanged; its facts observed."""
+    def step(self, event: bytes, data: bytes | None, telemetry: dict[str, Any] | None = None) -> Step:
+        """One event, unchanged, with its facts."""
         if data is None:
-            return [event]
+            return Step([event])
         obj = json_object(data, "a Responses event")
         sequence = obj.get("sequence_number")
         if isinstance(sequence, int):
@@ -192,49 +197,47 @@ class ResponsesTranslator:
         reasoning = OUTPUT_DELTAS.get(kind) if isinstance(kind, str) else None
         if reasoning is not None:
             chars = text_length(obj.get("delta"))
-            self._context.observe(
-                Observation(
-                    output=True,
-                    reasoning_chars=chars if reasoning else 0,
-                    content_chars=0 if reasoning else chars,
-                )
+            seen = Observation(
+                output=True,
+                reasoning_chars=chars if reasoning else 0,
+                content_chars=0 if reasoning else chars,
             )
-        elif kind == "response.created":
-            self._claim(obj.get("response"))
-        elif isinstance(kind, str) and kind.encode() in LAST_EVENTS:
+            return Step([event], seen)
+        if kind == "response.created":
+            return Step([event], claimed=self._claim(obj.get("response")))
+        if isinstance(kind, str) and kind.encode() in LAST_EVENTS:
             response = obj.get("response")
             if isinstance(response, dict):
-                self._context.observe(
-                    Observation(finish_reason=_finish(response), usage=_usage(response), final=True)
+                return Step(
+                    [event], Observation(finish_reason=_finish(response), usage=_usage(response), final=True)
                 )
-        return [event]
+        return Step([event])
 
-    def answer(self, body: bytes) -> bytes:
-        """A whole response, unchanged; its usage, status and output sizes observed."""
+    def answer(self, body: bytes) -> Answer:
+        """A whole response, unchanged, with its usage, status and output sizes."""
         obj = json_object(body, "the response")
-        self._claim(obj)
         reasoning = content = 0
         for item in obj.get("output") or ():
             if isinstance(item, dict):
                 r, c = _item_chars(item)
                 reasoning, content = reasoning + r, content + c
-        self._context.observe_answer(
-            Observation(
-                output=bool(reasoning or content),
-                reasoning_chars=reasoning,
-                content_chars=content,
-                finish_reason=_finish(obj),
-                usage=_usage(obj),
-                final=True,
-            )
+        seen = Observation(
+            output=bool(reasoning or content),
+            reasoning_chars=reasoning,
+            content_chars=content,
+            finish_reason=_finish(obj),
+            usage=_usage(obj),
+            final=True,
         )
-        return body
+        return Answer(body, seen, claimed=self._claim(obj))
 
-    def _claim(self, response: Any) -> None:
+    def _claim(self, response: Any) -> str | None:
+        """The response's id, to be claimed for the caller when the backend may store it (else None)."""
         if isinstance(response, dict) and isinstance(response.get("id"), str):
             self._response_id = response["id"]
             if self._stored:
-                self._context.claim(response["id"])
+                return self._response_id
+        return None
 
 
 def _usage(response: dict[str, Any]) -> dict[str, Any] | None:

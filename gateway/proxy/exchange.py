@@ -12,8 +12,11 @@ background (a counter scrape and a rate-limit settlement must not delay the answ
 
 Every request that reaches an exchange gets exactly one record (one usage row), from its arrival:
 one whose body never arrived or was invalid too. How it ended is told to the exchange, which keeps
-it: :meth:`Exchange.answered`, :meth:`Exchange.streaming`, :meth:`Exchange.stream_ended`,
-:meth:`Exchange.failed`, :meth:`Exchange.left`.
+it: :meth:`Exchange.answer`, :meth:`Exchange.streaming`, :meth:`Exchange.stream_ended`,
+:meth:`Exchange.failed`, :meth:`Exchange.left`. What the dialect's translator saw of the answer comes
+up as values (:class:`~gateway.dialects.base.Step`, :class:`~gateway.dialects.base.Answer`) and is
+recorded by one method, :meth:`Exchange.saw`: the facts into the record, what the backend showed into
+the backend (:meth:`~gateway.backends.pool.Backend.learn`), a stored response's id to its owner.
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
+from dspark_common import json_codec
 from gateway.auth.principal import Principal
 from gateway.backends.pool import affinity_key
-from gateway.backends.traits import UpstreamTraits
-from gateway.dialects.base import Context, Dialect, Prepared
+from gateway.dialects.base import Answer, Context, Dialect, Prepared, Step, Translator
 from gateway.errors import GatewayError
 from gateway.proxy.asks import BATCH_PRIORITY, PRIORITY_ROUTES, Asked, resolved, too_long, with_priority
 from gateway.proxy.billing import Billing
@@ -84,6 +87,7 @@ class Exchange:
         self._prompt_tokens = 0
         self._max_wait_s: float | None = None
         self._batch = False
+        self._translator: Translator | None = None
 
     async def __aenter__(self) -> Exchange:
         return self
@@ -96,9 +100,45 @@ class Exchange:
         finally:
             self.pipeline.in_background(self._record())
 
-    def answered(self, status: int) -> None:
-        """The whole answer went out with ``status`` (a non-stream body)."""
+    def saw(self, found: Step | Answer) -> None:
+        """Record what the translator saw of the answer: its facts (a stream step's, or a whole
+        body's), what the backend showed of itself, the id of a response it stores for the caller."""
+        if found.seen is not None:
+            if type(found) is Step:
+                self.recorder.observe(found.seen)
+            else:
+                self.recorder.observe_answer(found.seen)
+        backend = self.placement.backend
+        if found.learnt is not None and backend is not None:
+            backend.learn(reasoning=found.learnt)
+        if found.claimed is not None and self.pipeline.owners is not None:
+            name = backend.name if backend is not None else None
+            self.pipeline.owners.claim(found.claimed, Owner(self.principal.key_id, name))
+
+    def client_telemetry(self) -> dict[str, Any] | None:
+        """The ``telemetry`` object as of now when the client asked for one (else None)."""
+        return self.recorder.snapshot().client_view() if self._telemetry else None
+
+    def answer(self, answer: Answer, status: int) -> bytes:
+        """A whole non-stream answer of ``status``, recorded (:meth:`saw`), as the client is sent it:
+        with the ``telemetry`` object when it asked for one and the body is a JSON object. What the
+        client is sent next is all of it: the request is complete."""
+        self.saw(answer)
         self._status, self._complete, self._end = status, True, "complete"
+        body = answer.body
+        if isinstance(body, bytes):
+            return body
+        if self._telemetry:
+            body["telemetry"] = self.client_telemetry()
+        return json_codec.dumps(body)
+
+    def closing(self, error: GatewayError) -> list[bytes]:
+        """The events that end a started stream with ``error`` in the dialect (what the split still
+        held first, recorded)."""
+        assert self._translator is not None  # a stream starts only once its request is prepared
+        step = self._translator.error_event(error)
+        self.saw(step)
+        return step.events
 
     def streaming(self) -> None:
         """A stream's relay has begun: its status is 200 (the head went, or goes, out)."""
@@ -141,17 +181,8 @@ class Exchange:
         record.model = parsed.model if served else "unknown"  # a bounded metrics label
         record.stream = parsed.stream
         pipeline.check_model(self.principal, parsed.model)
-        recorder = self.recorder
-        context = Context(
-            self.principal,
-            pipeline.settings,
-            self._traits,
-            recorder.observe,
-            recorder.observe_answer,
-            (lambda: recorder.snapshot().client_view()) if self._telemetry else None,
-            self._claim,
-        )
-        prepared = self.dialect.prepare(parsed, context)
+        prepared = self.dialect.prepare(parsed, Context(self.principal, pipeline.settings, self._telemetry))
+        self._translator = prepared.translator
         if (
             self._batch
             and pipeline.settings.upstream_priority
@@ -178,13 +209,15 @@ class Exchange:
         size = await prompt_size(
             backend.counts,
             self.principal.name,
-            backend.traits,
+            backend.traits.counts_prompts,
             pipeline.settings,
             prepared.count,
             self._size,
             self._headers,
         )
         prepared.count = None  # it holds the prompt's tree; the request waits with its bytes only
+        if size.counts_prompts is not None:
+            backend.learn(counts_prompts=size.counts_prompts)
         self._prompt_tokens = size.tokens
         placement.need = need = replace(pipeline.need(prepared, size.tokens), batch=self._batch)
         record.prompt_size_tokens, record.prompt_size_source = size.tokens, size.source
@@ -195,23 +228,12 @@ class Exchange:
         :meth:`~gateway.proxy.billing.Billing.reserve`); the key's ``x-ratelimit-*`` headers."""
         return await self.billing.reserve(self._prompt_tokens, prepared.sequences, prepared.output_budget)
 
-    def _traits(self) -> UpstreamTraits:
-        """What the gateway learnt of the backend answering (the translator asks once it answers)."""
-        assert self.placement.backend is not None
-        return self.placement.backend.traits
-
-    def _claim(self, response_id: str) -> None:
-        if self.pipeline.owners is not None:
-            backend = self.placement.backend
-            name = backend.name if backend is not None else None
-            self.pipeline.owners.claim(response_id, Owner(self.principal.key_id, name))
-
     async def _record(self) -> None:
         pipeline, placement = self.pipeline, self.placement
         counters = await placement.counters()
         record = self.recorder.finish(self._status, self._client_gone, counters, self._end)
         if self.recorder.saw_backend_metrics and placement.backend is not None:
-            placement.backend.traits.per_request_metrics = True
+            placement.backend.learn(per_request_metrics=True)
         pipeline.sink.publish(record)
         if self._span is not None and pipeline.tracing is not None:
             pipeline.tracing.finish(self._span, record, self.recorder.admitted_s)

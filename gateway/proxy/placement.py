@@ -180,6 +180,7 @@ class Placement:
             assert backend is not None
             try:
                 self.upstream = await self._send(backend, prepared)
+                prepared.translator.knowing(backend.traits.reasoning)
             except Unreachable:
                 if not self._fail_over(backend):
                     raise

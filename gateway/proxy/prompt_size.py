@@ -18,7 +18,6 @@ from typing import Literal
 
 from dspark_common import json_codec
 from gateway.backends.counting import CountBusy, CountGate
-from gateway.backends.traits import UpstreamTraits
 from gateway.config import Settings
 from gateway.dialects.prompt_count import TokenCount
 from gateway.errors import GatewayError
@@ -32,10 +31,12 @@ BYTES_PER_TOKEN = 4
 @dataclass(frozen=True, slots=True)
 class PromptSize:
     """``tokens`` of prompt, and where the figure comes from: ``tokenize`` (the backend counted it)
-    or ``estimate`` (:data:`BYTES_PER_TOKEN`)."""
+    or ``estimate`` (:data:`BYTES_PER_TOKEN`); ``counts_prompts``: what the backend showed of its
+    prompt counts (True: it answered one; False: it has no count route; None: it was not asked)."""
 
     tokens: int
     source: Literal["tokenize", "estimate"]
+    counts_prompts: bool | None = None
 
 
 def estimate(size: int) -> PromptSize:
@@ -46,7 +47,7 @@ def estimate(size: int) -> PromptSize:
 async def prompt_size(
     counts: CountGate,
     key: str,
-    traits: UpstreamTraits,
+    counts_prompts: bool | None,
     settings: Settings,
     count: TokenCount | None,
     size: int,
@@ -55,9 +56,10 @@ async def prompt_size(
     """The prompt's size: the backend's count of ``count`` for a body of ``size`` bytes at least
     ``settings.tokenize_min_bytes``, sent within ``counts``' bound as ``key``'s (waiting in line for
     it within the timeout), else (or if it can't be had, or ``key`` has its share of counts in
-    flight) the estimate. Never raises a :class:`GatewayError`: the request itself will meet whatever
-    the backend has to say."""
-    if count is None or size < settings.tokenize_min_bytes or traits.counts_prompts is False:
+    flight) the estimate; never when the backend showed it has no count route
+    (``counts_prompts`` False). Never raises a :class:`GatewayError`: the request itself will meet
+    whatever the backend has to say."""
+    if count is None or size < settings.tokenize_min_bytes or counts_prompts is False:
         return estimate(size)
     try:
         async with asyncio.timeout(settings.tokenize_timeout_s), counts.hold(key) as upstream:
@@ -70,13 +72,12 @@ async def prompt_size(
         return estimate(size)
     except GatewayError as error:
         if error.status == 404:
-            traits.counts_prompts = False
             log.warning("the backend has no %s route: prompt sizes are estimated", count.path)
+            return PromptSize(estimate(size).tokens, "estimate", counts_prompts=False)
         return estimate(size)
     except (TimeoutError, ValueError):
         return estimate(size)
     tokens = answer.get(count.field) if isinstance(answer, dict) else None
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
         return estimate(size)
-    traits.counts_prompts = True
-    return PromptSize(tokens, "tokenize")
+    return PromptSize(tokens, "tokenize", counts_prompts=True)

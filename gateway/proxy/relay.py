@@ -5,31 +5,35 @@ byte); what one upstream read completes goes to the client in one write. A strea
 API's last event (OpenAI's ``data: [DONE]``, Anthropic's ``message_stop``, the Responses API's
 ``response.completed``: the translator's ``ends``); if upstream breaks or ends without it, the client
 gets one error event in its dialect and the stream ends — never a silent clean end that looks
-complete. When the last event arrives, before it is rewritten, :data:`SEQUENCE_END` is yielded: the
-backend has finished the sequence, and the caller may hand the slot on.
+complete. When the last event arrives, before it is rewritten, an item with ``sequence_end`` is
+yielded: the backend has finished the sequence, and the caller may hand the slot on (and hand the
+last event's step the client's telemetry object, :attr:`RelayOutcome.telemetry`).
+
+What the translator saw on the way (its :class:`~gateway.dialects.base.Step` values) goes up with
+each item, in order, for the request's owner to record: the relay records nothing itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Iterator
-from dataclasses import dataclass
-from enum import Enum
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.backends.upstream import UpstreamResponse
-from gateway.dialects.base import Translator
+from gateway.dialects.base import Step, Translator
 from gateway.dialects.sse import MAX_EVENT_BYTES, EventTooLargeError, SSEDecoder
 from gateway.errors import GatewayError, MalformedResponseError
 
 
-class _End(Enum):
-    SEQUENCE_END = "sequence end"
+@dataclass(slots=True)
+class Relayed:
+    """One item of :func:`relay_events`: ``data`` for the client (b"": none), the translator's
+    ``steps`` that saw something since the last item (in order), and ``sequence_end``: the backend's
+    last event has arrived, not rewritten yet."""
 
-
-#: Yielded by :func:`relay_events` when the upstream's last event arrives, before it is rewritten.
-SEQUENCE_END: Literal[_End.SEQUENCE_END] = _End.SEQUENCE_END
-#: What :func:`relay_events` yields: bytes for the client, or :data:`SEQUENCE_END`.
-Relayed = bytes | Literal[_End.SEQUENCE_END]
+    data: bytes
+    steps: list[Step]
+    sequence_end: bool = False
 
 
 def _broken(detail: str) -> GatewayError:
@@ -40,21 +44,23 @@ def _broken(detail: str) -> GatewayError:
 class RelayOutcome:
     """How the relay ended: ``done`` once the upstream's last event arrived, ``delivered`` once it went
     to the client (a client may hang up right after it: that is a complete response); ``error`` is
-    the error sent instead of ``[DONE]``, if any."""
+    the error sent instead of ``[DONE]``, if any. ``telemetry``: the client's telemetry object, given
+    by the caller at the sequence's end (when the client asked for it) for the last event's step."""
 
     done: bool = False
     delivered: bool = False
     error: GatewayError | None = None
+    telemetry: dict[str, Any] | None = field(default=None, repr=False)
 
 
 class EventPipe:
     """Upstream body bytes in, the bytes for the client out: whole SSE events through the
     ``translator``, the events one upstream read completes joined for one write.
 
-    :meth:`feed` yields :data:`SEQUENCE_END` when the last event arrives (the upstream has
+    :meth:`feed` yields a ``sequence_end`` item when the last event arrives (the upstream has
     finished the sequence), before it is rewritten. It raises :class:`MalformedResponseError` or
     :class:`EventTooLargeError`; the events completed before the failure stay in :attr:`ready` (they
-    go on before the error event).
+    go on before the error event), what they saw in :attr:`steps`.
     """
 
     def __init__(self, translator: Translator, outcome: RelayOutcome, max_event_bytes: int) -> None:
@@ -63,23 +69,31 @@ class EventPipe:
         self._rewrite = translator.step
         self._outcome = outcome
         self.ready: list[bytes] = []
+        self.steps: list[Step] = []
 
     def feed(self, data: bytes) -> Iterator[Relayed]:
-        """Decode and rewrite ``data`` into :attr:`ready`, yielding :data:`SEQUENCE_END` before the
-        last event is rewritten."""
-        ready = self.ready
+        """Decode and rewrite ``data`` into :attr:`ready` (and what it saw into :attr:`steps`), yielding
+        a ``sequence_end`` item with the steps so far before the last event is rewritten."""
+        ready, rewrite, outcome = self.ready, self._rewrite, self._outcome
         for event, payload in self._decoder.feed_payloads(data):
             if self._ends(event, payload):
-                self._outcome.done = True  # the pieces after it are final (StreamBuffer.put)
-                yield SEQUENCE_END
-            ready += self._rewrite(event, payload)
+                outcome.done = True  # the pieces after it are final (StreamBuffer.put)
+                steps, self.steps = self.steps, []
+                yield Relayed(b"", steps, sequence_end=True)
+                step = rewrite(event, payload, outcome.telemetry)
+            else:
+                step = rewrite(event, payload)
+            ready += step.events
+            if step.seen is not None or step.learnt is not None or step.claimed is not None:
+                self.steps.append(step)
 
-    def take(self) -> bytes:
-        """What is ready for the client, in one piece (then empty)."""
+    def take(self) -> Relayed:
+        """What is ready for the client, in one piece, and what was seen on the way (then empty)."""
         ready = self.ready
         out = ready[0] if len(ready) == 1 else b"".join(ready)
         ready.clear()
-        return out
+        steps, self.steps = self.steps, []
+        return Relayed(out, steps)
 
     def failed(self, exc: MalformedResponseError | EventTooLargeError) -> GatewayError:
         """The error event's error for a failure :meth:`feed` raised."""
@@ -103,19 +117,20 @@ async def relay_events(
 ) -> AsyncGenerator[Relayed, None]:
     """Yield the upstream's SSE events through the ``translator``, the events one upstream read completes
     joined in one item (one write to the client, not one per event: at saturation a read holds
-    several). A broken or truncated stream ends with its error in ``outcome`` (for the caller to send
-    in the client's dialect): 504 ``upstream_timeout`` when the read timeout ran out, else 502
-    ``upstream_stream_error`` (reset, malformed chunk, an event over ``max_event_bytes``, or an end
-    before the last event); events completed before the failure are still yielded, and a failure
-    after the last event is none. :data:`SEQUENCE_END` is yielded when the last event arrives, before
-    it is rewritten (the caller hands the slot on then). Pure asyncio: the caller sends what it yields.
+    several), with what the translator saw of them. A broken or truncated stream ends with its error
+    in ``outcome`` (for the caller to send in the client's dialect): 504 ``upstream_timeout`` when the
+    read timeout ran out, else 502 ``upstream_stream_error`` (reset, malformed chunk, an event over
+    ``max_event_bytes``, or an end before the last event); events completed before the failure are
+    still yielded, and a failure after the last event is none. A ``sequence_end`` item is yielded
+    when the last event arrives, before it is rewritten (the caller hands the slot on then). Pure
+    asyncio: the caller sends and records what it yields.
     """
     pipe = EventPipe(translator, outcome, max_event_bytes)
     try:
         async for chunk in response.chunks():
             for end in pipe.feed(chunk):
                 yield end
-            if pipe.ready:
+            if pipe.ready or pipe.steps:
                 yield pipe.take()
     except GatewayError as exc:  # the upstream timed out or broke (see UpstreamResponse.chunks)
         outcome.error = exc
@@ -125,5 +140,5 @@ async def relay_events(
         outcome.error = pipe.ended(None)
     if outcome.done:  # the backend finished the answer: what broke after its end is not the client's business
         outcome.error = None
-    if pipe.ready:
+    if pipe.ready or pipe.steps:
         yield pipe.take()

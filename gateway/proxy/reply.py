@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from starlette.types import Send
 
 from dspark_common import json_codec
-from gateway.dialects.base import Dialect, Translator
+from gateway.dialects.base import Dialect
 from gateway.errors import GatewayError
 
 #: Headers of every relayed stream. ``X-Accel-Buffering: no`` keeps nginx-style proxies from buffering.
@@ -37,9 +37,7 @@ def _headers(
 
 
 class Reply:
-    """Writes one response through ``send``. ``status`` is the status it started with (None before);
-    ``translator`` writes a stream's error event (set once the request is prepared: a stream starts
-    only after that)."""
+    """Writes one response through ``send``. ``status`` is the status it started with (None before)."""
 
     def __init__(self, send: Send, dialect: Dialect, keep_alive_s: float) -> None:
         self._send = send
@@ -51,7 +49,6 @@ class Reply:
         self._watchdog: asyncio.Task[None] | None = None
         self.status: int | None = None
         self.ended = False
-        self.translator: Translator | None = None
 
     @property
     def streaming(self) -> bool:
@@ -67,17 +64,17 @@ class Reply:
             await self._send({"type": "http.response.body", "body": body, "more_body": False})
             self.ended = True
 
-    async def fail(self, error: GatewayError) -> None:
-        """``error`` in the dialect's shape: its status and JSON body if nothing was sent yet, else one
-        error event that ends the stream. Nothing once the response has ended."""
+    async def fail(self, error: GatewayError, closing: list[bytes]) -> None:
+        """``error`` in the dialect's shape: its status and JSON body if nothing was sent yet, else the
+        ``closing`` events (the translator's error event) that end the stream. Nothing once the
+        response has ended."""
         if self.ended:
             return
         if not self.streaming:
             body = json_codec.dumps(self._dialect.error_body(error))
             await self.json(error.status, body, error.headers)
             return
-        assert self.translator is not None  # a stream starts only once its request is prepared
-        await self.events(self.translator.error_event(error))
+        await self.events(b"".join(closing))
         await self.end()
 
     async def left(self) -> None:

@@ -51,8 +51,7 @@ from gateway.errors import (
 from gateway.proxy.asks import Asked
 from gateway.proxy.exchange import Exchange
 from gateway.proxy.pipeline import Pipeline
-from gateway.proxy.placement import Placement
-from gateway.proxy.relay import SEQUENCE_END, Relayed, RelayOutcome, relay_events
+from gateway.proxy.relay import Relayed, RelayOutcome, relay_events
 from gateway.proxy.reply import Reply
 from gateway.proxy.stream_buffer import StreamBuffer
 
@@ -101,7 +100,6 @@ class ExchangeResponse(Response):
                         request, body_bounds(settings, settings.max_body_bytes, INFERENCE)
                     )
                     prepared = await exchange.prepare(body, size)
-                    reply.translator = prepared.translator
                     await unless_disconnected(receive, lambda: _serve(exchange, prepared, reply))
                 except MalformedResponseError as exc:
                     message = f"The model server sent a malformed response: {exc}"
@@ -111,7 +109,7 @@ class ExchangeResponse(Response):
                 exchange.failed(error.status)
                 # the key's x-ratelimit-* on a refusal (429) as on an answer
                 error.headers = {**await exchange.billing.headers(), **error.headers}
-                await reply.fail(error)
+                await reply.fail(error, exchange.closing(error) if reply.streaming else [])
             except ClientDisconnectedError:
                 exchange.left()
                 await reply.left()
@@ -126,7 +124,8 @@ class ExchangeResponse(Response):
             except Exception:
                 log.exception("request %s failed", request_id)
                 exchange.failed(500)
-                await reply.fail(internal_error())
+                internal = internal_error()
+                await reply.fail(internal, exchange.closing(internal) if reply.streaming else [])
             finally:
                 reply.stop_keep_alive()
 
@@ -144,8 +143,7 @@ async def _serve(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
         upstream = await placement.open_when_back(prepared)
         body = await upstream.read()
         await placement.upstream_done()  # the slot handed on before the answer is rewritten
-        answer = prepared.translator.answer(body)
-        exchange.answered(upstream.status)  # what the client is sent next is all of it
+        answer = exchange.answer(prepared.translator.answer(body), upstream.status)
         await reply.json(upstream.status, answer, headers)
         return
     if not admitted:
@@ -205,7 +203,7 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
     exchange.streaming()
     events = relay_events(placement.upstream, prepared.translator, outcome, 2 * settings.max_body_bytes)
     buffer = StreamBuffer(settings.stream_buffer_bytes)
-    reading = asyncio.create_task(_read(events, buffer, outcome, settings.client_write_timeout_s, placement))
+    reading = asyncio.create_task(_read(events, buffer, outcome, settings.client_write_timeout_s, exchange))
     writing = asyncio.create_task(_write(buffer, reply, outcome))
     try:
         done, _ = await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_EXCEPTION)
@@ -220,7 +218,7 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
         finally:
             exchange.stream_ended(outcome.delivered, outcome.error)
     if outcome.error is not None:
-        await reply.fail(outcome.error)
+        await reply.fail(outcome.error, exchange.closing(outcome.error))
     else:
         await reply.end()
 
@@ -230,16 +228,21 @@ async def _read(
     buffer: StreamBuffer,
     outcome: RelayOutcome,
     timeout_s: float,
-    placement: Placement,
+    exchange: Exchange,
 ) -> None:
-    """Put the relay's output into ``buffer`` (closed at the end), handing the slot on when the
-    backend has finished the sequence and at the latest once the upstream has ended;
+    """Put the relay's output into ``buffer`` (closed at the end) and record what the translator saw
+    on the way; when the backend has finished the sequence, hand its last event the client's
+    telemetry object and the slot on (at the latest once the upstream has ended);
     :class:`ClientTooSlowError` when there was no room for ``timeout_s``."""
+    placement = exchange.placement
     async with contextlib.aclosing(events):
-        async for data in events:
-            if data is SEQUENCE_END:
+        async for item in events:
+            for step in item.steps:
+                exchange.saw(step)
+            if item.sequence_end:
+                outcome.telemetry = exchange.client_telemetry()
                 await placement.sequence_ended()
-            elif not await buffer.put(data, timeout_s, final=outcome.done):
+            elif item.data and not await buffer.put(item.data, timeout_s, final=outcome.done):
                 raise ClientTooSlowError(timeout_s, buffer.size)
     await placement.upstream_done()
     buffer.close()

@@ -6,7 +6,7 @@ itself otherwise (no parser, or ``/v1/completions``), always taking DSML tool-ca
 answer. ``GATEWAY_REASONING_SPLIT``:
 
 - ``auto``: split raw text until the upstream shows it splits (a reasoning field on this choice, or
-  earlier on any response: remembered in :class:`LearntReasoning`); then keep the upstream's split.
+  earlier on any response: :class:`ReasoningShown`); then keep the upstream's split.
 - ``gateway``: always split the text (upstream reasoning fields are kept as reasoning too).
 - ``upstream``: never split think markers; only DSML markup is taken out of the answer.
 - ``off``: pass reasoning through untouched (no split, no renaming, no DSML parsing).
@@ -14,7 +14,7 @@ answer. ``GATEWAY_REASONING_SPLIT``:
 Raw text is reasoning only where its markers show it (:mod:`gateway.reasoning.splitter`): with
 thinking on, a choice's text waits (state ``pending``) until a marker decides, unless the gateway
 knows more — a raw prompt that ends with the start marker (``opened``: the output starts inside
-reasoning), or what this upstream's earlier answers showed (:attr:`LearntReasoning.reasoning_markers`:
+reasoning), or what this upstream's earlier answers showed (:attr:`ReasoningShown.reasoning_markers`:
 once one showed a marker, thinking output starts inside reasoning as DeepSeek-V4's template has it;
 once one finished with none, its text is the answer until a marker says otherwise). An answer
 held to a format (``structured``: ``response_format`` JSON) has no reasoning before it unless a
@@ -28,20 +28,33 @@ and counted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Protocol
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from gateway.reasoning.splitter import THINK, Markers, ReasoningSplitter, SplitDelta, State
 
 
-class LearntReasoning(Protocol):
-    """What the gateway learnt of a backend's reasoning output, read and written as its answers arrive
-    (None: not seen yet; :class:`~gateway.backends.traits.UpstreamTraits` keeps it per backend):
+@dataclass(frozen=True, slots=True)
+class ReasoningShown:
+    """What a backend's answers showed of its reasoning output (None: not seen yet):
     ``splits_reasoning``, it sends reasoning fields (vLLM ``--reasoning-parser``);
-    ``reasoning_markers``, its raw text with thinking on shows reasoning markers."""
+    ``reasoning_markers``, its raw text with thinking on shows reasoning markers (True: one did;
+    False: a whole answer had none). A value: a split reads what was known when its answer began
+    and returns what it learnt (:attr:`ChoiceSplit.shown`); the backend's owner keeps it
+    (:meth:`~gateway.backends.pool.Backend.learn`)."""
 
-    splits_reasoning: bool | None
-    reasoning_markers: bool | None
+    splits_reasoning: bool | None = None
+    reasoning_markers: bool | None = None
+
+    def merged(self, other: ReasoningShown) -> ReasoningShown:
+        """Both: a backend that split once splits; a marker seen once outweighs an answer without."""
+        splits = True if True in (self.splits_reasoning, other.splits_reasoning) else self.splits_reasoning
+        markers = self.reasoning_markers
+        if other.reasoning_markers is not None and markers is not True:
+            markers = other.reasoning_markers
+        if (splits, markers) == (self.splits_reasoning, self.reasoning_markers):
+            return self
+        return ReasoningShown(splits, markers)
 
 
 SplitMode = Literal["auto", "gateway", "upstream", "off"]
@@ -75,13 +88,16 @@ class ReasoningPolicy:
 
 
 class ChoiceSplit:
-    """Reasoning/content/tool-call split of one choice, fed piece by piece (stream) or once (non-stream)."""
+    """Reasoning/content/tool-call split of one choice, fed piece by piece (stream) or once (non-stream).
 
-    def __init__(self, policy: ReasoningPolicy, traits: LearntReasoning) -> None:
+    ``known``: what the backend's earlier answers showed. :attr:`shown` is that, plus what this
+    choice showed so far (a new object only when it learnt something)."""
+
+    def __init__(self, policy: ReasoningPolicy, known: ReasoningShown) -> None:
         self._policy = policy
-        self._traits = traits
+        self.shown = known
         upstream_splits = policy.mode == "upstream" or (
-            policy.mode == "auto" and traits.splits_reasoning is True
+            policy.mode == "auto" and known.splits_reasoning is True
         )
         self._splitter = ReasoningSplitter(
             policy.thinking and not upstream_splits, policy.markers, self._start()
@@ -93,7 +109,7 @@ class ChoiceSplit:
         """Where thinking output starts (see the module doc)."""
         if self._policy.opened:
             return State.REASONING
-        shown = self._traits.reasoning_markers
+        shown = self.shown.reasoning_markers
         if shown is None or (shown and self._policy.structured):
             return State.PENDING
         return State.REASONING if shown else State.CONTENT
@@ -125,13 +141,13 @@ class ChoiceSplit:
         out = SplitDelta()
         pending = self._splitter.pending
         self._merge(out, self._splitter.finish())
-        learnt = self._traits.reasoning_markers is not None
+        learnt = self.shown.reasoning_markers is not None
         if pending and finish_reason == "stop" and not self._policy.structured and not learnt:
-            self._traits.reasoning_markers = False
+            self.shown = replace(self.shown, reasoning_markers=False)
         return self._released(out)
 
     def _switch_to_upstream_split(self, out: SplitDelta) -> None:
-        self._traits.splits_reasoning = True
+        self.shown = replace(self.shown, splits_reasoning=True)
         self._upstream_splits = True
         self._merge(out, self._splitter.finish())
         self._splitter = ReasoningSplitter(thinking=False)
@@ -143,8 +159,8 @@ class ChoiceSplit:
 
     def _released(self, out: SplitDelta) -> SplitDelta:
         """``out`` as the client gets it: the tool calls of functions it may call, the others dropped."""
-        if self._splitter.saw_reasoning_marker:
-            self._traits.reasoning_markers = True
+        if self._splitter.saw_reasoning_marker and self.shown.reasoning_markers is not True:
+            self.shown = replace(self.shown, reasoning_markers=True)
         allowed = self._policy.tools
         if allowed is not None and out.tool_calls:
             kept = [call for call in out.tool_calls if call.name in allowed]

@@ -18,6 +18,7 @@ from gateway.dialects.openai.chat import CHAT
 from gateway.limits.rate import RateLimiter, storage_for
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.respond import ExchangeResponse
+from gateway.reasoning.policy import ReasoningShown
 from gateway.telemetry import GatewayMetrics
 from gateway.telemetry.record import RequestTelemetry
 from tests.support.asgi_call import Call
@@ -51,7 +52,8 @@ def build(
     for name, each in zip(names, upstreams, strict=True):
         monitor = BackendMonitor(each, GatewayMetrics(), 3600, name)
         backend = Backend(name, each, Admission.configured(config), monitor, CountGate(each, 2, 1))
-        backend.traits.reasoning_markers = False if plain else None
+        if plain:
+            backend.learn(reasoning=ReasoningShown(reasoning_markers=False))
         backends.append(backend)
     records = Records()
     pipeline = Pipeline(Backends(backends), config, records, RateLimiter(storage_for("memory://")))

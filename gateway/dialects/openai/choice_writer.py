@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 from gateway.reasoning import SplitDelta
-from gateway.reasoning.policy import UPSTREAM_REASONING_FIELDS, ChoiceSplit, LearntReasoning, ReasoningPolicy
+from gateway.reasoning.policy import UPSTREAM_REASONING_FIELDS, ChoiceSplit, ReasoningPolicy, ReasoningShown
 
 
 def tool_call_id() -> str:
@@ -18,9 +18,9 @@ def tool_call_id() -> str:
 class ChoiceWriter:
     """Applies one choice's split to its JSON object (``delta``, ``message`` or a text choice)."""
 
-    def __init__(self, policy: ReasoningPolicy, traits: LearntReasoning) -> None:
+    def __init__(self, policy: ReasoningPolicy, known: ReasoningShown) -> None:
         self.policy = policy
-        self.split = ChoiceSplit(policy, traits)
+        self.split = ChoiceSplit(policy, known)
 
     def rewrite(
         self, choice: dict[str, Any], slot: str | None, closing: bool = False

@@ -5,7 +5,6 @@ framework."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from gateway.dialects.wire import MalformedChunkError
@@ -25,8 +24,6 @@ def slot_of(obj: dict[str, Any]) -> str | None:
     return SLOTS.get(kind) if isinstance(kind, str) else None  # any other JSON value: a text completion
 
 
-#: Where each chunk's :class:`Observation` goes (the request's telemetry recorder).
-Observer = Callable[[Observation], None]
 #: The text fields whose content counts as output (the first token), besides ``tool_calls``.
 OUTPUT_FIELDS = ("content", "text", "reasoning", "reasoning_content")
 

@@ -4,41 +4,35 @@ The gateway always asks upstream for usage on every chunk (``include_usage`` +
 ``continuous_usage_stats``) because telemetry needs it; the client gets usage only as it asked
 (OpenAI: ``stream_options.include_usage`` -> a final chunk with ``choices: []``; vLLM's
 ``continuous_usage_stats`` -> also on every chunk), the backend's per-request ``metrics`` only with
-``include_metrics: true``, and a ``telemetry`` object only with the header ``x-gateway-telemetry: 1``.
+``include_metrics: true``, and a ``telemetry`` object only with the header ``x-gateway-telemetry: 1``
+(on the closing usage chunk of a stream, :class:`~gateway.dialects.openai.rewrite.StreamRewriter`;
+on a whole body, by the request's owner).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-TelemetryFn = Callable[[], dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
 class ClientView:
-    """The client's asks for one request; ``telemetry`` builds the telemetry object when it is due."""
+    """The client's asks for one request (``telemetry``: the gateway's telemetry object)."""
 
     include_usage: bool = False
     continuous_usage: bool = False
     include_metrics: bool = False
-    telemetry: TelemetryFn | None = None
+    telemetry: bool = False
 
     def apply_chunk(self, chunk: dict[str, Any], final: bool) -> bool:
-        """Strip or add fields of one stream chunk in place; return True if it changed.
-
-        ``final``: the upstream's usage chunk (it came with ``choices: []``); it gets the telemetry object.
-        """
+        """Strip the fields of one stream chunk the client did not ask for, in place; return True if it
+        changed. ``final``: the upstream's usage chunk (it came with ``choices: []``)."""
         changed = False
         if "usage" in chunk and not (self.include_usage and (final or self.continuous_usage)):
             del chunk["usage"]
             changed = True
         if "metrics" in chunk and not self.include_metrics:
             del chunk["metrics"]
-            changed = True
-        if final and self.telemetry is not None:
-            chunk["telemetry"] = self.telemetry()
             changed = True
         return changed
 
@@ -48,8 +42,6 @@ class ClientView:
         return not chunk.get("choices") and not any(k in chunk for k in ("usage", "metrics", "telemetry"))
 
     def apply_body(self, body: dict[str, Any]) -> None:
-        """Non-stream: usage always stays (OpenAI always returns it); metrics and telemetry as asked."""
+        """Non-stream: usage always stays (OpenAI always returns it); metrics as asked."""
         if "metrics" in body and not self.include_metrics:
             del body["metrics"]
-        if self.telemetry is not None:
-            body["telemetry"] = self.telemetry()

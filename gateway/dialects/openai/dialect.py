@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dspark_common import json_codec
-from gateway.dialects.base import Context, Parsed, Prepared
+from gateway.dialects.base import Answer, Context, Parsed, Prepared, Step
 from gateway.dialects.fields import check_fields
 from gateway.dialects.openai.chunks import observation
 from gateway.dialects.openai.client_view import ClientView
@@ -25,7 +25,7 @@ from gateway.dialects.sse import DONE, KEEP_ALIVE_COMMENT
 from gateway.dialects.wire import bearer_token, json_object
 from gateway.errors import GatewayError, invalid_request
 from gateway.reasoning import Markers
-from gateway.reasoning.policy import ReasoningPolicy, SplitMode
+from gateway.reasoning.policy import ReasoningPolicy, ReasoningShown, SplitMode
 
 
 def error_body(error: GatewayError) -> dict[str, Any]:
@@ -105,7 +105,7 @@ def finish(
         telemetry=context.telemetry,
     )
     budget, param = output
-    translator = OpenAITranslator(policy, view, context)
+    translator = OpenAITranslator(policy, view)
     return Prepared(
         json_codec.dumps(payload), request.stream, budget, param, sequences, translator, count=count
     )
@@ -125,43 +125,45 @@ def callable_tools(payload: dict[str, Any]) -> frozenset[str]:
 class OpenAITranslator:
     """:class:`~gateway.dialects.base.Translator` of OpenAI-shaped responses (chat and text completions)."""
 
-    def __init__(self, policy: ReasoningPolicy, view: ClientView, context: Context) -> None:
+    def __init__(self, policy: ReasoningPolicy, view: ClientView) -> None:
         self._policy = policy
         self._view = view
-        self._context = context
+        self._known = ReasoningShown()
         self._stream: StreamRewriter | None = None
 
+    def knowing(self, shown: ReasoningShown) -> None:
+        """What the answering backend showed of its reasoning output before (read at the first event)."""
+        self._known = shown
+
     def _rewriter(self) -> StreamRewriter:
-        """The stream's rewriter, made at its first event: the backend answering is known by then, and
-        its traits with it."""
+        """The stream's rewriter, made at its first event: the backend answering is known by then."""
         if self._stream is None:
-            context = self._context
-            self._stream = StreamRewriter(self._policy, context.traits(), self._view, context.observe)
+            self._stream = StreamRewriter(self._policy, self._known, self._view)
         return self._stream
 
     def ends(self, event: bytes, data: bytes | None) -> bool:
         """``data: [DONE]``."""
         return data == DONE
 
-    def error_event(self, error: GatewayError) -> bytes:
+    def error_event(self, error: GatewayError) -> Step:
         """The text the reasoning split still held (:meth:`StreamRewriter.flush`), then OpenAI's error
         object as one ``data:`` event (what the OpenAI SDKs raise on)."""
-        held = b"".join(self._stream.flush()) if self._stream is not None else b""
-        return held + b"data: " + json_codec.dumps(error_body(error)) + b"\n\n"
+        step = self._stream.flush() if self._stream is not None else Step([])
+        step.events.append(b"data: " + json_codec.dumps(error_body(error)) + b"\n\n")
+        return step
 
-    def step(self, event: bytes, data: bytes | None) -> list[bytes]:
+    def step(self, event: bytes, data: bytes | None, telemetry: dict[str, Any] | None = None) -> Step:
         """One upstream SSE event: :meth:`StreamRewriter.step`."""
-        return self._rewriter().step(event, data)
+        return self._rewriter().step(event, data, telemetry)
 
-    def answer(self, body: bytes) -> bytes:
-        """A non-stream body: split, observed, shown as the client asked."""
+    def answer(self, body: bytes) -> Answer:
+        """A non-stream body: split, observed, shown as the client asked (a JSON object: it takes the
+        telemetry object when asked)."""
         obj = json_object(body, "the response")
-        reasoning_chars, content_chars, dropped = rewrite_body(obj, self._policy, self._context.traits())
-        self._context.observe_answer(
-            observation(obj, obj.get("choices") or [], True, reasoning_chars, content_chars, dropped)
-        )
+        reasoning_chars, content_chars, dropped, shown = rewrite_body(obj, self._policy, self._known)
+        seen = observation(obj, obj.get("choices") or [], True, reasoning_chars, content_chars, dropped)
         self._view.apply_body(obj)
-        return json_codec.dumps(obj)
+        return Answer(obj, seen, shown if shown is not self._known else None)
 
 
 #: The OpenAI dialect of the routes that are not inference (the admin API, ``/v1/models``, health):

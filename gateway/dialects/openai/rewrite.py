@@ -3,8 +3,10 @@
 :class:`StreamRewriter` takes raw SSE events (``step(event) -> [events]``) and keeps one
 :class:`~gateway.reasoning.policy.ChoiceSplit` per choice index; :func:`rewrite_body` does the same
 for a whole non-stream response. Chat (``chat.completion[.chunk]``: ``delta``/``message``) and text
-completions (``text_completion``: ``text``) are both handled. What each chunk carried goes to telemetry
-as an :class:`~gateway.telemetry.observation.Observation`. Reading a chunk (parse, shape check,
+completions (``text_completion``: ``text``) are both handled. Each step returns what its chunk carried
+for telemetry (an :class:`~gateway.telemetry.observation.Observation`) and what the answer showed of
+the backend's reasoning output when that is news (:class:`~gateway.reasoning.policy.ReasoningShown`),
+as a :class:`~gateway.dialects.base.Step`. Reading a chunk (parse, shape check,
 observation) is :mod:`.chunks`; writing one choice's split is :mod:`.choice_writer`.
 
 Invariants: events the policy does not change are forwarded byte for byte; ``id``, ``index``,
@@ -16,7 +18,9 @@ than ``data`` go on with it whether or not its data was rewritten; a dropped eve
 ``stream_options.include_usage`` gets OpenAI's closing ``choices: []`` usage chunk even from an
 upstream that put usage only on chunks with choices (API reference, "Create chat completion": "an
 additional chunk will be streamed before the data: [DONE] message ... the choices field will always
-be an empty array"): it is made from the last usage seen, before ``[DONE]``.
+be an empty array"): it is made from the last usage seen, before ``[DONE]``. A client that asked for
+the gateway's ``telemetry`` gets it on that closing chunk, as of the backend's end: the chunk waits
+for ``[DONE]``, whose step is handed the object.
 """
 
 from __future__ import annotations
@@ -24,11 +28,10 @@ from __future__ import annotations
 from typing import Any
 
 from dspark_common import json_codec
-from gateway.dialects.base import text_length
+from gateway.dialects.base import Step, text_length
 from gateway.dialects.openai.choice_writer import ChoiceWriter
 from gateway.dialects.openai.chunks import (
     SLOTS,
-    Observer,
     check_shape,
     observation,
     slot_of,
@@ -38,7 +41,8 @@ from gateway.dialects.openai.client_view import ClientView
 from gateway.dialects.sse import DONE, lasting_fields, with_data
 from gateway.dialects.wire import MalformedChunkError, json_object
 from gateway.reasoning import Markers
-from gateway.reasoning.policy import UPSTREAM_REASONING_FIELDS, LearntReasoning, ReasoningPolicy
+from gateway.reasoning.policy import UPSTREAM_REASONING_FIELDS, ReasoningPolicy, ReasoningShown
+from gateway.telemetry.observation import Observation
 
 #: The fields a chunk the gateway adds (closing usage, held text of a broken stream) copies from the
 #: chunks before it.
@@ -58,19 +62,20 @@ def _rewritten(event: bytes, data: bytes, obj: dict[str, Any]) -> bytes:
 
 
 class StreamRewriter:
-    """One pass over an upstream SSE stream: ``step(raw event) -> raw events for the client``.
+    """One pass over an upstream SSE stream: ``step(raw event) -> Step`` (the raw events for the client,
+    what the chunk showed).
 
-    Per chunk: parse once, split reasoning per choice, let ``observe`` (telemetry) see it, apply the
-    client's :class:`ClientView`; re-encode only if something changed.
+    Per chunk: parse once, split reasoning per choice, observe it, apply the client's
+    :class:`ClientView`; re-encode only if something changed. ``known``: what the backend's earlier
+    answers showed of its reasoning output.
     """
 
-    def __init__(
-        self, policy: ReasoningPolicy, traits: LearntReasoning, view: ClientView, observe: Observer
-    ) -> None:
+    def __init__(self, policy: ReasoningPolicy, known: ReasoningShown, view: ClientView) -> None:
         self._policy = policy
-        self._traits = traits
+        self._known = known
+        self._learnt = False  # the chunk being rewritten showed something new of the backend
+        self._seen: Observation | None = None  # the chunk being rewritten's facts
         self._view = view
-        self._observe = observe
         self._passthrough = policy.passthrough
         self._choices: dict[int, ChoiceWriter] = {}
         self._dropped = 0  # tool calls dropped in the chunk being rewritten
@@ -78,27 +83,30 @@ class StreamRewriter:
         self._last: dict[str, Any] | None = None  # the last chunk with choices
         self._usage: dict[str, Any] | None = None  # the last usage seen on a chunk with choices
         self._closed = False  # the upstream sent its closing usage chunk (usage with choices: [])
+        self._closing_chunk: dict[str, Any] | None = None  # held for the telemetry object
 
-    def step(self, event: bytes, data: bytes | None) -> list[bytes]:
+    def step(self, event: bytes, data: bytes | None, telemetry: dict[str, Any] | None = None) -> Step:
         """Rewrite one whole SSE event (bytes including its blank-line terminator) whose ``data``
-        payload is ``data`` (:func:`~gateway.dialects.sse.event_data`; None if it has none).
+        payload is ``data`` (:func:`~gateway.dialects.sse.event_data`; None if it has none);
+        ``telemetry``: the client's telemetry object, for the closing usage chunk (handed to ``[DONE]``).
 
         Raises :class:`MalformedChunkError` for a ``data`` payload that is not a JSON object (a client
         SDK would fail on it with a parse error) or a chunk whose choices are not OpenAI-shaped.
         """
-        out = self._rewrite(event, data)
+        self._seen, self._learnt = None, False
+        out = self._rewrite(event, data, telemetry)
         if not out:
             self._carried += lasting_fields(event)
         elif self._carried:
             out[0] = self._carried + out[0]
             self._carried = b""
-        return out
+        return Step(out, self._seen, self._known if self._learnt else None)
 
-    def _rewrite(self, event: bytes, data: bytes | None) -> list[bytes]:
+    def _rewrite(self, event: bytes, data: bytes | None, telemetry: dict[str, Any] | None) -> list[bytes]:
         if data is None:
             return [event]
         if data == DONE:
-            return self._closing() + [event]
+            return self._closing(telemetry) + [event]
         obj = json_object(data, "a data line")
         if "error" in obj:
             return [event]
@@ -115,10 +123,13 @@ class StreamRewriter:
             self._closed = True
         self._dropped = 0
         changed, reasoning_chars, content_chars = self._split(obj, choices) if choices else (False, 0, 0)
-        self._observe(
-            observation(obj, obj.get("choices") or [], final, reasoning_chars, content_chars, self._dropped)
+        self._seen = observation(
+            obj, obj.get("choices") or [], final, reasoning_chars, content_chars, self._dropped
         )
         changed = self._view.apply_chunk(obj, final) or changed
+        if final and self._view.telemetry:
+            self._closing_chunk = obj  # sent before [DONE], with the telemetry object
+            return []
         if not changed:
             return [event]
         if obj.get("choices"):
@@ -131,21 +142,28 @@ class StreamRewriter:
         last = self._last or {}
         return {name: last[name] for name in _ENVELOPE if name in last}
 
-    def _closing(self) -> list[bytes]:
-        """The closing usage chunk an upstream that put its usage on chunks with choices did not send,
-        as the client asked to see it (nothing when it asked for neither usage nor telemetry)."""
-        if self._closed or self._usage is None:
-            return []
-        chunk = {**self._envelope(), "choices": [], "usage": self._usage}
-        self._view.apply_chunk(chunk, True)
+    def _closing(self, telemetry: dict[str, Any] | None) -> list[bytes]:
+        """The closing usage chunk, as the client asked to see it, with ``telemetry`` when given: the
+        upstream's (held for it), or one made from the last usage seen when the upstream put its usage
+        on chunks with choices only; nothing when the client asked for neither usage nor telemetry."""
+        chunk = self._closing_chunk
+        self._closing_chunk = None
+        if chunk is None:
+            if self._closed or self._usage is None:
+                return []
+            chunk = {**self._envelope(), "choices": [], "usage": self._usage}
+            self._view.apply_chunk(chunk, True)
+        if telemetry is not None:
+            chunk["telemetry"] = telemetry
         return [] if self._view.says_nothing(chunk) else [_event(chunk)]
 
-    def flush(self) -> list[bytes]:
+    def flush(self) -> Step:
         """What the split still holds when the stream ends without its last event (it broke): one
-        chunk with each choice's held text — reasoning where a marker showed it, else answer —, or
-        nothing when nothing is held."""
+        chunk with each choice's held text — reasoning where a marker showed it, else answer —, then
+        a closing usage chunk held for the telemetry object; no events when nothing is held."""
+        closing = self._closing(None) if self._closing_chunk is not None else []
         if self._last is None or self._passthrough:
-            return []
+            return Step(closing)
         slot = slot_of(self._last)
         choices, reasoning_chars, content_chars = [], 0, 0
         for index, writer in self._choices.items():
@@ -159,10 +177,10 @@ class StreamRewriter:
             reasoning_chars += len(out.reasoning)
             content_chars += len(out.content)
         if not choices:
-            return []
+            return Step(closing)
         chunk = {**self._envelope(), "choices": choices}
-        self._observe(observation(chunk, choices, False, reasoning_chars, content_chars))
-        return [_event(chunk)]
+        seen = observation(chunk, choices, False, reasoning_chars, content_chars)
+        return Step([_event(chunk), *closing], seen)
 
     def _split(self, obj: dict[str, Any], choices: list[Any]) -> tuple[bool, int, int]:
         kind = obj.get("object")  # slot_of(obj), inline: it runs for every chunk
@@ -184,6 +202,9 @@ class StreamRewriter:
             reasoning_chars += len(out.reasoning)
             content_chars += len(out.content)
             self._dropped += out.tool_calls_dropped
+            known = self._known.merged(writer.split.shown)
+            if known is not self._known:
+                self._known, self._learnt = known, True
             if keep:
                 kept.append(choice)
         obj["choices"] = kept
@@ -226,15 +247,16 @@ class StreamRewriter:
         return True, len(reasoning), len(text or "")
 
     def _new_writer(self, index: int) -> ChoiceWriter:
-        writer = self._choices[index] = ChoiceWriter(self._policy, self._traits)
+        writer = self._choices[index] = ChoiceWriter(self._policy, self._known)
         return writer
 
 
 def rewrite_body(
-    body: dict[str, Any], policy: ReasoningPolicy, traits: LearntReasoning
-) -> tuple[int, int, int]:
-    """Apply the policy to a non-stream response in place; return its reasoning and answer characters
-    and the tool calls dropped (no tools declared).
+    body: dict[str, Any], policy: ReasoningPolicy, known: ReasoningShown
+) -> tuple[int, int, int, ReasoningShown]:
+    """Apply the policy to a non-stream response in place; return its reasoning and answer characters,
+    the tool calls dropped (no tools declared) and what the backend's answers showed of its reasoning
+    output (``known`` and this one: the same object when it showed nothing new).
 
     Raises :class:`MalformedChunkError` if the choices are not OpenAI-shaped.
     """
@@ -250,11 +272,13 @@ def rewrite_body(
     elif choices:
         slot = slot_of(body)
         for choice in choices:
-            _, out = ChoiceWriter(policy, traits).rewrite(choice, slot)
+            writer = ChoiceWriter(policy, known)
+            _, out = writer.rewrite(choice, slot)
             reasoning_chars += len(out.reasoning)
             content_chars += len(out.content)
             dropped += out.tool_calls_dropped
-    return reasoning_chars, content_chars, dropped
+            known = known.merged(writer.split.shown)
+    return reasoning_chars, content_chars, dropped, known
 
 
 def as_sent(choices: list[Any], slot: str | None) -> tuple[int, int]:

@@ -17,10 +17,13 @@ import pytest
 from gateway.admission import Admission
 from gateway.backends.aiohttp_upstream import AiohttpUpstream as Upstream
 from gateway.backends.aiohttp_upstream import build_session
+from gateway.dialects.base import Answer, Step
 from gateway.dialects.sse import DONE
 from gateway.errors import GatewayError
 from gateway.proxy.placement import let_waiter_send
-from gateway.proxy.relay import SEQUENCE_END, RelayOutcome, relay_events
+from gateway.proxy.relay import RelayOutcome, relay_events
+from gateway.reasoning.policy import ReasoningShown
+from gateway.telemetry.observation import Observation
 from tests.support.raw_http import chunked, head, read_message, read_request, server
 
 T = TypeVar("T")
@@ -137,7 +140,7 @@ async def test_a_cookie_the_upstream_sets_is_never_sent_back() -> None:
 
 
 async def test_the_relay_reports_done_as_soon_as_it_arrives() -> None:
-    """``SEQUENCE_END`` (the slot's early release) comes when [DONE] is read, while the upstream still
+    """The sequence's end (the slot's early release) comes when [DONE] is read, while the upstream still
     holds the response open, and the relay then waits for the response's real end."""
     upstream_closed = asyncio.Event()
 
@@ -160,10 +163,10 @@ async def test_the_relay_reports_done_as_soon_as_it_arrives() -> None:
             response = await Upstream(url, session).open("POST", "/v1/chat/completions", b"{}")
             outcome = RelayOutcome()
             async for out in relay_events(response, PassThrough(), outcome):
-                if out is SEQUENCE_END:
+                if out.sequence_end:
                     done_while_open.append(not upstream_closed.is_set())
                 else:
-                    relayed.append(out)
+                    relayed.append(out.data)
             response.close()
         finally:
             await session.close()
@@ -175,17 +178,20 @@ async def test_the_relay_reports_done_as_soon_as_it_arrives() -> None:
 class PassThrough:
     """A translator that sends every event on unchanged; the stream ends at ``[DONE]``."""
 
+    def knowing(self, shown: ReasoningShown) -> None:
+        return None
+
     def ends(self, _event: bytes, data: bytes | None) -> bool:
         return data == DONE
 
-    def step(self, event: bytes, _data: bytes | None) -> list[bytes]:
-        return [event]
+    def step(self, event: bytes, _data: bytes | None, telemetry: dict | None = None) -> Step:
+        return Step([event])
 
-    def answer(self, body: bytes) -> bytes:
-        return body
+    def answer(self, body: bytes) -> Answer:
+        return Answer(body, Observation())
 
-    def error_event(self, error: GatewayError) -> bytes:
-        return b"data: " + error.message.encode() + b"\n\n"
+    def error_event(self, error: GatewayError) -> Step:
+        return Step([b"data: " + error.message.encode() + b"\n\n"])
 
 
 async def test_a_handed_on_slot_has_the_next_request_at_the_backend_when_the_releaser_resumes() -> None:

@@ -8,12 +8,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gateway.backends.traits import UpstreamTraits
 from gateway.dialects.openai.client_view import ClientView
 from gateway.dialects.openai.rewrite import StreamRewriter, rewrite_body
 from gateway.dialects.sse import event_data
 from gateway.dialects.wire import MalformedChunkError
-from gateway.reasoning.policy import ReasoningPolicy
+from gateway.reasoning.policy import ReasoningPolicy, ReasoningShown
 
 FW = "｜DSML｜"
 
@@ -37,21 +36,14 @@ SEE_ALL = ClientView(include_usage=True, continuous_usage=True, include_metrics=
 
 
 def step(rewriter: StreamRewriter, raw: bytes) -> list[bytes]:
-    return rewriter.step(raw, event_data(raw))
-
-
-def ignore(*_: object) -> None:
-    return None
+    return rewriter.step(raw, event_data(raw)).events
 
 
 def run(
-    events: list[bytes], view: ClientView = SEE_ALL, traits: UpstreamTraits | None = None, **policy
+    events: list[bytes], view: ClientView = SEE_ALL, traits: ReasoningShown | None = None, **policy
 ) -> list:
     rewriter = StreamRewriter(
-        ReasoningPolicy(**{"mode": "auto", "thinking": True, **policy}),
-        traits or UpstreamTraits(),
-        view,
-        ignore,
+        ReasoningPolicy(**{"mode": "auto", "thinking": True, **policy}), traits or ReasoningShown(), view
     )
     out = [e for ev in events for e in step(rewriter, ev)]
     return [json.loads(e[6:]) for e in out if e.startswith(b"data: {")], out
@@ -138,23 +130,24 @@ def test_text_held_back_comes_out_on_a_finish_chunk_without_text(final_delta) ->
 
 
 def test_upstream_split_is_kept_and_learnt() -> None:
-    traits = UpstreamTraits()
+    known = ReasoningShown()
     policy = ReasoningPolicy(mode="auto", thinking=True)
-    rewriter = StreamRewriter(policy, traits, SEE_ALL, ignore)
-    out = step(rewriter, event(chunk(reasoning="because")))
-    out += step(rewriter, event(chunk(content="Answer with </think> inside")))
-    deltas = [json.loads(e[6:])["choices"][0]["delta"] for e in out]
+    rewriter = StreamRewriter(policy, known, SEE_ALL)
+    first = rewriter.step(raw := event(chunk(reasoning="because")), event_data(raw))
+    second = rewriter.step(raw := event(chunk(content="Answer with </think> inside")), event_data(raw))
+    deltas = [json.loads(e[6:])["choices"][0]["delta"] for e in first.events + second.events]
     assert deltas == [
         {"reasoning_content": "because", "reasoning": "because"},
         {"content": "Answer with </think> inside"},
     ]
-    assert traits.splits_reasoning is True
+    assert first.learnt == ReasoningShown(splits_reasoning=True)  # news once, when it was shown
+    assert second.learnt is None and known == ReasoningShown()  # nothing written into what it was given
     # the next request knows from the start that the upstream splits: its text is the answer
     body = {
         "object": "chat.completion",
         "choices": [{"index": 0, "message": {"content": "plain"}, "finish_reason": "stop"}],
     }
-    assert rewrite_body(body, policy, traits) == (0, 5, 0)
+    assert rewrite_body(body, policy, first.learnt) == (0, 5, 0, first.learnt)
     assert body["choices"][0]["message"] == {"content": "plain", "reasoning_content": None, "reasoning": None}
 
 
@@ -170,7 +163,7 @@ def test_non_stream_length_cut_inside_opened_reasoning_is_all_reasoning_with_nul
         ],
     }
     policy = ReasoningPolicy(mode="gateway", thinking=True, opened=True)
-    assert rewrite_body(body, policy, UpstreamTraits()) == (12, 0, 0)
+    assert rewrite_body(body, policy, ReasoningShown())[:3] == (12, 0, 0)
     assert body["choices"][0]["message"] == {
         "role": "assistant",
         "content": None,
@@ -188,8 +181,14 @@ def test_held_back_chunks_never_look_like_the_final_usage_chunk() -> None:
         event({**chunk(content="think>Hi", finish="stop"), "usage": usage(4)}),
         event({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [], "usage": usage(4)}),
     ]
-    only_final = ClientView(include_usage=True, telemetry=lambda: {"t": 1})
-    parsed, _ = run(events, view=only_final)
+    only_final = ClientView(include_usage=True, telemetry=True)
+    rewriter = StreamRewriter(ReasoningPolicy("auto", True), ReasoningShown(), only_final)
+    out = [e for raw in events for e in step(rewriter, raw)]
+    assert not any(b'"choices":[]' in e for e in out)  # the closing chunk waits for [DONE] and telemetry
+    done = b"data: [DONE]\n\n"
+    out += rewriter.step(done, event_data(done), telemetry={"t": 1}).events
+    assert out[-1] == done
+    parsed = [json.loads(e[6:]) for e in out[:-1]]
     empties = [c for c in parsed if c["choices"] == []]
     assert len(empties) == 1 and empties[0] is parsed[-1]
     assert parsed[-1]["usage"]["completion_tokens"] == 4 and parsed[-1]["telemetry"] == {"t": 1}
@@ -206,7 +205,7 @@ def test_malformed_upstream_chunks_are_refused() -> None:
         rewrite_body(
             {"object": "chat.completion", "choices": [None]},
             ReasoningPolicy("gateway", True),
-            UpstreamTraits(),
+            ReasoningShown(),
         )
 
 
@@ -218,7 +217,7 @@ def test_an_object_field_that_is_not_a_string_reads_as_a_text_completion() -> No
         assert parsed[0]["choices"][0]["text"] == "b"
         assert parsed[0]["choices"][0]["reasoning_content"] == "a"
         body = {"object": kind, "choices": [{"index": 0, "text": "a</think>b"}]}
-        assert rewrite_body(body, ReasoningPolicy("gateway", True), UpstreamTraits()) == (1, 1, 0)
+        assert rewrite_body(body, ReasoningPolicy("gateway", True), ReasoningShown())[:3] == (1, 1, 0)
         assert body["choices"][0]["text"] == "b"
 
 
@@ -233,18 +232,15 @@ def test_steps_are_counted_when_reasoning_is_hidden() -> None:
     record = RequestTelemetry("r", "k", "n", "m", "/v1/chat/completions", "chat", True, datetime.now(UTC))
     recorder = RequestRecorder(record, k=5)
     rewriter = StreamRewriter(
-        ReasoningPolicy("gateway", True, include_reasoning=False),
-        UpstreamTraits(),
-        SEE_ALL,
-        recorder.observe,
+        ReasoningPolicy("gateway", True, include_reasoning=False), ReasoningShown(), SEE_ALL
     )
     totals = [1, 4, 7, 9]
     texts = ["a", "bc", "d</think>", "Hi"]
     for tokens, text in zip(totals, texts, strict=True):
-        step(
-            rewriter,
-            event({**chunk(content=text), "usage": {"prompt_tokens": 1, "completion_tokens": tokens}}),
-        )
+        raw = event({**chunk(content=text), "usage": {"prompt_tokens": 1, "completion_tokens": tokens}})
+        seen = rewriter.step(raw, event_data(raw)).seen
+        assert seen is not None
+        recorder.observe(seen)
     spec = recorder.finish(200, False).spec
     assert spec is not None and spec.steps == 3 and spec.accepted_tokens == 5
     assert 0 < record.reasoning_tokens < record.completion_tokens
@@ -263,14 +259,15 @@ def test_a_plain_answer_is_never_reasoning_and_what_the_upstream_showed_is_learn
     """An upstream without a reasoning parser whose model ignores the template's thinking answers with
     no marker: its answer is the answer (once it ended, nothing said otherwise), and later answers
     stream as they come. An upstream whose text shows markers makes later output start in reasoning."""
-    traits = UpstreamTraits()
     policy = ReasoningPolicy("auto", thinking=True)
     plain = [event(chunk(content="The answer")), event(chunk(content=" is 4.", finish="stop"))]
-    rewriter = StreamRewriter(policy, traits, SEE_ALL, ignore)
-    out = [e for raw in plain for e in step(rewriter, raw)]
+    rewriter = StreamRewriter(policy, ReasoningShown(), SEE_ALL)
+    steps = [rewriter.step(raw, event_data(raw)) for raw in plain]
+    out = [e for each in steps for e in each.events]
     assert texts([json.loads(e[6:]) for e in out]) == ("", "The answer is 4.")
-    assert traits.reasoning_markers is False
-    rewriter = StreamRewriter(policy, traits, SEE_ALL, ignore)  # the next request: streamed at once
+    traits = steps[-1].learnt
+    assert traits == ReasoningShown(reasoning_markers=False) and steps[0].learnt is None
+    rewriter = StreamRewriter(policy, traits, SEE_ALL)  # the next request: streamed at once
     assert texts([json.loads(e[6:]) for e in step(rewriter, plain[0])]) == ("", "The answer")
     # include_reasoning: false never leaves the answer empty
     parsed, _ = run(plain, include_reasoning=False)
@@ -279,13 +276,12 @@ def test_a_plain_answer_is_never_reasoning_and_what_the_upstream_showed_is_learn
         "object": "chat.completion",
         "choices": [{"index": 0, "message": {"content": "The answer"}, "finish_reason": "stop"}],
     }
-    rewrite_body(body, ReasoningPolicy("auto", thinking=True, include_reasoning=False), UpstreamTraits())
+    rewrite_body(body, ReasoningPolicy("auto", thinking=True, include_reasoning=False), ReasoningShown())
     assert body["choices"][0]["message"]["content"] == "The answer"
-    raw = UpstreamTraits()
-    rewriter = StreamRewriter(policy, raw, SEE_ALL, ignore)
-    step(rewriter, event(chunk(content="hm</think>Hi", finish="stop")))
-    assert raw.reasoning_markers is True
-    parsed, _ = run([event(chunk(content="still thinking", finish="length"))], traits=raw)
+    rewriter = StreamRewriter(policy, ReasoningShown(), SEE_ALL)
+    marked = rewriter.step(raw := event(chunk(content="hm</think>Hi", finish="stop")), event_data(raw))
+    assert marked.learnt == ReasoningShown(reasoning_markers=True)
+    parsed, _ = run([event(chunk(content="still thinking", finish="length"))], traits=marked.learnt)
     assert texts(parsed) == ("still thinking", "")
 
 
@@ -297,7 +293,7 @@ def test_an_answer_held_to_a_format_stays_the_answer() -> None:
         for hidden in (False, True):
             parsed, _ = run(
                 events,
-                traits=UpstreamTraits(reasoning_markers=shown),
+                traits=ReasoningShown(reasoning_markers=shown),
                 structured=True,
                 include_reasoning=not hidden,
             )
@@ -340,21 +336,21 @@ def test_text_held_when_the_stream_breaks_goes_out_before_the_error() -> None:
     """A stream that ends without its last event: what the split still holds is flushed — answer where
     no marker showed reasoning, reasoning where it had started — in one chunk; nothing when nothing
     is held."""
-    rewriter = StreamRewriter(ReasoningPolicy("auto", True), UpstreamTraits(), SEE_ALL, ignore)
+    rewriter = StreamRewriter(ReasoningPolicy("auto", True), ReasoningShown(), SEE_ALL)
     for text in ("Hel", "lo"):
         assert step(rewriter, event(chunk(content=text))) == []  # not known yet: waiting for a marker
-    [flushed] = rewriter.flush()
+    [flushed] = rewriter.flush().events
     obj = json.loads(flushed[6:])
     assert obj["choices"] == [{"index": 0, "delta": {"content": "Hello"}, "finish_reason": None}]
     assert (obj["id"], obj["object"], obj["model"]) == ("chatcmpl-1", "chat.completion.chunk", "m")
-    assert rewriter.flush() == []  # once
-    opened = StreamRewriter(ReasoningPolicy("auto", True, opened=True), UpstreamTraits(), SEE_ALL, ignore)
+    assert rewriter.flush().events == []  # once
+    opened = StreamRewriter(ReasoningPolicy("auto", True, opened=True), ReasoningShown(), SEE_ALL)
     step(opened, event(chunk(content="hm </thi")))
-    [flushed] = opened.flush()
+    [flushed] = opened.flush().events
     assert json.loads(flushed[6:])["choices"][0]["delta"] == both("</thi")  # "hm " went on at once
-    plain = StreamRewriter(ReasoningPolicy("auto", False), UpstreamTraits(), SEE_ALL, ignore)
+    plain = StreamRewriter(ReasoningPolicy("auto", False), ReasoningShown(), SEE_ALL)
     step(plain, event(chunk(content="all sent")))
-    assert plain.flush() == []
+    assert plain.flush().events == []
 
 
 def test_sse_fields_go_on_whether_or_not_the_event_is_rewritten() -> None:
@@ -401,13 +397,14 @@ def test_tokens_of_text_held_back_count_as_what_it_is_released_as(policy, texts_
 
     record = RequestTelemetry("r", "k", "n", "m", "/v1/chat/completions", "chat", True, datetime.now(UTC))
     recorder = RequestRecorder(record, k=5)
-    rewriter = StreamRewriter(
-        ReasoningPolicy("auto", True, **policy), UpstreamTraits(), SEE_ALL, recorder.observe
-    )
+    rewriter = StreamRewriter(ReasoningPolicy("auto", True, **policy), ReasoningShown(), SEE_ALL)
     for tokens, text in enumerate(texts_, start=1):
         usage = {"prompt_tokens": 1, "completion_tokens": tokens}
         last = finish if tokens == len(texts_) else None
-        step(rewriter, event({**chunk(content=text, finish=last), "usage": usage}))
+        raw = event({**chunk(content=text, finish=last), "usage": usage})
+        seen = rewriter.step(raw, event_data(raw)).seen
+        assert seen is not None
+        recorder.observe(seen)
     recorder.finish(200, False)
     assert (record.reasoning_tokens, record.completion_tokens) == (expected, len(texts_))
 
@@ -493,14 +490,8 @@ def test_the_plain_delta_shortcut_gives_what_the_general_path_gives(
     """On generated streams (every policy, known or unknown upstream split and markers, text that may
     hold markers, malformed fields), the rewriter sends the same bytes, tells telemetry the same and
     refuses the same chunks as the general path alone."""
-    seen: dict[str, list] = {"shortcut": [], "general": []}
     rewriters = {
-        name: cls(
-            policy,
-            UpstreamTraits(splits_reasoning=splits, reasoning_markers=markers),
-            view,
-            lambda facts, name=name: seen[name].append(repr(facts)),
-        )
+        name: cls(policy, ReasoningShown(splits_reasoning=splits, reasoning_markers=markers), view)
         for name, cls in (("shortcut", StreamRewriter), ("general", GeneralPathOnly))
     }
     for obj in chunks:
@@ -508,11 +499,10 @@ def test_the_plain_delta_shortcut_gives_what_the_general_path_gives(
         outcome = {}
         for name, rewriter in rewriters.items():
             try:
-                outcome[name] = step(rewriter, raw)
+                outcome[name] = repr(rewriter.step(raw, event_data(raw)))
             except MalformedChunkError as exc:
                 outcome[name] = str(exc)
         assert outcome["shortcut"] == outcome["general"], obj
-        assert seen["shortcut"] == seen["general"], obj
 
 
 @pytest.mark.parametrize("mode", ["auto", "gateway", "upstream", "off"])
@@ -532,7 +522,7 @@ def test_a_marker_cut_in_two_by_max_tokens_never_reaches_the_answer(mode: str, c
         "object": "chat.completion",
         "choices": [{"index": 0, "message": message, "finish_reason": "length"}],
     }
-    rewrite_body(body, ReasoningPolicy(mode=mode, thinking=True), UpstreamTraits())
+    rewrite_body(body, ReasoningPolicy(mode=mode, thinking=True), ReasoningShown())
     message = body["choices"][0]["message"]
     assert cut not in (message.get("content") or "") + (message.get("reasoning") or "")
 
@@ -540,13 +530,10 @@ def test_a_marker_cut_in_two_by_max_tokens_never_reaches_the_answer(mode: str, c
 def test_what_passes_through_unsplit_is_counted_where_it_went() -> None:
     """``GATEWAY_REASONING_SPLIT=off``: the backend's own reasoning field is reasoning, the rest answer
     — telemetry counts what the client got."""
-    seen = []
-    rewriter = StreamRewriter(
-        ReasoningPolicy(mode="off", thinking=True), UpstreamTraits(), SEE_ALL, seen.append
-    )
-    for raw in (event(chunk(reasoning="thinking hard")), event(chunk(content="42", finish="length"))):
-        step(rewriter, raw)
-    assert [(s.reasoning_chars, s.content_chars) for s in seen] == [(13, 0), (0, 2)]
+    rewriter = StreamRewriter(ReasoningPolicy(mode="off", thinking=True), ReasoningShown(), SEE_ALL)
+    raws = (event(chunk(reasoning="thinking hard")), event(chunk(content="42", finish="length")))
+    seen = [rewriter.step(raw, event_data(raw)).seen for raw in raws]
+    assert [(s.reasoning_chars, s.content_chars) for s in seen if s] == [(13, 0), (0, 2)]
     body = {"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "length",
             "message": {"role": "assistant", "reasoning": "abc", "content": None}}]}  # fmt: skip
-    assert rewrite_body(body, ReasoningPolicy(mode="off", thinking=True), UpstreamTraits()) == (3, 0, 0)
+    assert rewrite_body(body, ReasoningPolicy(mode="off", thinking=True), ReasoningShown())[:3] == (3, 0, 0)
