@@ -92,6 +92,15 @@ class Backend:
         one writer of what the gateway knows of it (:meth:`UpstreamTraits.with_learnt`)."""
         self.traits = self.traits.with_learnt(reasoning, per_request_metrics, counts_prompts)
 
+    def health(self, up: bool) -> bool:
+        """Its monitor's verdict (up: its ``/metrics`` answered); True when it went down now. Back up,
+        its circuit lets requests through again (:meth:`~gateway.backends.breaker.Breaker.reachable`)."""
+        went_down = self.up and not up
+        self.up = up
+        if up:
+            self.breaker.reachable()
+        return went_down
+
     def placed(self) -> None:
         """A request was placed here: it counts in :attr:`routed` until :meth:`unplaced`."""
         self.routed += 1
@@ -156,11 +165,7 @@ class Backends:
     def mark(self, backend: Backend, up: bool) -> None:
         """The monitor's verdict; a backend going down fails its waiters (:class:`BackendDown`), if
         another one is up to take them."""
-        went_down = backend.up and not up
-        backend.up = up
-        if up:
-            backend.breaker.reachable()
-        if went_down and any(b.up for b in self.all):
+        if backend.health(up) and any(b.up for b in self.all):
             backend.admission.fail_waiting(BackendDown(backend.name))
 
     # the gateway-wide load (GatewayMetrics' Load)

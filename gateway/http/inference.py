@@ -21,6 +21,7 @@ from gateway.dialects.base import Dialect
 from gateway.dialects.messages import COUNT_TOKENS
 from gateway.errors import GatewayError
 from gateway.proxy.pipeline import Pipeline
+from gateway.proxy.preparation import check_model, resolve_model
 from gateway.proxy.respond import INFERENCE, ExchangeResponse
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -63,9 +64,9 @@ async def count_tokens(request: Request) -> Response:
     settings = pipeline.settings
     await pipeline.limits.count(principal)  # its x-ratelimit-* headers: the edge's (http/rate_headers.py)
     body, _ = await read_json(request, body_bounds(settings, settings.max_body_bytes, INFERENCE))
-    pipeline.resolve_model(principal, body)
+    resolve_model(pipeline.aliases, principal, body)
     parsed = COUNT_TOKENS.parse(body)
-    pipeline.check_model(principal, parsed.model)
+    check_model(settings, principal, parsed.model)
     payload = COUNT_TOKENS.normalize(parsed, principal, settings)
     headers = {**COUNT_TOKENS.forwarded(request.headers), "x-request-id": request.state.request_id}
     data = json_codec.dumps(payload)

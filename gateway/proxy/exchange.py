@@ -27,11 +27,14 @@ from types import TracebackType
 from typing import Any
 
 from dspark_common import json_codec
+from gateway.admission import Need
 from gateway.auth.principal import Principal
-from gateway.backends.pool import affinity_key
-from gateway.dialects.base import Answer, Context, Dialect, Prepared, Step, Translator
+from gateway.backends.pool import Backend, affinity_key
+from gateway.dialects.base import Answer, Dialect, Prepared, Step, Translator
+from gateway.dialects.prompt_count import TokenCount
 from gateway.errors import GatewayError
-from gateway.proxy.asks import BATCH_PRIORITY, PRIORITY_ROUTES, Asked, resolved, too_long, with_priority
+from gateway.proxy import preparation
+from gateway.proxy.asks import Asked, too_long
 from gateway.proxy.billing import Billing
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.placement import Placement
@@ -88,6 +91,10 @@ class Exchange:
         self._max_wait_s: float | None = None
         self._batch = False
         self._translator: Translator | None = None
+        self._affinity: str | None = None
+        self._stored_at: Backend | None = None
+        self._count: TokenCount | None = None
+        self._need = Need()
 
     async def __aenter__(self) -> Exchange:
         return self
@@ -163,35 +170,37 @@ class Exchange:
             self._status, self._client_gone, self._end = 499, True, end
 
     async def prepare(self, body: dict[str, Any], size: int) -> Prepared:
-        """Validate the parsed body (400, 404 / 403 for the model — an alias means the served one —,
-        400 ``context_length_exceeded``, 404 for a stored response or item it refers to not the key's) and its
-        headers' asks (400, :mod:`~gateway.proxy.asks`) and the ones it forwards (400), and normalise it
-        for the backend, in the exchange's dialect. ``size``: the body's bytes, the prompt size's
-        estimate's base."""
-        pipeline, record, placement = self.pipeline, self.recorder.record, self.placement
-        self._max_wait_s, self._batch = resolved(self._asked, self.principal)
-        record.request_class = "batch" if self._batch else "interactive"
+        """The parsed body prepared for the backend in the exchange's dialect
+        (:func:`~gateway.proxy.preparation.prepare`: 400 for it or its headers' asks, 404 / 403 for
+        the model — an alias means the served one —, 400 ``context_length_exceeded``), then 404 for a
+        stored response or item it refers to that is not the key's. ``size``: the body's bytes, the
+        prompt size's estimate's base."""
+        pipeline = self.pipeline
         self._size = size
-        placement.affinity = affinity_key(body, self._asked.session)
         self._prompt_tokens = estimate(size).tokens
-        pipeline.resolve_model(self.principal, body)
-        parsed = self.dialect.parse(body)
-        self._headers.update(self.dialect.forwarded(self._request_headers))
-        served = parsed.model == pipeline.settings.served_model
-        record.model = parsed.model if served else "unknown"  # a bounded metrics label
-        record.stream = parsed.stream
-        pipeline.check_model(self.principal, parsed.model)
-        prepared = self.dialect.prepare(parsed, Context(self.principal, pipeline.settings, self._telemetry))
+        ready = preparation.prepare(
+            self.dialect,
+            self.principal,
+            pipeline.settings,
+            pipeline.aliases,
+            body,
+            self._request_headers,
+            self._asked,
+            self._telemetry,
+        )
+        self.recorder.classified(ready.request_class, ready.model, ready.stream)
+        if ready.error is not None:
+            raise ready.error
+        assert ready.prepared is not None
+        self._max_wait_s, self._batch = ready.max_wait_s, ready.request_class == "batch"
+        self._headers.update(ready.forwarded)
+        self._affinity = affinity_key(body, self._asked.session)
+        # the count holds the prompt's tree: the exchange keeps it until the prompt is sized, the
+        # request waits with its bytes only
+        self._count, prepared = ready.prepared.count, replace(ready.prepared, count=None)
         self._translator = prepared.translator
-        if (
-            self._batch
-            and pipeline.settings.upstream_priority
-            and self.dialect.upstream_path in PRIORITY_ROUTES
-        ):
-            prepared.body = with_priority(prepared.body, BATCH_PRIORITY)
-        pipeline.check_budget(prepared.output_budget, prepared.output_param)
         for param, stored_id in reversed(prepared.stored):  # the first decides the backend
-            placement.stored_at = await pipeline.stored_at(self.principal, stored_id, param)
+            self._stored_at = await pipeline.stored_at(self.principal, stored_id, param)
         return prepared
 
     async def measure(self, prepared: Prepared) -> None:
@@ -199,8 +208,8 @@ class Exchange:
         :func:`~gateway.proxy.prompt_size.prompt_size`) and so what the request needs of the backend
         (400 ``context_length_exceeded`` when no idle backend could hold it). A request the backend
         it would go to has no queue room for is refused first (429 ``queue_full``)."""
-        pipeline, record, placement = self.pipeline, self.recorder.record, self.placement
-        backend = placement.decide()
+        pipeline, placement = self.pipeline, self.placement
+        backend = placement.decide(self._affinity, self._stored_at)
         refusal = backend.admission.queue_refusal(self.principal.name)
         if refusal is not None:  # before the count: a request bound to be refused costs the backend nothing
             raise refusal
@@ -211,17 +220,21 @@ class Exchange:
             self.principal.name,
             backend.traits.counts_prompts,
             pipeline.settings,
-            prepared.count,
+            self._count,
             self._size,
             self._headers,
         )
-        prepared.count = None  # it holds the prompt's tree; the request waits with its bytes only
+        self._count = None
         if size.counts_prompts is not None:
             backend.learn(counts_prompts=size.counts_prompts)
         self._prompt_tokens = size.tokens
-        placement.need = need = replace(pipeline.need(prepared, size.tokens), batch=self._batch)
-        record.prompt_size_tokens, record.prompt_size_source = size.tokens, size.source
-        record.kv_tokens, record.lane = need.kv_tokens, "long" if need.long else "short"
+        self._need = need = replace(pipeline.need(prepared, size.tokens), batch=self._batch)
+        self.recorder.sized(size.tokens, size.source, need.kv_tokens, need.long)
+
+    async def enqueue(self) -> bool:
+        """Admitted on the backend decided, or a place in its queue (429 ``queue_full``): True if
+        admitted (:meth:`~gateway.proxy.placement.Placement.enqueue`)."""
+        return await self.placement.enqueue(self._need)
 
     async def reserve(self, prepared: Prepared) -> dict[str, str]:
         """The request's tokens reserved of its key's tokens per minute (429 when they don't fit,

@@ -64,22 +64,6 @@ class Pipeline:
     def __post_init__(self) -> None:
         self.aliases = ModelAliases(self.settings.served_model, self.settings.model_aliases)
 
-    def resolve_model(self, principal: Principal, body: dict[str, Any]) -> None:
-        """Write the model an alias means over ``body["model"]`` (in place): the key's own aliases
-        first, then the gateway's."""
-        model = body.get("model")
-        if isinstance(model, str):
-            body["model"] = self.aliases.resolve(model, principal.aliases)
-
-    def check_model(self, principal: Principal, model: str) -> None:
-        """404 ``model_not_found`` for a model not served, 403 ``model_not_allowed`` for one the key may
-        not use."""
-        if model != self.settings.served_model:
-            raise GatewayError("model_not_found", f"The model `{model}` does not exist.", param="model")
-        if not principal.may_use(model):
-            message = f"This API key may not use the model `{model}`."
-            raise GatewayError("model_not_allowed", message, param="model")
-
     async def stored_at(self, principal: Principal, response_id: str, param: str) -> Backend:
         """The backend that stores the response ``response_id``; 404 ``response_not_found`` unless
         ``principal``'s key created it (any other key must not learn it exists) or when the backend
@@ -97,14 +81,6 @@ class Pipeline:
                 "response_not_found", f"Response with id '{response_id}' not found.", param=param
             )
         return backend
-
-    def check_budget(self, budget: int | None, param: str) -> None:
-        """400 ``context_length_exceeded`` for an output budget no KV pool of this backend could hold
-        (before the prompt is counted)."""
-        kv = self.settings.kv_budget_tokens
-        if budget is not None and budget > kv:
-            message = f"{param} {budget} exceeds the backend's KV cache ({kv} tokens)."
-            raise GatewayError("context_length_exceeded", message, param=param)
 
     def need(self, prepared: Prepared, prompt_tokens: int) -> Need:
         """What the request holds while it runs: its sequences, ``sequences x (prompt + output)`` KV

@@ -67,10 +67,9 @@ class Placement:
         self.waiter: Waiter | None = None
         self.lease: Lease | None = None
         self.upstream: UpstreamResponse | None = None
-        #: The backend storing the request's ``previous_response_id`` (the only one it may run on).
-        self.stored_at: Backend | None = None
-        self.affinity: str | None = None
-        self.need = Need()
+        self._stored_at: Backend | None = None  # the backend storing what it continues: its only one
+        self._affinity: str | None = None
+        self._need = Need()
         self._left: list[Backend] = []  # backends that went down while it waited for them
         self._waited_s = 0.0  # waited before, on backends it left
         self._waited_for: dict[str, float] = {}  # that wait, by reason
@@ -78,14 +77,20 @@ class Placement:
         self._after: dict[str, float] | None = None  # ... and when it ended (upstream_done)
         self._after_taken = False
 
-    def decide(self) -> Backend:
-        """Decide where the request runs (:attr:`placed`): the backend storing what it continues, else
-        :meth:`~gateway.backends.pool.Backends.route` among those that have not failed it. It counts
-        there (:meth:`~gateway.backends.pool.Backend.placed`) until its admission answers."""
-        if self.stored_at is not None:
-            placed = Placed(self.stored_at, "stored")
+    def decide(self, affinity: str | None = None, stored_at: Backend | None = None) -> Backend:
+        """Decide where the request runs (:attr:`placed`): ``stored_at``, the backend storing what it
+        continues (the only one it may run on), else :meth:`~gateway.backends.pool.Backends.route` by
+        its ``affinity`` key. It counts there (:meth:`~gateway.backends.pool.Backend.placed`) until its
+        admission answers."""
+        self._affinity, self._stored_at = affinity, stored_at
+        return self._decide()
+
+    def _decide(self) -> Backend:
+        """:meth:`decide` again (a fail-over), among the backends that have not failed the request."""
+        if self._stored_at is not None:
+            placed = Placed(self._stored_at, "stored")
         else:
-            placed = self._pipeline.backends.route(self.affinity, self._left)
+            placed = self._pipeline.backends.route(self._affinity, self._left)
         self.placed, self.backend = placed, placed.backend
         self._uncount()
         self._counted = placed.backend
@@ -110,19 +115,24 @@ class Placement:
             elif self.waiter is not None and self.backend is not None:
                 self.backend.admission.abandon(self.waiter)
 
-    async def enqueue(self) -> bool:
-        """Be admitted on the backend decided (:meth:`decide`) now if the request fits and fairness
-        allows, else take a place in the key's queue (429 ``queue_full``); True if admitted. A backend
-        that went down since it was decided is a fail-over: decided again when another is up."""
+    async def enqueue(self, need: Need) -> bool:
+        """Be admitted with ``need`` on the backend decided (:meth:`decide`) now if the request fits and
+        fairness allows, else take a place in the key's queue (429 ``queue_full``); True if admitted.
+        A backend that went down since it was decided is a fail-over: decided again when another is
+        up."""
+        self._need = need
+        return await self._enqueue()
+
+    async def _enqueue(self) -> bool:
         principal = self._principal
         backend = self.backend
         assert backend is not None, "decide() first"
         if not backend.up and any(other.up for other in self._pipeline.backends.all):
             self._left.append(backend)
-            backend = self.decide()
+            backend = self._decide()
         try:
             entry = await backend.admission.admit(
-                principal.name, principal.priority, principal.max_concurrency, self.need
+                principal.name, principal.priority, principal.max_concurrency, self._need
             )
         finally:
             self._uncount()
@@ -143,8 +153,8 @@ class Placement:
                 self._carry(time.monotonic() - self.waiter.enqueued_at, self.waiter.waited_for)
                 self._left.append(self.backend)
                 self.waiter = None
-                self.decide()
-                if await self.enqueue():
+                self._decide()
+                if await self._enqueue():
                     return
                 continue
             self._admitted(lease)
@@ -184,8 +194,8 @@ class Placement:
             except Unreachable:
                 if not self._fail_over(backend):
                     raise
-                self.decide()
-                if not await self.enqueue():
+                self._decide()
+                if not await self._enqueue():
                     await self.wait()
                 continue
             return self.upstream
@@ -233,7 +243,7 @@ class Placement:
         """``backend`` refused the connection: if another one is up, take it out (its monitor will say
         when it is back), give its slot back and return True (queue again); else False."""
         backends = self._pipeline.backends
-        if self.stored_at is not None:  # a continuation: only its backend has the stored response
+        if self._stored_at is not None:  # a continuation: only its backend has the stored response
             return False
         if not any(other.up for other in backends.all if other is not backend):
             return False

@@ -136,7 +136,7 @@ async def _serve(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
     placement = exchange.placement
     await exchange.measure(prepared)
     headers = await exchange.reserve(prepared)
-    admitted = await placement.enqueue()
+    admitted = await exchange.enqueue()
     if not prepared.stream:
         if not admitted:
             await placement.wait()

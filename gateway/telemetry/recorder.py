@@ -94,6 +94,19 @@ class RequestRecorder:
         queue: before it the request was counted, read, sized and its tokens reserved."""
         return self._t_admit - self._t_arrival if self._t_admit is not None else None
 
+    def classified(self, request_class: str | None, model: str, stream: bool) -> None:
+        """What the request is: its class in the queue (``interactive`` | ``batch``; None: not known),
+        its model label (a bounded one: the served model or ``unknown``), whether it streams."""
+        record = self.record
+        record.request_class, record.model, record.stream = request_class, model, stream
+
+    def sized(self, tokens: int, source: str, kv_tokens: int, long: bool) -> None:
+        """Admission's view of the request: its prompt's ``tokens`` and where the figure came from
+        (``tokenize`` | ``estimate``), the KV tokens it reserves and whether its prompt is long."""
+        record = self.record
+        record.prompt_size_tokens, record.prompt_size_source = tokens, source
+        record.kv_tokens, record.lane = kv_tokens, "long" if long else "short"
+
     def admitted(self, queue_wait_s: float, waited_for: dict[str, float]) -> None:
         """The request was admitted after waiting ``queue_wait_s`` seconds, split by what it waited for
         (``{"kv": 12.0, "slot": 0.5}``)."""

@@ -14,7 +14,7 @@ import openai
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from tests.gateway.test_admin_keys import chat_ok
+from tests.support.clients import chat_ok
 
 MODEL = "deepseek-v4-flash-0731"
 ARTIFACTS = Path(__file__).resolve().parents[1] / ".artifacts" / "console"
@@ -92,12 +92,12 @@ def test_sign_in_create_use_watch_rotate_revoke(start_sim, start_gateway, admin_
     row.locator("button", has_text="Rotate").click()
     new_secret = page.locator("#secret").inner_text()
     assert new_secret.startswith("dsk-") and new_secret != secret
-    assert not chat_ok(gateway, secret) and chat_ok(gateway, new_secret)
+    assert not chat_ok(gateway.url, secret) and chat_ok(gateway.url, new_secret)
 
     page.goto(gateway.url + "/console/keys")
     page.locator("tr[data-key=browser-client]").locator("button", has_text="Revoke").click()
     expect(page.locator("tr[data-key=browser-client]")).to_contain_text("revoked")
-    assert not chat_ok(gateway, new_secret)
+    assert not chat_ok(gateway.url, new_secret)
     page.screenshot(path=ARTIFACTS / "keys.png")
 
     page.goto(gateway.url + "/console/audit")

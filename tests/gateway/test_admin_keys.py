@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
 
+from tests.support.clients import chat_ok
 from tests.support.probes import wait_until
 
 MODEL = "deepseek-v4-flash-0731"
@@ -24,17 +24,6 @@ def admin_stack(start_sim, start_gateway, make_key):
     gateway = start_gateway(sim.url)
     admin = make_key("root", scopes=["admin"])
     return gateway, httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {admin}"})
-
-
-def chat_ok(gateway, key: str) -> bool:
-    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
-    try:
-        client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3
-        )
-    except openai.AuthenticationError:
-        return False
-    return True
 
 
 def test_key_lifecycle_and_audit(admin_stack) -> None:
@@ -54,7 +43,7 @@ def test_key_lifecycle_and_audit(admin_stack) -> None:
     )
     assert created.status_code == 201, created.text
     key_id, secret = created.json()["id"], created.json()["key"]
-    assert secret.startswith("dsk-") and chat_ok(gateway, secret)
+    assert secret.startswith("dsk-") and chat_ok(gateway.url, secret)
     listed = admin.get("/admin/keys").json()["data"]
     assert {k["name"] for k in listed} == {"root", "team-x"} and all("key" not in k for k in listed)
     one = admin.get(f"/admin/keys/{key_id}").json()
@@ -72,13 +61,13 @@ def test_key_lifecycle_and_audit(admin_stack) -> None:
     rotated = admin.post(f"/admin/keys/{key_id}/rotate", json={"grace_s": 1.5}).json()
     new = rotated["key"]
     assert new != secret and rotated["previous_key_valid_until"]
-    assert chat_ok(gateway, new) and chat_ok(gateway, secret)  # both work during the grace period
-    wait_until(lambda: not chat_ok(gateway, secret), timeout_s=5, what="the old secret to expire")
-    assert chat_ok(gateway, new)
+    assert chat_ok(gateway.url, new) and chat_ok(gateway.url, secret)  # both work during the grace period
+    wait_until(lambda: not chat_ok(gateway.url, secret), timeout_s=5, what="the old secret to expire")
+    assert chat_ok(gateway.url, new)
 
     revoked = admin.post(f"/admin/keys/{key_id}/revoke")
     assert revoked.json()["status"] == "revoked"
-    assert not chat_ok(gateway, new)  # at once in this process (cache invalidated)
+    assert not chat_ok(gateway.url, new)  # at once in this process (cache invalidated)
     again = admin.post(f"/admin/keys/{key_id}/revoke")  # idempotent: the key as it is, no audit row
     assert again.status_code == 200 and again.json() == revoked.json()
     assert admin.delete(f"/admin/keys/{key_id}").json() == {"id": key_id, "deleted": True}
@@ -145,12 +134,12 @@ def test_cli_against_a_running_gateway(admin_stack, make_key) -> None:
     made = cli("create", "remote-team", "--rpm", "5", "--priority", "2")
     assert made.returncode == 0, made.stderr
     secret = made.stdout.strip().splitlines()[-1]
-    assert chat_ok(gateway, secret)
+    assert chat_ok(gateway.url, secret)
     assert "remote-team" in cli("list").stdout
     assert '"tpm": 99' in cli("update", "remote-team", "--tpm", "99").stdout
     rotated = cli("rotate", "remote-team", "--grace", "1h")
-    assert rotated.returncode == 0 and chat_ok(gateway, rotated.stdout.strip().splitlines()[-1])
-    assert cli("revoke", "remote-team").returncode == 0 and not chat_ok(gateway, secret)
+    assert rotated.returncode == 0 and chat_ok(gateway.url, rotated.stdout.strip().splitlines()[-1])
+    assert cli("revoke", "remote-team").returncode == 0 and not chat_ok(gateway.url, secret)
     assert cli("delete", "remote-team").returncode == 0
     missing = cli("show", "remote-team")
     assert (
@@ -175,7 +164,7 @@ def test_expiry_as_a_lifetime_and_thinking_as_requests_name_it(admin_stack) -> N
     expires = datetime.fromisoformat(made.json()["expires_at"])
     assert before + timedelta(days=30) <= expires <= datetime.now(UTC) + timedelta(days=30)
     assert made.json()["default_thinking"] == "high"  # medium is DeepSeek-V4's high, as for a request
-    assert chat_ok(gateway, made.json()["key"])  # the key's default reaches the backend as a level
+    assert chat_ok(gateway.url, made.json()["key"])  # the key's default reaches the backend as a level
 
     patched = admin.patch("/admin/keys/month", json={"expires_in": "12h", "default_thinking": "xhigh"}).json()
     assert datetime.fromisoformat(patched["expires_at"]) <= datetime.now(UTC) + timedelta(hours=12)

@@ -12,9 +12,9 @@ from pathlib import Path
 import httpx
 import openai
 
+from tests.support.clients import seconds_of
 from tests.support.probes import wait_until
 from tests.support.servers import free_port
-from tests.unit.limits.test_limits import seconds_of
 
 MODEL = "deepseek-v4-flash-0731"
 CLI = str(Path(sys.executable).parent / "dspark-gateway")

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.scale.test_replicas import MODEL, chat
+from tests.support.clients import MODEL, chat
 from tests.support.gateway_process import BIN, clean_env
 from tests.support.probes import scrape, wait_until
 from tests.support.sim_process import SimProcess

@@ -22,11 +22,10 @@ import openai
 import pytest
 
 from gateway.auth import KeyStore
-from tests.gateway.test_admin_keys import chat_ok
+from tests.support.clients import MODEL, chat, chat_ok
 from tests.support.probes import wait_until
 from tests.support.replicas import ADMIN_KEY, Replicas
 
-MODEL = "deepseek-v4-flash-0731"
 TTL_S = 2.0
 
 
@@ -39,16 +38,6 @@ def create_key(database_url: str, name: str, **kwargs) -> str:
             await store.close()
 
     return asyncio.run(run())
-
-
-def chat(url: str, key: str, max_tokens: int = 8, **extra) -> httpx.Response:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens}
-    return httpx.post(
-        url + "/v1/chat/completions",
-        json={**body, "ignore_eos": True, **extra},
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=60,
-    )
 
 
 def trace(path: Path, count: int) -> list[dict]:
@@ -170,7 +159,7 @@ def test_a_revocation_on_one_replica_is_refused_by_every_replica(cluster, pg_dat
 
     for gateway in (one, two):
         wait_until(
-            lambda gateway=gateway: not chat_ok(gateway, key), timeout_s=3.0, what="the revocation seen"
+            lambda gateway=gateway: not chat_ok(gateway.url, key), timeout_s=3.0, what="the revocation seen"
         )
 
 

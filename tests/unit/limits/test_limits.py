@@ -5,7 +5,6 @@ back what was not used while its window lasts, and charges what was used beyond.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from gateway.auth.principal import Group, Principal
 from gateway.errors import GatewayError
 from gateway.limits.rate import RateLimiter, Ticket, reset_after, storage_for, window_headers
+from tests.support.clients import seconds_of
 
 KEY = Principal(key_id="key_1", name="team", tpm=100)
 
@@ -72,16 +72,6 @@ def test_reset_times_are_written_as_openai_writes_them(seconds: float, text: str
     """OpenAI API docs, "Rate limits": ``x-ratelimit-reset-requests: 1s``, ``-tokens: 6m0s``; ``12ms``
     and the like below a second (Go's duration text)."""
     assert reset_after(seconds) == text
-
-
-def seconds_of(duration: str) -> float:
-    """``1h2m3.5s`` / ``120ms`` -> seconds."""
-    if duration.endswith("ms"):
-        return int(duration[:-2]) / 1000
-    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?([\d.]+)s", duration)
-    assert match, duration
-    hours, minutes, secs = match.groups()
-    return int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(secs)
 
 
 async def test_a_refusal_carries_the_rate_limit_headers_with_the_time_left_in_its_window() -> None:

@@ -1,7 +1,7 @@
-"""The request pipeline (gateway/proxy: exchange, respond, relay, reply) in one event loop, in front of
-the in-memory upstream: no sockets, no threads, no sleeps. Each request gives back its slot (or its
-place in the queue) and closes its upstream response exactly once, and publishes exactly one record,
-whichever way it ends."""
+"""Answering a request (gateway/proxy/respond.py: the exchange, relay and reply it runs) in one event
+loop, in front of the in-memory upstream: no sockets, no threads, no sleeps. Each request gives back
+its slot (or its place in the queue) and closes its upstream response exactly once, and publishes
+exactly one record, whichever way it ends."""
 
 from __future__ import annotations
 

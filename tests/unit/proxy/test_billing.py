@@ -1,0 +1,56 @@
+"""A request's account with its key's limits (gateway/proxy/billing.py) on the ``limits`` memory
+storage: reserved when sized, settled against real usage, a client that left charged what the
+backend may have run for it, a quota in warn mode said so in a header."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from gateway.auth.principal import Principal, Quota
+from gateway.config import Settings
+from gateway.limits.quota import Quotas, QuotaWeights
+from gateway.limits.rate import RateLimiter, storage_for
+from gateway.proxy.billing import Billing, charged
+from gateway.telemetry.record import RequestTelemetry
+
+SETTINGS = Settings(upstream="http://unused", tpm_output_reserve_tokens=100)
+
+
+def record(stream: bool, gone: bool, prompt: int, completion: int) -> RequestTelemetry:
+    made = RequestTelemetry("r", "k", "n", "m", "/v1/chat/completions", "chat", stream, datetime.now(UTC))
+    made.prompt_tokens, made.completion_tokens, made.client_disconnected = prompt, completion, gone
+    return made
+
+
+def limits() -> tuple[RateLimiter, Quotas]:
+    storage = storage_for("memory://")
+    return RateLimiter(storage), Quotas(storage, QuotaWeights())
+
+
+async def test_reserved_when_sized_and_settled_against_what_was_used() -> None:
+    rate, quotas = limits()
+    key = Principal(key_id="key_1", name="team", tpm=1000, quota=Quota("key:key_1", 10_000, "day"))
+    billing = Billing(rate, quotas, key, SETTINGS, "req-1")
+    await billing.count()
+    headers = await billing.reserve(prompt_tokens=50, sequences=1, output_budget=None)  # 50 + 100
+    assert headers["x-ratelimit-remaining-tokens"] == "850"
+    await billing.settle(record(True, False, 50, 20), prompt_tokens=50)
+    assert (await rate.standing(key))["tokens"].remaining == 930
+    assert (await quotas.standing(key.quotas()[0])).used == 70
+
+
+async def test_a_quota_in_warn_mode_is_said_in_a_header() -> None:
+    rate, quotas = limits()
+    key = Principal(key_id="key_2", name="team", quota=Quota("key:key_2", 10, "day", mode="warn"))
+    first, second = (Billing(rate, quotas, key, SETTINGS, f"req-{i}") for i in (2, 3))
+    for billing in (first, second):
+        await billing.count()
+    assert "x-quota-warning" not in await first.reserve(prompt_tokens=50, sequences=2, output_budget=8)
+    headers = await second.reserve(prompt_tokens=5, sequences=1, output_budget=1)  # past it: still served
+    assert headers["x-quota-warning"] == "key quota exceeded"
+
+
+def test_a_client_that_left_is_charged_what_the_backend_may_have_run() -> None:
+    assert charged(record(False, False, 10, 5), reserved=500, prompt_tokens=10) == 15
+    assert charged(record(False, True, 0, 0), reserved=500, prompt_tokens=10) == 500  # a whole body unread
+    assert charged(record(True, True, 0, 3), reserved=500, prompt_tokens=40) == 43  # its prefill, at least
