@@ -21,7 +21,7 @@ the backend (:meth:`~gateway.backends.pool.Backend.learn`), a stored response's 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
 from typing import Any
@@ -107,14 +107,22 @@ class Exchange:
         finally:
             self.pipeline.in_background(self._record())
 
-    def saw(self, found: Step | Answer) -> None:
-        """Record what the translator saw of the answer: its facts (a stream step's, or a whole
-        body's), what the backend showed of itself, the id of a response it stores for the caller."""
-        if found.seen is not None:
-            if type(found) is Step:
-                self.recorder.observe(found.seen)
-            else:
-                self.recorder.observe_answer(found.seen)
+    def saw(self, found: Sequence[Step] | Answer) -> None:
+        """Record what the translator saw of the answer, in order: the facts of stream steps (or of a
+        whole body), what the backend showed of itself, the id of a response it stores for the
+        caller."""
+        if isinstance(found, Answer):
+            self.recorder.observe_answer(found.seen)
+            self._learnt(found)
+            return
+        observe = self.recorder.observe
+        for step in found:
+            if step.seen is not None:
+                observe(step.seen)
+            if step.learnt is not None or step.claimed is not None:
+                self._learnt(step)
+
+    def _learnt(self, found: Step | Answer) -> None:
         backend = self.placement.backend
         if found.learnt is not None and backend is not None:
             backend.learn(reasoning=found.learnt)
@@ -144,7 +152,7 @@ class Exchange:
         held first, recorded)."""
         assert self._translator is not None  # a stream starts only once its request is prepared
         step = self._translator.error_event(error)
-        self.saw(step)
+        self.saw([step])
         return step.events
 
     def streaming(self) -> None:

@@ -237,8 +237,8 @@ async def _read(
     placement = exchange.placement
     async with contextlib.aclosing(events):
         async for item in events:
-            for step in item.steps:
-                exchange.saw(step)
+            if item.steps:
+                exchange.saw(item.steps)
             if item.sequence_end:
                 outcome.telemetry = exchange.client_telemetry()
                 await placement.sequence_ended()

@@ -78,6 +78,7 @@ class StreamRewriter:
         self._view = view
         self._passthrough = policy.passthrough
         self._choices: dict[int, ChoiceWriter] = {}
+        self._reported: dict[int, ReasoningShown] = {}  # what each choice's split had shown, last step
         self._dropped = 0  # tool calls dropped in the chunk being rewritten
         self._carried = b""  # the id / retry lines of events not passed on, for the next one sent
         self._last: dict[str, Any] | None = None  # the last chunk with choices
@@ -202,9 +203,12 @@ class StreamRewriter:
             reasoning_chars += len(out.reasoning)
             content_chars += len(out.content)
             self._dropped += out.tool_calls_dropped
-            known = self._known.merged(writer.split.shown)
-            if known is not self._known:
-                self._known, self._learnt = known, True
+            shown = writer.split.shown  # a new value only when the split learnt something
+            if shown is not self._reported[index]:
+                self._reported[index] = shown
+                known = self._known.merged(shown)
+                if known is not self._known:
+                    self._known, self._learnt = known, True
             if keep:
                 kept.append(choice)
         obj["choices"] = kept
@@ -248,6 +252,7 @@ class StreamRewriter:
 
     def _new_writer(self, index: int) -> ChoiceWriter:
         writer = self._choices[index] = ChoiceWriter(self._policy, self._known)
+        self._reported[index] = self._known
         return writer
 
 

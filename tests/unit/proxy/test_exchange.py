@@ -48,8 +48,8 @@ async def test_what_a_translator_saw_is_recorded_where_it_belongs() -> None:
     async with ex:
         await ex.prepare(chat(True), 100)
         backend = ex.placement.decide()
-        ex.saw(Step([], Observation(output=True, content_chars=2, usage={"completion_tokens": 1})))
-        ex.saw(Step([], learnt=ReasoningShown(splits_reasoning=True), claimed="resp_1"))
+        seen = Observation(output=True, content_chars=2, usage={"completion_tokens": 1})
+        ex.saw([Step([], seen), Step([], learnt=ReasoningShown(splits_reasoning=True), claimed="resp_1")])
         ex.streaming()
         ex.stream_ended(delivered=True, error=None)
     await settled(pipeline)
