@@ -50,13 +50,16 @@ lint: install
 	$(BIN)/lint-imports
 
 # The whole suite, its 20 slowest tests named, then the share of the distribution's statements it ran
-# (the gateway and simulator processes the tests start are measured too: [tool.coverage.run]).
+# (the gateway and simulator processes the tests start are measured too: [tool.coverage.run]); less
+# than COVERAGE_MIN percent fails.
+COVERAGE_MIN := 94
 test: export COVERAGE_FILE := $(CURDIR)/.coverage
 test: test-deps lint
 	rm -f .coverage .coverage.*
 	$(BIN)/coverage run -m pytest -q --durations=20
 	$(BIN)/coverage combine -q
 	@echo "coverage: $$($(BIN)/coverage report --format=total)% of the statements of $(PACKAGES)"
+	$(BIN)/coverage report --fail-under=$(COVERAGE_MIN) > /dev/null
 
 # The fast tests: in-process only (the pure core, the pipeline against an in-memory upstream; no
 # server, no database server, no child process), a few seconds.
