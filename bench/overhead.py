@@ -3,7 +3,8 @@ access to the simulator and against the LiteLLM proxy in the gateway's place.
 
 Every figure is measured on each path in turn with the same request bodies (hence the same token
 plans): straight to the simulator ("direct"), through a zero-work TCP relay on the gateway's CPU
-("relay": what any proxy there adds), through the gateway, through LiteLLM. Measured: TTFT,
+("relay": what any proxy there adds), through nginx as a pure HTTP relay on that CPU ("nginx": a C
+proxy's cost, :mod:`bench.nginx_relay`), through the gateway, through LiteLLM. Measured: TTFT,
 inter-chunk gaps (ITL) and non-stream latency at several concurrencies; relayed SSE chunks/s at
 saturation with the CPU each server spends per 1,000 chunks; requests/s of short non-stream requests.
 See docs/performance.md.
@@ -27,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from bench import nginx_relay
 from bench.common import (
     GATEWAY_CPU,
     LOAD_CPU,
@@ -241,7 +243,7 @@ async def sample_level(
     job = _streams(target, plan.stream_tokens, speed, tag)
     ramp_s = plan.stream_tokens / (speed or plan.decode_tps)  # starts spread over one stream's length
     streams, stream_errors = await run_jobs(clients, n, concurrency, job, ramp_s)
-    load = meter.read(n)
+    load = meter.read(n)  # CPU per stream of each process, ms
     job = _completions(target, plan.e2e_tokens, speed)
     e2e, e2e_errors = await run_jobs(clients, n, concurrency, job, ramp_s / 2)
     return {
@@ -250,6 +252,7 @@ async def sample_level(
         "gaps": [g for s in streams for g in s[1]],
         "e2e": e2e,
         "busy": load["cpu_busy_pct"],
+        "cpu_ms": load["cpu_ms_per_1"],
         "errors": stream_errors + e2e_errors,
     }
 
@@ -259,6 +262,7 @@ def summarize_level(rounds: list[dict[str, Any]], plan: Plan, concurrency: int) 
     pooled = {k: [v for r in rounds for v in r[k]] for k in ("ttft", "gaps", "e2e")}
     errors = [e for r in rounds for e in r["errors"]]
     busy = {k: round(statistics.fmean(r["busy"][k] for r in rounds), 1) for k in rounds[0]["busy"]}
+    cpu_ms = {k: round(statistics.fmean(r["cpu_ms"][k] for r in rounds), 3) for k in rounds[0]["cpu_ms"]}
     return {
         "requests": len(pooled["ttft"]),
         "rounds": len(rounds),
@@ -268,6 +272,7 @@ def summarize_level(rounds: list[dict[str, Any]], plan: Plan, concurrency: int) 
         "itl_ms": _ms(pooled["gaps"]) | {"gaps": len(pooled["gaps"])},
         "e2e_ms": _ms(pooled["e2e"]),
         "stream_phase_cpu_busy_pct": busy,
+        "stream_phase_cpu_ms_per_stream": cpu_ms,
         "error_count": len(errors),
         "errors": errors[:5],
     }
@@ -310,6 +315,7 @@ async def measure_rps(clients: Clients, target: Target, plan: Plan, pids: dict[s
 SERVER = {
     "direct": "simulator",
     "relay": "relay",
+    "nginx": "nginx",
     "gateway": "gateway",
     "traced": "traced",
     "litellm": "litellm",
@@ -360,7 +366,7 @@ Sent = dict[tuple[str, str], dict[str, tuple[float, float]]]
 def add_ttft_split(figures: dict[str, Any], sent: Sent, trace: Path) -> list[str]:
     """Put each level and path's :func:`ttft_split` (``ttft_split_ms``) into ``figures`` (what
     :func:`measure` returned), from the simulator's ``trace`` file (read it after the simulator
-    stopped); return what is incomplete: the direct path, the relay and the gateway pass every
+    stopped); return what is incomplete: the direct path, the relays and the gateway pass every
     request id on, so a stream of theirs without a trace line is a fault of the measurement. Raises
     :class:`BenchError` if ``perf_counter`` and ``monotonic`` are different clocks here."""
     clocks = {time.get_clock_info(name).implementation for name in ("perf_counter", "monotonic")}
@@ -416,7 +422,8 @@ def servers(
     workdir: Path, decode_tps: float, litellm: bool, tracing: bool
 ) -> Iterator[tuple[dict[str, Target], dict[str, int], Path]]:
     """The simulator (its sequence trace in ``workdir``) and the gateway with :data:`SLOTS` slots
-    (nothing queues), the zero-work TCP relay (:mod:`bench.tcp_relay`, CPU 0), if ``tracing`` a second
+    (nothing queues), the zero-work TCP relay (:mod:`bench.tcp_relay`, CPU 0), nginx as an HTTP relay
+    (:mod:`bench.nginx_relay`, CPU 0) when it is installed, if ``tracing`` a second
     gateway ("traced") exporting its traces to an OTLP/HTTP receiver on CPU 1
     (:mod:`tests.support.otlp_receiver`, counts in ``workdir/otlp-counts.json``) and, if ``litellm``,
     the LiteLLM proxy (CPU 0; each idle while another path is measured); yield (chat completions
@@ -443,6 +450,11 @@ def servers(
             "relay": (relay_url + path, {}),
             "gateway": (gw_url + path, bearer),
         }
+        if nginx_relay.available():
+            nginx_url, pids["nginx"] = stack.enter_context(
+                nginx_relay.nginx_relay(workdir, int(sim_url.rsplit(":", 1)[1]), GATEWAY_CPU)
+            )
+            targets["nginx"] = (nginx_url + path, {})
         if tracing:
             otlp_url, pids["otlp"] = stack.enter_context(otlp_receiver(workdir))
             shutil.copy(workdir / "gateway.db", workdir / "traced.db")  # the same key
@@ -525,6 +537,8 @@ def table(report: dict[str, Any]) -> str:
                     add(f"  TTFT part p50: {what} (ms)", values, ".2f", "diff")
         busy = _busy({n: level[n]["stream_phase_cpu_busy_pct"] for n in names})
         add(f"CPU busy %, c={c} streams (cpu1 | proxy)", busy, ".0f", "")
+        per_stream = [level[n]["stream_phase_cpu_ms_per_stream"][SERVER[n]] for n in names]
+        add(f"CPU ms / stream, c={c} (server)", per_stream, ".2f", "ratio")
     tput, rps = report["throughput"], report["rps"]
     add(
         f"chunks/s, {tput['direct']['streams']} streams",

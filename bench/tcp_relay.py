@@ -51,7 +51,8 @@ async def main(listen_port: int, upstream_port: int) -> None:
         await server.serve_forever()
 
 
-def _accepts(port: int) -> bool:
+def accepts(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:``port``."""
     with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
         return True
     return False
@@ -67,7 +68,7 @@ def tcp_relay(workdir: Path, upstream_port: int, cpu: int | None) -> Iterator[tu
     with (workdir / "relay.log").open("wb") as log:
         proc = subprocess.Popen([*command, str(upstream_port)], stdout=log, stderr=log)
     try:
-        wait_until(lambda: _accepts(port), timeout_s=30, what="relay listening")
+        wait_until(lambda: accepts(port), timeout_s=30, what="relay listening")
         yield f"http://127.0.0.1:{port}", proc.pid
     finally:
         proc.terminate()
