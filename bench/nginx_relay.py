@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.tcp_relay import accepts
-from tests.support.probes import wait_until
+from bench.tcp_relay import relaying
 from tests.support.servers import free_port
 
 CONFIG = """daemon off;
@@ -61,13 +59,6 @@ def nginx_relay(workdir: Path, upstream_port: int, cpu: int | None) -> Iterator[
     port = free_port()
     config = workdir / "nginx.conf"
     config.write_text(CONFIG.format(workdir=workdir, port=port, upstream_port=upstream_port))
-    pinned = ["taskset", "-c", str(cpu)] if cpu is not None else []
-    with (workdir / "nginx.log").open("wb") as log:
-        command = [*pinned, "nginx", "-c", str(config), "-p", str(workdir)]
-        proc = subprocess.Popen(command, stdout=log, stderr=log)
-    try:
-        wait_until(lambda: accepts(port), timeout_s=30, what="nginx listening")
-        yield f"http://127.0.0.1:{port}", proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+    command = ["nginx", "-c", str(config), "-p", str(workdir)]
+    with relaying(command, cpu, workdir / "nginx.log", port) as served:
+        yield served

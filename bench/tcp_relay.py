@@ -59,20 +59,28 @@ def accepts(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def tcp_relay(workdir: Path, upstream_port: int, cpu: int | None) -> Iterator[tuple[str, int]]:
-    """The relay in front of 127.0.0.1:``upstream_port``, pinned to ``cpu`` (None: not pinned); yield
-    (base URL, pid)."""
-    port = free_port()
+def relaying(command: list[str], cpu: int | None, log_path: Path, port: int) -> Iterator[tuple[str, int]]:
+    """``command`` pinned to ``cpu`` (None: not pinned), its output in ``log_path``, until the block
+    ends; yield (``http://127.0.0.1:port``, its pid) once it accepts connections on ``port``."""
     pinned = ["taskset", "-c", str(cpu)] if cpu is not None else []
-    command = [*pinned, sys.executable, "-m", "bench.tcp_relay", str(port)]
-    with (workdir / "relay.log").open("wb") as log:
-        proc = subprocess.Popen([*command, str(upstream_port)], stdout=log, stderr=log)
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen([*pinned, *command], stdout=log, stderr=log)
     try:
-        wait_until(lambda: accepts(port), timeout_s=30, what="relay listening")
+        wait_until(lambda: accepts(port), timeout_s=30, what=f"{log_path.stem} listening")
         yield f"http://127.0.0.1:{port}", proc.pid
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+@contextlib.contextmanager
+def tcp_relay(workdir: Path, upstream_port: int, cpu: int | None) -> Iterator[tuple[str, int]]:
+    """The relay in front of 127.0.0.1:``upstream_port``, pinned to ``cpu`` (None: not pinned); yield
+    (base URL, pid)."""
+    port = free_port()
+    command = [sys.executable, "-m", "bench.tcp_relay", str(port), str(upstream_port)]
+    with relaying(command, cpu, workdir / "relay.log", port) as served:
+        yield served
 
 
 if __name__ == "__main__":
