@@ -213,7 +213,7 @@ class Messages(AnthropicDialect):
         payload = self.normalize(parsed, context.principal, context.settings)
         translator = MessagesTranslator()
         return Prepared(
-            json_codec.dumps(payload),
+            json_codec.dumps_kept(payload),
             request.stream,
             request.max_tokens,
             "max_tokens",

@@ -108,7 +108,7 @@ class Responses(OpenAIDialect):
         translator = ResponsesTranslator(stored=request.store is not False)
         budget = request.max_output_tokens
         return Prepared(
-            json_codec.dumps(payload),
+            json_codec.dumps_kept(payload),
             request.stream,
             budget,
             "max_output_tokens",

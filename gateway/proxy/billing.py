@@ -19,6 +19,8 @@ log = logging.getLogger("gateway.errors")
 class Billing:
     """One request's :class:`~gateway.limits.rate.Ticket` (None until it was counted)."""
 
+    __slots__ = ("_limits", "_quotas", "_principal", "_settings", "_request_id", "ticket", "_holds")
+
     def __init__(
         self, limits: RateLimiter, quotas: Quotas, principal: Principal, settings: Settings, request_id: str
     ) -> None:

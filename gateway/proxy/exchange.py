@@ -48,6 +48,33 @@ class Exchange:
     The status the client got, whether it got its whole answer and whether it left (or was cut)
     before that are told to it as they happen."""
 
+    __slots__ = (
+        "pipeline",
+        "dialect",
+        "principal",
+        "recorder",
+        "billing",
+        "_request_headers",
+        "_headers",
+        "_span",
+        "placement",
+        "_telemetry",
+        "_asked",
+        "_status",
+        "_complete",
+        "_client_gone",
+        "_end",
+        "_size",
+        "_prompt_tokens",
+        "_max_wait_s",
+        "_batch",
+        "_translator",
+        "_affinity",
+        "_stored_at",
+        "_count",
+        "_need",
+    )
+
     def __init__(
         self,
         pipeline: Pipeline,

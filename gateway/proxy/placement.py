@@ -48,6 +48,29 @@ class Placement:
     failed it. ``recorder`` is told when the request is admitted (and how long it waited, on every
     backend it queued for)."""
 
+    __slots__ = (
+        "_pipeline",
+        "_principal",
+        "_path",
+        "_headers",
+        "_recorder",
+        "placed",
+        "backend",
+        "_counted",
+        "waiter",
+        "lease",
+        "upstream",
+        "_stored_at",
+        "_affinity",
+        "_need",
+        "_left",
+        "_waited_s",
+        "_waited_for",
+        "_before",
+        "_after",
+        "_after_taken",
+    )
+
     def __init__(
         self,
         pipeline: Pipeline,

@@ -39,6 +39,18 @@ def _headers(
 class Reply:
     """Writes one response through ``send``. ``status`` is the status it started with (None before)."""
 
+    __slots__ = (
+        "_send",
+        "_dialect",
+        "_keep_alive_s",
+        "_lock",
+        "_loop",
+        "_last_sent",
+        "_watchdog",
+        "status",
+        "ended",
+    )
+
     def __init__(self, send: Send, dialect: Dialect, keep_alive_s: float) -> None:
         self._send = send
         self._dialect = dialect

@@ -100,6 +100,7 @@ class ExchangeResponse(Response):
                         request, body_bounds(settings, settings.max_body_bytes, INFERENCE)
                     )
                     prepared = await exchange.prepare(body, size)
+                    del body  # a waiting request holds its bytes to send, not the parsed tree
                     await unless_disconnected(receive, lambda: _serve(exchange, prepared, reply))
                 except MalformedResponseError as exc:
                     message = f"The model server sent a malformed response: {exc}"

@@ -27,6 +27,25 @@ def _int(value: Any) -> int:
 class RequestRecorder:
     """Collects one request's timing, usage and acceptance. ``k``: draft tokens per step (DSpark K)."""
 
+    __slots__ = (
+        "record",
+        "_k",
+        "_clock",
+        "_t_arrival",
+        "_t_admit",
+        "_t_first",
+        "_t_last",
+        "_t_output",
+        "_tokens",
+        "_step_tokens",
+        "_reasoning_tokens",
+        "_unattributed",
+        "_usage",
+        "_backend",
+        "_split_chars",
+        "_indices",
+    )
+
     def __init__(
         self,
         record: RequestTelemetry,

@@ -107,8 +107,12 @@ def finish(
     budget, param = output
     translator = OpenAITranslator(policy, view)
     return Prepared(
-        json_codec.dumps(payload), request.stream, budget, param, sequences, translator, count=count
+        json_codec.dumps_kept(payload), request.stream, budget, param, sequences, translator, count=count
     )
+
+
+#: No function may be called (one object for every such request: each ``frozenset()`` is a new one).
+NO_TOOLS: frozenset[str] = frozenset()
 
 
 def callable_tools(payload: dict[str, Any]) -> frozenset[str]:
@@ -116,7 +120,7 @@ def callable_tools(payload: dict[str, Any]) -> frozenset[str]:
     ``tool_choice`` is ``"none"`` (OpenAI API reference, "tool_choice"); none on a text completion."""
     tools = payload.get("tools")
     if payload.get("tool_choice") == "none" or not isinstance(tools, list):
-        return frozenset()
+        return NO_TOOLS
     functions = (tool.get("function") for tool in tools if isinstance(tool, dict))
     names = (function.get("name") for function in functions if isinstance(function, dict))
     return frozenset(name for name in names if isinstance(name, str))
