@@ -91,8 +91,9 @@ class Translator(Protocol):
     - ``ends(event, data)``: whether the event is the stream's last (OpenAI's ``[DONE]``, Anthropic's
       ``message_stop``, the Responses API's ``response.completed``): a stream that stops before it
       broke.
-    - ``error_event(error)``: the error as this API's SSE events ending a stream that broke after it
-      started (what the split still held first), as a :class:`Step`.
+    - ``error_event(error, telemetry)``: the error as this API's SSE events ending a stream that broke
+      after it started (what the translator still held first, with the client's ``telemetry`` object
+      when it asked for one), as a :class:`Step`.
     """
 
     def knowing(self, shown: ReasoningShown) -> None: ...
@@ -103,7 +104,7 @@ class Translator(Protocol):
 
     def answer(self, body: bytes) -> Answer: ...
 
-    def error_event(self, error: GatewayError) -> Step: ...
+    def error_event(self, error: GatewayError, telemetry: dict[str, Any] | None = None) -> Step: ...
 
 
 @dataclass(slots=True)

@@ -236,7 +236,7 @@ class MessagesTranslator:
         """``event: message_stop``."""
         return event_name(event) == b"message_stop"
 
-    def error_event(self, error: GatewayError) -> Step:
+    def error_event(self, error: GatewayError, telemetry: dict[str, Any] | None = None) -> Step:
         """``event: error`` with the error object (the Anthropic SDKs raise it)."""
         return Step([b"event: error\ndata: " + json_codec.dumps(error_body(error)) + b"\n\n"])
 

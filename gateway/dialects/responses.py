@@ -162,7 +162,7 @@ class ResponsesTranslator:
         """``response.completed``, ``response.incomplete`` or ``response.failed``."""
         return event_name(event) in LAST_EVENTS
 
-    def error_event(self, error: GatewayError) -> Step:
+    def error_event(self, error: GatewayError, telemetry: dict[str, Any] | None = None) -> Step:
         """``event: error`` numbered after the last event relayed, then ``response.failed`` with the
         same error: the stream's last event (Codex CLI shows ``response.failed``'s message and retries;
         it takes a bare ``error`` event for a stream that was cut)."""

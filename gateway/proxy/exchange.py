@@ -175,10 +175,10 @@ class Exchange:
         return json_codec.dumps(body)
 
     def closing(self, error: GatewayError) -> list[bytes]:
-        """The events that end a started stream with ``error`` in the dialect (what the split still
-        held first, recorded)."""
+        """The events that end a started stream with ``error`` in the dialect (what the translator
+        still held first — with the client's telemetry object when it asked for one —, recorded)."""
         assert self._translator is not None  # a stream starts only once its request is prepared
-        step = self._translator.error_event(error)
+        step = self._translator.error_event(error, self.client_telemetry())
         self.saw([step])
         return step.events
 

@@ -149,10 +149,10 @@ class OpenAITranslator:
         """``data: [DONE]``."""
         return data == DONE
 
-    def error_event(self, error: GatewayError) -> Step:
-        """The text the reasoning split still held (:meth:`StreamRewriter.flush`), then OpenAI's error
-        object as one ``data:`` event (what the OpenAI SDKs raise on)."""
-        step = self._stream.flush() if self._stream is not None else Step([])
+    def error_event(self, error: GatewayError, telemetry: dict[str, Any] | None = None) -> Step:
+        """What the stream still held (:meth:`StreamRewriter.flush`: text, the usage chunk with
+        ``telemetry``), then OpenAI's error object as one ``data:`` event (what the OpenAI SDKs raise on)."""
+        step = self._stream.flush(telemetry) if self._stream is not None else Step([])
         step.events.append(b"data: " + json_codec.dumps(error_body(error)) + b"\n\n")
         return step
 

@@ -128,8 +128,8 @@ class StreamRewriter:
             obj, obj.get("choices") or [], final, reasoning_chars, content_chars, self._dropped
         )
         changed = self._view.apply_chunk(obj, final) or changed
-        if final and self._view.telemetry:
-            self._closing_chunk = obj  # sent before [DONE], with the telemetry object
+        if final and self._view.telemetry and type(usage) is dict and self._closing_chunk is None:
+            self._closing_chunk = obj  # the usage chunk: sent before [DONE], with the telemetry object
             return []
         if not changed:
             return [event]
@@ -158,11 +158,12 @@ class StreamRewriter:
             chunk["telemetry"] = telemetry
         return [] if self._view.says_nothing(chunk) else [_event(chunk)]
 
-    def flush(self) -> Step:
+    def flush(self, telemetry: dict[str, Any] | None = None) -> Step:
         """What the split still holds when the stream ends without its last event (it broke): one
         chunk with each choice's held text — reasoning where a marker showed it, else answer —, then
-        a closing usage chunk held for the telemetry object; no events when nothing is held."""
-        closing = self._closing(None) if self._closing_chunk is not None else []
+        the usage chunk held for the telemetry object, with ``telemetry``; no events when nothing is
+        held."""
+        closing = self._closing(telemetry) if self._closing_chunk is not None else []
         if self._last is None or self._passthrough:
             return Step(closing)
         slot = slot_of(self._last)

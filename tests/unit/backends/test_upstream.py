@@ -10,7 +10,7 @@ import json
 import select
 import socket
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -190,7 +190,7 @@ class PassThrough:
     def answer(self, body: bytes) -> Answer:
         return Answer(body, Observation())
 
-    def error_event(self, error: GatewayError) -> Step:
+    def error_event(self, error: GatewayError, telemetry: dict[str, Any] | None = None) -> Step:
         return Step([b"data: " + error.message.encode() + b"\n\n"])
 
 

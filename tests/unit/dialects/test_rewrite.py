@@ -537,3 +537,36 @@ def test_what_passes_through_unsplit_is_counted_where_it_went() -> None:
     body = {"object": "chat.completion", "choices": [{"index": 0, "finish_reason": "length",
             "message": {"role": "assistant", "reasoning": "abc", "content": None}}]}  # fmt: skip
     assert rewrite_body(body, ReasoningPolicy(mode="off", thinking=True), ReasoningShown())[:3] == (3, 0, 0)
+
+
+def test_the_telemetry_object_rides_on_the_usage_chunk_whichever_way_the_stream_ends() -> None:
+    """With the gateway's telemetry asked: the upstream's usage chunk waits for it and goes out with
+    it before ``[DONE]``, or before the error event of a stream that broke after it; an empty-choices
+    chunk without usage passes on and does not take the usage chunk's place."""
+    usage = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+    head = [event({**chunk(content="a"), "usage": usage}), event(chunk(finish="stop"))]
+    closing = event({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [], "usage": usage})
+    metrics = event(
+        {"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [], "metrics": {"x": 1}}
+    )
+    done = b"data: [DONE]\n\n"
+    for include_usage in (True, False):
+        view = ClientView(include_usage=include_usage, include_metrics=True, telemetry=True)
+
+        def rewriter(view: ClientView = view) -> StreamRewriter:
+            return StreamRewriter(ReasoningPolicy("auto", False), ReasoningShown(), view)
+
+        broken = rewriter()
+        for raw in (*head, closing):
+            step(broken, raw)
+        [held] = broken.flush({"ttft_s": 0.1}).events
+        assert json.loads(held[6:])["telemetry"] == {"ttft_s": 0.1}
+        assert ("usage" in json.loads(held[6:])) is include_usage
+        for stream in ([*head, metrics, closing], [*head, metrics]):  # the upstream's usage chunk, or none
+            rewritten = rewriter()
+            out = [e for raw in stream for e in step(rewritten, raw)]
+            out += rewritten.step(done, event_data(done), telemetry={"ttft_s": 0.1}).events
+            assert metrics in out and out[-1] == done
+            last = json.loads(out[-2][6:])
+            assert last["choices"] == [] and last["telemetry"] == {"ttft_s": 0.1}
+            assert last.get("usage") == (usage if include_usage else None)

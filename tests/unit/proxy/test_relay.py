@@ -41,7 +41,7 @@ class Numbered:
     def answer(self, body: bytes) -> Answer:
         return Answer(body, Observation())
 
-    def error_event(self, error: GatewayError) -> Step:
+    def error_event(self, error: GatewayError, telemetry: dict[str, Any] | None = None) -> Step:
         return Step([b"data: broken\n\n"])
 
 
