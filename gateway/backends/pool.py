@@ -112,11 +112,11 @@ class Backend:
 
 @dataclass(frozen=True, slots=True)
 class Placed:
-    """Where a request runs and why: ``stored`` (the backend holding the stored response it continues),
-    ``affinity`` (its session's backend) or ``least_loaded``."""
+    """Where a request runs and why: ``affinity`` (its session's backend) or ``least_loaded`` (a
+    continuation of a stored response runs where that is stored, without asking)."""
 
     backend: Backend
-    reason: Literal["stored", "affinity", "least_loaded"]
+    reason: Literal["affinity", "least_loaded"]
 
 
 def affinity_key(body: Mapping[str, Any], session: str | None = None) -> str | None:

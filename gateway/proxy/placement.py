@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from gateway.admission import Lease, Need, Waiter
 from gateway.auth.principal import Principal
-from gateway.backends.pool import Backend, BackendDown, Placed
+from gateway.backends.pool import Backend, BackendDown
 from gateway.backends.upstream import Unreachable, UpstreamResponse
 from gateway.dialects.base import Prepared
 from gateway.errors import GatewayError
@@ -43,7 +43,7 @@ async def let_waiter_send() -> None:
 
 class Placement:
     """One request's backend, slot and upstream response. The backend is decided once
-    (:meth:`decide`: :attr:`placed`, with its reason) and serves the request's sizing, queue room,
+    (:meth:`decide`) and serves the request's sizing, queue room,
     admission and upstream alike; only a fail-over decides again, away from the backends that
     failed it. ``recorder`` is told when the request is admitted (and how long it waited, on every
     backend it queued for)."""
@@ -54,7 +54,6 @@ class Placement:
         "_path",
         "_headers",
         "_recorder",
-        "placed",
         "backend",
         "_counted",
         "waiter",
@@ -84,7 +83,6 @@ class Placement:
         self._path = upstream_path
         self._headers = headers
         self._recorder = recorder
-        self.placed: Placed | None = None
         self.backend: Backend | None = None
         self._counted: Backend | None = None  # the backend whose routed count holds this request
         self.waiter: Waiter | None = None
@@ -101,7 +99,7 @@ class Placement:
         self._after_taken = False
 
     def decide(self, affinity: str | None = None, stored_at: Backend | None = None) -> Backend:
-        """Decide where the request runs (:attr:`placed`): ``stored_at``, the backend storing what it
+        """Decide where the request runs (:attr:`backend`): ``stored_at``, the backend storing what it
         continues (the only one it may run on), else :meth:`~gateway.backends.pool.Backends.route` by
         its ``affinity`` key. It counts there (:meth:`~gateway.backends.pool.Backend.placed`) until its
         admission answers."""
@@ -110,15 +108,12 @@ class Placement:
 
     def _decide(self) -> Backend:
         """:meth:`decide` again (a fail-over), among the backends that have not failed the request."""
-        if self._stored_at is not None:
-            placed = Placed(self._stored_at, "stored")
-        else:
-            placed = self._pipeline.backends.route(self._affinity, self._left)
-        self.placed, self.backend = placed, placed.backend
+        backend = self._stored_at or self._pipeline.backends.route(self._affinity, self._left).backend
+        self.backend = backend
         self._uncount()
-        self._counted = placed.backend
-        placed.backend.placed()
-        return placed.backend
+        self._counted = backend
+        backend.placed()
+        return backend
 
     def _uncount(self) -> None:
         if self._counted is not None:

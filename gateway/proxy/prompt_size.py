@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from dspark_common import json_codec
@@ -73,7 +73,7 @@ async def prompt_size(
     except GatewayError as error:
         if error.status == 404:
             log.warning("the backend has no %s route: prompt sizes are estimated", count.path)
-            return PromptSize(estimate(size).tokens, "estimate", counts_prompts=False)
+            return replace(estimate(size), counts_prompts=False)
         return estimate(size)
     except (TimeoutError, ValueError):
         return estimate(size)

@@ -28,7 +28,7 @@ from gateway.errors import GatewayError, MalformedResponseError
 @dataclass(slots=True)
 class Relayed:
     """One item of :func:`relay_events`: ``data`` for the client (b"": none), the translator's
-    ``steps`` that saw something since the last item (in order), and ``sequence_end``: the backend's
+    ``steps`` since the last item (in order), and ``sequence_end``: the backend's
     last event has arrived, not rewritten yet."""
 
     data: bytes
@@ -84,8 +84,7 @@ class EventPipe:
             else:
                 step = rewrite(event, payload)
             ready += step.events
-            if step.seen is not None or step.learnt is not None or step.claimed is not None:
-                self.steps.append(step)
+            self.steps.append(step)
 
     def take(self) -> Relayed:
         """What is ready for the client, in one piece, and what was seen on the way (then empty)."""

@@ -110,7 +110,7 @@ class ExchangeResponse(Response):
                 exchange.failed(error.status)
                 # the key's x-ratelimit-* on a refusal (429) as on an answer
                 error.headers = {**await exchange.billing.headers(), **error.headers}
-                await reply.fail(error, exchange.closing(error) if reply.streaming else [])
+                await _fail(exchange, reply, error)
             except ClientDisconnectedError:
                 exchange.left()
                 await reply.left()
@@ -125,10 +125,15 @@ class ExchangeResponse(Response):
             except Exception:
                 log.exception("request %s failed", request_id)
                 exchange.failed(500)
-                internal = internal_error()
-                await reply.fail(internal, exchange.closing(internal) if reply.streaming else [])
+                await _fail(exchange, reply, internal_error())
             finally:
                 reply.stop_keep_alive()
+
+
+async def _fail(exchange: Exchange, reply: Reply, error: GatewayError) -> None:
+    """``error`` answered in the dialect: a status and JSON body before the stream started, else the
+    translator's closing events (:meth:`~gateway.proxy.exchange.Exchange.closing`)."""
+    await reply.fail(error, exchange.closing(error) if reply.streaming else [])
 
 
 async def _serve(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
@@ -219,7 +224,7 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
         finally:
             exchange.stream_ended(outcome.delivered, outcome.error)
     if outcome.error is not None:
-        await reply.fail(outcome.error, exchange.closing(outcome.error))
+        await _fail(exchange, reply, outcome.error)
     else:
         await reply.end()
 
