@@ -3,8 +3,9 @@
 Deny by default: every route needs credentials except those in :data:`PUBLIC_ROUTES` (liveness,
 readiness, the Prometheus scrape — which has a token of its own — and the API docs FastAPI serves,
 with their JavaScript and CSS: :data:`PUBLIC_MOUNTS`).
-Admin routes need the ``admin`` scope. Any other path is a 404 in OpenAI shape, so vLLM's
-``/tokenize``, ``/invocations``, ``/pause``, its ``/metrics`` ... are unreachable.
+Admin routes need the ``admin`` scope. The inference routes authenticate themselves, in their dialect
+(:class:`~gateway.http.inference.InferenceRoute`: plain ASGI, the hot path). Any other path is a 404
+in OpenAI shape, so vLLM's ``/tokenize``, ``/invocations``, ``/pause``, its ``/metrics`` ... are unreachable.
 
 =======================================  ======  ============================================
 ``POST /v1/chat/completions``            key     proxied, stream and non-stream (dialect: chat)
@@ -28,11 +29,13 @@ Admin routes need the ``admin`` scope. Any other path is a 404 in OpenAI shape, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from fastapi import Depends, FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
 
 from gateway.admin import groups, keys, reads
 from gateway.admin.key_fields import GroupCreate, GroupLimits
@@ -79,19 +82,21 @@ _KEYS, _ADMIN, _OPENAI, _ANTHROPIC = ("admin: keys",), ("admin",), ("openai",), 
 _GROUPS = ("admin: groups",)
 _RESPONSE = "/v1/responses/{response_id}"
 ROUTES = (
-    Route("POST", CHAT.route, inference.inference(CHAT), "Create a chat completion (OpenAI-compatible)",
+    Route("POST", CHAT.route, inference.InferenceRoute(CHAT), "Create a chat completion (OpenAI-compatible)",
           dialect=CHAT, openapi_extra=documented(ChatCompletionRequest, streams=True), tags=_OPENAI),
-    Route("POST", COMPLETIONS.route, inference.inference(COMPLETIONS),
+    Route("POST", COMPLETIONS.route, inference.InferenceRoute(COMPLETIONS),
           "Create a text completion (OpenAI-compatible)",
           dialect=COMPLETIONS, openapi_extra=documented(CompletionRequest, streams=True), tags=_OPENAI),
-    Route("POST", RESPONSES.route, inference.inference(RESPONSES), "Create a response (OpenAI Responses API)",
+    Route("POST", RESPONSES.route, inference.InferenceRoute(RESPONSES),
+          "Create a response (OpenAI Responses API)",
           dialect=RESPONSES, openapi_extra=documented(ResponsesRequest, streams=True), tags=_OPENAI),
     Route("GET", _RESPONSE, stored.get_response, "A stored response this key created", tags=_OPENAI),
     Route("DELETE", _RESPONSE, stored.delete_response, "Forget a stored response this key created",
           tags=_OPENAI),
     Route("POST", _RESPONSE + "/cancel", stored.cancel_response, "Cancel a response this key created",
           tags=_OPENAI),
-    Route("POST", MESSAGES.route, inference.inference(MESSAGES), "Create a message (Anthropic Messages API)",
+    Route("POST", MESSAGES.route, inference.InferenceRoute(MESSAGES),
+          "Create a message (Anthropic Messages API)",
           dialect=MESSAGES, openapi_extra=documented(MessagesRequest, streams=True), tags=_ANTHROPIC),
     Route("POST", COUNT_TOKENS.route, inference.count_tokens, "Count a message's input tokens (Anthropic)",
           dialect=COUNT_TOKENS, openapi_extra=documented(CountTokensRequest), tags=_ANTHROPIC),
@@ -153,9 +158,18 @@ def install(app: FastAPI) -> None:
         else:
             check = admin_for if route.admin else principal_for
             dependencies = [Depends(check(route.dialect))]
+        endpoint, name = route.endpoint, None
+        if isinstance(endpoint, inference.InferenceRoute):
+            # served as plain ASGI; the FastAPI route after it on the same path only documents it. A
+            # Starlette route takes an ASGI app as its endpoint (not a function: called as the app), which
+            # add_route's annotation leaves out
+            asgi = cast(Callable[[Request], Awaitable[Response]], endpoint)
+            app.add_route(route.path, asgi, methods=[route.method], include_in_schema=False)
+            endpoint, name = inference.documented_only, route.path.strip("/").replace("/", "_")
         app.add_api_route(
             route.path,
-            route.endpoint,
+            endpoint,
+            name=name,
             methods=[route.method],
             dependencies=dependencies,
             status_code=route.status_code,

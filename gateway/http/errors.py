@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
 from starlette.responses import Response
 
 from dspark_common import json_codec
@@ -33,6 +34,13 @@ def render_error(error: GatewayError, dialect: Dialect) -> Response:
     return Response(body, status_code=error.status, headers=error.headers, media_type="application/json")
 
 
+def refusal(request: Request, error: GatewayError, dialect: Dialect) -> Response:
+    """``error`` answered to ``request`` in ``dialect`` (:func:`render_error`), logged at its kind's level
+    with the method, path, status and code (never the request's content)."""
+    log.log(error.kind.log_level, "%s %s: %d %s", request.method, request.url.path, error.status, error.code)
+    return render_error(error, dialect)
+
+
 def renderer(dialect_for: DialectFor) -> Callable[[GatewayError, str], Response]:
     """``render(error, path)``: :func:`render_error` in the dialect of the route at ``path``."""
     return lambda error, path: render_error(error, dialect_for(path))
@@ -42,10 +50,7 @@ def install_error_handlers(app: FastAPI, dialect_for: DialectFor) -> None:
     """Make every error path of ``app`` answer as a gateway error, in its route's dialect."""
 
     def answer(request: Request, error: GatewayError) -> Response:
-        log.log(
-            error.kind.log_level, "%s %s: %d %s", request.method, request.url.path, error.status, error.code
-        )
-        return render_error(error, dialect_for(request.url.path))
+        return refusal(request, error, dialect_for(request.url.path))
 
     async def on_gateway_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, GatewayError)

@@ -22,9 +22,10 @@ _EXCLUDED = frozenset({"/metrics"})
 
 
 def handler_label(scope: Scope) -> str:
-    """The route template that served ``scope`` (FastAPI puts the matched route in ``scope["route"]``),
-    or ``none``."""
-    route = scope.get("route")
+    """The route template that served ``scope``, or ``none``: FastAPI puts a matched ``APIRoute`` in
+    ``scope["route"]``; a plain Starlette route puts its ASGI app in ``scope["endpoint"]``, and the
+    inference routes' (:class:`~gateway.http.inference.InferenceRoute`) has the ``path`` too."""
+    route = scope.get("route") or scope.get("endpoint")
     path = getattr(route, "path", None)
     return path if isinstance(path, str) else "none"
 
