@@ -13,6 +13,7 @@ figure. The method and the latest figures: docs/performance.md.
 Usage::
 
     .venv/bin/python -m bench.bench_gateway [--quick] [--json OUT] [--no-litellm] [--no-vllm] [--no-tracing]
+        [--before CHECKOUT]
 """
 
 from __future__ import annotations
@@ -102,6 +103,15 @@ def targets(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     return rows + figures(report)
 
 
+def _before_after(report: dict[str, Any], level: str) -> str:
+    """The earlier checkout's gateway ("before", ``--before``) and this one at a level: added TTFT p50
+    vs direct, and CPU per stream."""
+    figures = report["overhead"]["levels"][level]
+    added = [_added(report, level, "p50", path, "direct") for path in ("before", "gateway")]
+    cpu = [figures[path]["stream_phase_cpu_ms_per_stream"][path] for path in ("before", "gateway")]
+    return f"added TTFT p50 {added[0]:+.2f} -> {added[1]:+.2f} ms; CPU/stream {cpu[0]:.2f} -> {cpu[1]:.2f} ms"
+
+
 def _per_round(level: dict[str, Any], path: str, baseline: str) -> str:
     """The range of ``path``'s TTFT p50 minus ``baseline``'s over a level's rounds, ms."""
     mine, theirs = (level[n]["ttft_p50_ms_rounds"] for n in (path, baseline))
@@ -117,6 +127,9 @@ def figures(report: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
                  f"{added['relay']:+.2f} ms vs relay", None))  # fmt: skip
     if "traced" in report["overhead"]["throughput"]:
         rows.append(("tracing on vs off (same run)", _tracing_cost(report), None))
+    levels = report["overhead"]["levels"]
+    for level in (c for c in TARGET_LEVELS if "before" in levels.get(c, {})):
+        rows.append((f"before -> after at {level} stream(s) (same run)", _before_after(report, level), None))
     queue = report["queue_scale"]
     rss = queue["memory_mb"]["sampled_rss_max"]
     verdict = rss < QUEUED_RSS_MB if queue["clients"] >= QUEUED else None  # the quick plan queues fewer
@@ -167,9 +180,11 @@ def _vllm_installed() -> bool:
     return True
 
 
-def _overhead(workdir: Path, plan: overhead.Plan, litellm: bool, tracing: bool) -> dict[str, Any]:
+def _overhead(
+    workdir: Path, plan: overhead.Plan, litellm: bool, tracing: bool, before: Path | None
+) -> dict[str, Any]:
     affinity = os.sched_getaffinity(0)
-    with overhead.servers(workdir, plan.decode_tps, litellm, tracing) as (paths, pids, trace):
+    with overhead.servers(workdir, plan.decode_tps, litellm, tracing, before) as (paths, pids, trace):
         os.sched_setaffinity(0, {LOAD_CPU})
         try:
             figures, sent = asyncio.run(overhead.measure(plan, paths, pids | {"load": os.getpid()}))
@@ -218,6 +233,11 @@ def main() -> int:
         action="store_true",
         help="skip the gateway with tracing on (OTLP to a local receiver)",
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="another checkout of the gateway (git worktree add DIR COMMIT), measured beside this one",
+    )
     args = parser.parse_args()
     if not {GATEWAY_CPU, LOAD_CPU} <= os.sched_getaffinity(0):
         print(f"CPUs {GATEWAY_CPU} and {LOAD_CPU} must both be available (taskset)", file=sys.stderr)
@@ -250,7 +270,9 @@ def main() -> int:
         workdir = Path(tmp)
         for part in ("overhead", "queue", "vllm"):
             (workdir / part).mkdir()
-        report["overhead"] = _overhead(workdir / "overhead", plan, litellm, not args.no_tracing)
+        report["overhead"] = _overhead(
+            workdir / "overhead", plan, litellm, not args.no_tracing, args.before and args.before.resolve()
+        )
         print(overhead.table(report["overhead"]), end="\n\n", flush=True)
         clients = QUEUED // 10 if args.quick else QUEUED
         report["queue_scale"] = queue_scale.measure_queue_scale(workdir / "queue", clients=clients)

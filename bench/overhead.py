@@ -318,6 +318,7 @@ SERVER = {
     "nginx": "nginx",
     "gateway": "gateway",
     "traced": "traced",
+    "before": "before",
     "litellm": "litellm",
 }
 
@@ -419,13 +420,15 @@ async def measure(
 
 @contextlib.contextmanager
 def servers(
-    workdir: Path, decode_tps: float, litellm: bool, tracing: bool
+    workdir: Path, decode_tps: float, litellm: bool, tracing: bool, before: Path | None = None
 ) -> Iterator[tuple[dict[str, Target], dict[str, int], Path]]:
     """The simulator (its sequence trace in ``workdir``) and the gateway with :data:`SLOTS` slots
     (nothing queues), the zero-work TCP relay (:mod:`bench.tcp_relay`, CPU 0), nginx as an HTTP relay
     (:mod:`bench.nginx_relay`, CPU 0) when it is installed, if ``tracing`` a second
     gateway ("traced") exporting its traces to an OTLP/HTTP receiver on CPU 1
-    (:mod:`tests.support.otlp_receiver`, counts in ``workdir/otlp-counts.json``) and, if ``litellm``,
+    (:mod:`tests.support.otlp_receiver`, counts in ``workdir/otlp-counts.json``), with ``before`` (another
+    checkout of the gateway) that checkout's gateway ("before": the same command with ``PYTHONPATH``
+    at it, CPU 0), and, if ``litellm``,
     the LiteLLM proxy (CPU 0; each idle while another path is measured); yield (chat completions
     target per path, pid per server, the trace file)."""
     keys = asyncio.run(make_keys(f"sqlite+aiosqlite:///{workdir / 'gateway.db'}", ["bench"]))
@@ -461,6 +464,11 @@ def servers(
             traced = gateway(workdir, "traced", sim_url, SLOTS, limits, traced_env(otlp_url))
             traced_url, pids["traced"] = stack.enter_context(traced)
             targets["traced"] = (traced_url + path, bearer)
+        if before is not None:
+            shutil.copy(workdir / "gateway.db", workdir / "before.db")
+            earlier = gateway(workdir, "before", sim_url, SLOTS, limits, {"PYTHONPATH": str(before)})
+            before_url, pids["before"] = stack.enter_context(earlier)
+            targets["before"] = (before_url + path, bearer)
         if litellm:
             ll_url, ll_key, pids["litellm"] = stack.enter_context(
                 litellm_proxy(workdir, sim_url, MODEL, GATEWAY_CPU)
