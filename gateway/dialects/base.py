@@ -131,6 +131,16 @@ class Prepared:
     stored: tuple[tuple[str, str], ...] = ()
     count: TokenCount | None = None
 
+    def capped(self, tokens: int) -> None:
+        """Generate at most ``tokens`` per sequence: ``output_param`` spliced last into :attr:`body`, so
+        it wins over one the client sent (vLLM parses a body with ``json.loads``, where the last of a
+        repeated key counts); not re-serialised, as a 1M-token prompt would be."""
+        assert self.body.endswith(b"}"), "a dialect's upstream body is a JSON object"
+        rest = self.body[:-1].rstrip()
+        separator = b"" if rest.endswith(b"{") else b","
+        self.body = rest + b'%s"%s":%d}' % (separator, self.output_param.encode(), tokens)
+        self.output_budget = tokens
+
 
 def text_length(value: Any) -> int:
     """Characters of a text field of a response (0 when it is no string)."""

@@ -10,10 +10,14 @@ Periods are UTC calendar periods — a day from 00:00, a week from Monday 00:00 
 from its first day — so a quota resets when its holder expects, the same instant for every replica.
 
 Reservation is one atomic increment of the period's counter by the request's most cost (its prompt
-and its whole output budget at the dearer of the output and reasoning weights), given back at once
-when it does not fit: two requests at the same moment cannot both take the last of a quota, as a
-check-then-charge (LiteLLM's budget check) lets them. At the end the counter is moved by the real
-cost minus the reservation. Counters live in the rate limits' storage (``GATEWAY_LIMITS_STORAGE``:
+and its whole output budget at the dearer of the output and reasoning weights; a request that sets
+no budget may generate to the end of its context), the excess given back at once when it does not
+fit: two requests at the same moment cannot both take the last of a quota, as a check-then-charge
+(LiteLLM's budget check) lets them. A request whose most cost does not fit holds what is left and
+may generate only what that pays for (:class:`~gateway.proxy.billing.Billing` caps its output
+budget: it ends with the API's length finish); one that cannot pay its prompt and one token is
+refused. At the end the counter is moved by the real cost minus the reservation. Counters live in
+the rate limits' storage (``GATEWAY_LIMITS_STORAGE``:
 process memory, or Redis shared by the replicas), keyed by holder and period start, expiring a day
 after their period ends. A counter the storage does not hold yet — a new period, a gateway restarted
 on memory storage, a Redis emptied — starts from what the usage ledger holds of the period
@@ -69,6 +73,14 @@ class QuotaWeights:
         return math.ceil(
             prompt * max(self.prompt, self.cached_prompt) + output_budget * max(self.output, self.reasoning)
         )
+
+    def output_paid(self, cost: int, prompt: int) -> int | None:
+        """The output tokens ``cost`` pays for beside ``prompt`` (:meth:`most` inverted, rounded down:
+        ``most(prompt, paid) <= cost``); None when output costs nothing."""
+        rate = max(self.output, self.reasoning)
+        if rate <= 0:
+            return None
+        return math.floor((cost - prompt * max(self.prompt, self.cached_prompt)) / rate)
 
 
 def period_bounds(period: str, now: datetime) -> tuple[datetime, datetime]:
@@ -154,18 +166,24 @@ class Quotas:
         counter, end = await self._counter_of(quota, datetime.now(UTC))
         return Standing(quota, await self._storage.get(counter), end)
 
-    async def reserve(self, quota: Quota, cost: int) -> Hold:
-        """Take ``cost`` of ``quota`` (at most the whole quota: one large request per period passes).
-        Enforced and spent: given back, 429 ``quota_exceeded``. Warned: kept, ``over`` set."""
+    async def reserve(self, quota: Quota, most: int, least: int) -> Hold:
+        """Take up to ``most`` of ``quota`` and at least ``least`` (``least <= most``), in one atomic
+        increment. Enforced: where ``most`` does not fit, what was left of the quota (the excess given
+        back), and 429 ``quota_exceeded`` (all given back) when that is less than ``least``. Warned:
+        ``most`` kept, ``over`` set past the quota."""
         now = datetime.now(UTC)
         counter, end = await self._counter_of(quota, now)
-        reserve = min(max(1, cost), quota.tokens)
-        used = await self._storage.incr(counter, _expiry(end, now), reserve)
-        over = used > quota.tokens
-        if over and quota.mode == "enforce":
-            await self._storage.incr(counter, _expiry(end, now), -reserve)
+        expiry = _expiry(end, now)
+        most = max(1, most)
+        excess = await self._storage.incr(counter, expiry, most) - quota.tokens
+        if excess <= 0 or quota.mode != "enforce":
+            return Hold(quota, counter, end, most, over=excess > 0)
+        held = most - min(excess, most)
+        if held < least:
+            await self._storage.incr(counter, expiry, -most)
             raise exceeded(quota, end, now)
-        return Hold(quota, counter, end, reserve, over)
+        await self._storage.incr(counter, expiry, held - most)
+        return Hold(quota, counter, end, held)
 
     async def settle(self, hold: Hold, cost: int) -> None:
         """Replace the reservation with the real ``cost``."""

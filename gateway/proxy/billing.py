@@ -37,21 +37,42 @@ class Billing:
         is read: the rate limit's ticket."""
         self.ticket = await self._limits.count(self._principal)
 
-    async def reserve(self, prompt_tokens: int, sequences: int, output_budget: int | None) -> dict[str, str]:
-        """Reserve the request's prompt size and whole output budget of its key's tokens per minute
-        (``GATEWAY_TPM_OUTPUT_RESERVE_TOKENS`` a sequence when it sets none; 429 when they don't fit);
-        the ticket's headers."""
+    async def reserve(
+        self, prompt_tokens: int, sequences: int, output_budget: int | None
+    ) -> tuple[dict[str, str], int | None]:
+        """Reserve the request's cost of each of its quotas, then of its key's tokens per minute; the
+        ticket's headers and the output budget the quotas leave it, per sequence (None: not capped).
+
+        A quota is reserved the request's most cost: its prompt and, a sequence, its output budget or,
+        when it sets none, what its context leaves (the backend may generate that much). Where that
+        does not fit, it holds what is left and its output is capped at what that pays for; 429
+        ``quota_exceeded`` when not even its prompt and one token a sequence fit
+        (:meth:`~gateway.limits.quota.Quotas.reserve`). A quota in ``warn`` mode is reserved the
+        tokens-per-minute figure and only reported past its end. Tokens per minute: the prompt and
+        the (capped) output budget, ``GATEWAY_TPM_OUTPUT_RESERVE_TOKENS`` a sequence when it sets none
+        (429 when they don't fit)."""
         assert self.ticket is not None
-        output = sequences * (output_budget or self._settings.tpm_output_reserve_tokens)
-        if self._principal.tpm:
-            await self._limits.reserve(self.ticket, prompt_tokens + output)
+        settings, weights = self._settings, self._quotas.weights
+        budget = output_budget or max(1, settings.max_model_len - prompt_tokens)
+        cap: int | None = None
         for quota in self._principal.quotas():
-            hold = await self._quotas.reserve(quota, self._quotas.weights.most(prompt_tokens, output))
+            if quota.mode == "enforce":
+                most = weights.most(prompt_tokens, sequences * budget)
+                hold = await self._quotas.reserve(quota, most, weights.most(prompt_tokens, sequences))
+                paid = weights.output_paid(hold.reserved, prompt_tokens)
+                if paid is not None and paid // sequences < budget:
+                    cap = budget = paid // sequences
+            else:
+                output = sequences * (output_budget or settings.tpm_output_reserve_tokens)
+                hold = await self._quotas.reserve(quota, weights.most(prompt_tokens, output), 0)
             self._holds.append(hold)
             if hold.over:
                 log.warning("request %s: past the %s quota (warn mode)", self._request_id, quota.holder)
                 self.ticket.headers["x-quota-warning"] = f"{quota.holder.split(':', 1)[0]} quota exceeded"
-        return self.ticket.headers
+        if self._principal.tpm:
+            output = min(budget, output_budget or settings.tpm_output_reserve_tokens)
+            await self._limits.reserve(self.ticket, prompt_tokens + sequences * output)
+        return self.ticket.headers, cap
 
     async def headers(self) -> dict[str, str]:
         """The key's ``x-ratelimit-*`` headers for an answer (a refusal too, also one given before the

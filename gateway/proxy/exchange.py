@@ -272,9 +272,15 @@ class Exchange:
         return await self.placement.enqueue(self._need)
 
     async def reserve(self, prepared: Prepared) -> dict[str, str]:
-        """The request's tokens reserved of its key's tokens per minute (429 when they don't fit,
-        :meth:`~gateway.proxy.billing.Billing.reserve`); the key's ``x-ratelimit-*`` headers."""
-        return await self.billing.reserve(self._prompt_tokens, prepared.sequences, prepared.output_budget)
+        """The request's cost reserved of its quotas and its key's tokens per minute (429 when they
+        don't fit, :meth:`~gateway.proxy.billing.Billing.reserve`), its output capped at what its
+        quotas have left (``prepared`` changed); the key's ``x-ratelimit-*`` headers."""
+        headers, cap = await self.billing.reserve(
+            self._prompt_tokens, prepared.sequences, prepared.output_budget
+        )
+        if cap is not None:
+            prepared.capped(cap)
+        return headers
 
     async def _record(self) -> None:
         pipeline, placement = self.pipeline, self.placement

@@ -1,7 +1,8 @@
 """Token quotas and ``GET /v1/key`` through real servers, with the official SDKs: a spent quota is a
-429 ``quota_exceeded`` in each client's own shape saying when it resets; a parallel burst cannot
-overspend it, one gateway or two sharing Redis; warn mode admits and says so; the caller reads its
-own key, limits and quota left, never its secret."""
+429 ``quota_exceeded`` in each client's own shape saying when it resets; what a request may generate
+is capped at what its key and group have left, whatever it asks (no output cap, ``ignore_eos``); a
+parallel burst cannot overspend it, one gateway or two sharing Redis; warn mode admits and says so;
+the caller reads its own key, limits and quota left, never its secret."""
 
 from __future__ import annotations
 
@@ -33,8 +34,13 @@ def test_a_spent_quota_is_refused_in_each_clients_shape_until_it_resets(start_si
     first = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=20)
     spent = first.usage.prompt_tokens + first.usage.completion_tokens
     wait_until(lambda: own_key(gateway, key)["quotas"][0]["used"] == spent, what="the first request settled")
+    capped = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=50)  # more than is left
+    assert capped.choices[0].finish_reason == "length"  # cut where the quota ends
+    spent += capped.usage.prompt_tokens + capped.usage.completion_tokens
+    assert spent <= 60  # a small prompt's size is estimated from its bytes, above its tokens
+    wait_until(lambda: own_key(gateway, key)["quotas"][0]["used"] == spent, what="the second request settled")
     with pytest.raises(openai.RateLimitError) as refused:
-        client.chat.completions.create(model=MODEL, messages=HI, max_tokens=50)  # its budget no longer fits
+        client.chat.completions.create(model=MODEL, messages=HI, max_tokens=50)  # not even its prompt fits
     assert refused.value.code == "quota_exceeded" and "resets at" in refused.value.message
     midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0).timestamp() + 86_400
     retry = int(refused.value.response.headers["retry-after"])
@@ -90,6 +96,61 @@ def test_a_parallel_burst_across_two_replicas_cannot_overspend(start_sim, start_
     wait_until(lambda: own_key(replicas[0], key)["quotas"][0]["used"] > 0, what="settled")
     for gateway in replicas:
         assert own_key(gateway, key)["quotas"][0]["used"] <= 100
+
+
+LONG = [{"role": "user", "content": "count from 1 to 20000"}]
+
+
+@pytest.mark.parametrize("storage", ["memory", "redis"])
+def test_a_request_without_an_output_cap_generates_only_what_the_quota_has_left(
+    start_sim, start_gateway, make_key, redis_url, storage
+) -> None:
+    """No ``max_tokens``, ``ignore_eos``: the backend is told to generate what the key's (or its
+    group's) quota has left, no more, in each API (the stream ends with its length finish); parallel
+    requests share what is left; the quota's use never passes it."""
+    limits = {"limits_storage": redis_url} if storage == "redis" else {}
+    gateway = start_gateway(start_sim().url, slots=8, **limits)
+    key = make_key(f"uncapped-{uuid.uuid4().hex[:8]}", quota_tokens=1_000, quota_period="day")
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=LONG, stream=True, stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    ))  # fmt: skip
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    usage = chunks[-1].usage
+    # all but what the prompt's estimate (its bytes / 4) is above its tokens
+    assert usage is not None and 950 <= usage.prompt_tokens + usage.completion_tokens <= 1_000
+    wait_until(lambda: own_key(gateway, key)["quotas"][0]["used"] == usage.total_tokens, what="settled")
+
+    admin = {"Authorization": f"Bearer {make_key(f'admin-{uuid.uuid4().hex[:8]}', scopes=['admin'])}"}
+    team = f"team-{uuid.uuid4().hex[:8]}"
+    made = httpx.post(gateway.url + "/admin/groups", headers=admin,
+                      json={"name": team, "quota_tokens": 3_000, "quota_period": "day"})  # fmt: skip
+    assert made.status_code == 201, made.text
+    group_key = make_key(f"grouped-{uuid.uuid4().hex[:8]}", quota_tokens=10**9, group=team)
+
+    async def parallel() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=120) as http:
+            body = {"model": MODEL, "messages": LONG, "ignore_eos": True}
+            auth = {"Authorization": f"Bearer {group_key}"}
+            return list(await asyncio.gather(*(
+                http.post(gateway.url + "/v1/chat/completions", json=body, headers=auth) for _ in range(8)
+            )))  # fmt: skip
+
+    answers = asyncio.run(parallel())
+    served = [a.json() for a in answers if a.status_code == 200]
+    assert served and all(a.status_code in (200, 429) for a in answers)
+    assert all(a["choices"][0]["finish_reason"] == "length" for a in served)
+    assert sum(a["usage"]["total_tokens"] for a in served) <= 3_000
+    wait_until(lambda: own_key(gateway, group_key)["quotas"][1]["used"] > 0, what="settled")
+    assert own_key(gateway, group_key)["quotas"][1]["used"] <= 3_000
+
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=make_key(f"a-{uuid.uuid4().hex[:8]}",
+                                 quota_tokens=500), max_retries=0)  # fmt: skip
+    with claude.messages.stream(model=MODEL, max_tokens=32_000, messages=LONG) as stream:  # Claude Code's
+        message = stream.get_final_message()
+    assert message.stop_reason == "max_tokens"
+    assert 450 <= message.usage.input_tokens + message.usage.output_tokens <= 500
 
 
 def test_warn_mode_admits_past_the_quota_and_says_so(start_sim, start_gateway, make_key) -> None:

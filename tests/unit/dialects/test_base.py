@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import json
 import typing
+from typing import cast
 
 import pytest
 
-from gateway.dialects.base import Answer, Context, Step
+from gateway.dialects.base import Answer, Context, Prepared, Step, Translator
 
 
 def callable_fields(cls: type) -> list[str]:
@@ -38,3 +40,20 @@ def test_the_check_sees_a_callable_field() -> None:
         observe: collections.abc.Callable[[int], None] | None = None
 
     assert callable_fields(Leaky) == ["observe"]
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "sent"),
+    [
+        (b'{"model":"m","max_tokens":5000}', "max_tokens", {"model": "m", "max_tokens": 40}),
+        (b'{"input":"hi"}', "max_output_tokens", {"input": "hi", "max_output_tokens": 40}),
+        (b"{}", "max_tokens", {"max_tokens": 40}),
+    ],
+)
+def test_a_capped_request_sends_its_cap_last_where_it_wins(body: bytes, param: str, sent: dict) -> None:
+    """The cap is spliced last: the value ``json.loads`` (vLLM's request parsing) keeps of a repeated
+    key, so it holds over one the client sent."""
+    budget = 5000 if b"max_tokens" in body else None
+    prepared = Prepared(body, False, budget, param, 1, cast(Translator, None))
+    prepared.capped(40)
+    assert json.loads(prepared.body) == sent and prepared.output_budget == 40

@@ -1,5 +1,6 @@
 """Token quotas (gateway/limits/quota.py) on the ``limits`` memory storage: UTC calendar periods, the
-weighted cost, an atomic reservation a parallel burst cannot overspend, settlement, warn mode."""
+weighted cost, an atomic reservation a parallel burst cannot overspend (each holds at most what was
+left), settlement, warn mode."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ def test_cost_weighs_each_kind_of_token() -> None:
     assert priced.cost(prompt=100, cached=40, completion=30, reasoning=10) == 60 + 4 + 80 + 20
     assert priced.cost(prompt=1, cached=1, completion=0, reasoning=0) == 1  # 0.1 rounds up
     assert priced.most(prompt=100, output_budget=50) == 100 + 200
+    assert priced.output_paid(300, prompt=100) == 50 and priced.output_paid(303, prompt=100) == 50
+    assert QuotaWeights(output=0, reasoning=0).output_paid(5, prompt=100) is None  # output is free
 
 
 def quotas() -> Quotas:
@@ -50,7 +53,7 @@ async def test_a_parallel_burst_cannot_spend_more_than_the_quota() -> None:
 
     async def take() -> Hold | GatewayError:
         try:
-            return await book.reserve(quota, 300)
+            return await book.reserve(quota, 300, 300)
         except GatewayError as refused:
             return refused
 
@@ -66,22 +69,47 @@ async def test_a_parallel_burst_cannot_spend_more_than_the_quota() -> None:
 
 async def test_settlement_replaces_the_reservation_with_the_real_cost() -> None:
     book, quota = quotas(), Quota("group:g", tokens=1000)
-    first, second = await book.reserve(quota, 400), await book.reserve(quota, 400)
+    first, second = await book.reserve(quota, 400, 400), await book.reserve(quota, 400, 400)
     await book.settle(first, 50)  # used far less than its budget: given back
     await book.settle(second, 450)  # used more: charged
     standing = await book.standing(quota)
     assert (standing.used, standing.remaining) == (500, 500)
     assert standing.as_dict()["period"] == "month" and standing.resets_at.day == 1
     with pytest.raises(GatewayError, match="group's quota"):
-        await book.reserve(quota, 501)
-    fresh = Quota("key:new", tokens=1000)
-    huge = await book.reserve(fresh, 10**9)  # one request past a whole unused quota: capped at it
-    assert huge.reserved == 1000
+        await book.reserve(quota, 501, 501)
+    assert (await book.standing(quota)).used == 500  # all given back
+
+
+async def test_a_reservation_past_what_is_left_holds_the_rest_or_nothing() -> None:
+    book, quota = quotas(), Quota("key:k", tokens=1000)
+    huge = await book.reserve(quota, 10**9, 10)  # a request that may generate to its context's end
+    assert huge.reserved == 1000 and not huge.over
+    with pytest.raises(GatewayError, match="quota of 1000 tokens"):
+        await book.reserve(quota, 10**9, 1)  # nothing left: not even its least
+    await book.settle(huge, 600)
+    assert (await book.reserve(quota, 500, 350)).reserved == 400  # what was left, at least its least
+    with pytest.raises(GatewayError):
+        await book.reserve(Quota("key:small", tokens=100), 10**9, 101)  # its prompt alone is too much
+    assert (await book.standing(Quota("key:small", tokens=100))).used == 0
+
+
+async def test_parallel_reservations_past_what_is_left_share_it_without_overspending() -> None:
+    book, quota = quotas(), Quota("key:k", tokens=1000, period="day")
+
+    async def take() -> int:
+        try:
+            return (await book.reserve(quota, 300, 50)).reserved
+        except GatewayError:
+            return 0
+
+    held = await asyncio.gather(*(take() for _ in range(10)))
+    assert sum(held) == 1000 and sorted(held, reverse=True)[:4] == [300, 300, 300, 100]
+    assert (await book.standing(quota)).used == 1000
 
 
 async def test_warn_mode_admits_counts_and_marks_what_is_over() -> None:
     book, quota = quotas(), Quota("key:w", tokens=100, mode="warn")
-    within, over = await book.reserve(quota, 80), await book.reserve(quota, 80)
+    within, over = await book.reserve(quota, 80, 0), await book.reserve(quota, 80, 0)
     assert (within.over, over.over) == (False, True)
     assert (await book.standing(quota)).used == 160 and (await book.standing(quota)).remaining == 0
 
@@ -97,6 +125,6 @@ async def test_a_counter_starts_from_the_ledger_once_for_every_process() -> None
     first, second = Quotas(storage, weights, ledger), Quotas(storage, weights, ledger)  # two replicas
     quota = Quota("key:k", tokens=1000, period="day")
     assert (await first.standing(quota)).used == 200 + 50 + 50
-    await second.reserve(quota, 100)
+    await second.reserve(quota, 100, 100)
     assert (await first.standing(quota)).used == 400  # seeded once, by whichever came first
     assert asked == [("key:k", period_bounds("day", datetime.now(UTC))[0])]

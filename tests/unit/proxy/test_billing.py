@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gateway.auth.principal import Principal, Quota
+from gateway.auth.principal import Group, Principal, Quota
 from gateway.config import Settings
 from gateway.limits.quota import Quotas, QuotaWeights
 from gateway.limits.rate import RateLimiter, storage_for
@@ -32,8 +32,9 @@ async def test_reserved_when_sized_and_settled_against_what_was_used() -> None:
     key = Principal(key_id="key_1", name="team", tpm=1000, quota=Quota("key:key_1", 10_000, "day"))
     billing = Billing(rate, quotas, key, SETTINGS, "req-1")
     await billing.count()
-    headers = await billing.reserve(prompt_tokens=50, sequences=1, output_budget=None)  # 50 + 100
+    headers, cap = await billing.reserve(prompt_tokens=50, sequences=1, output_budget=None)  # 50 + 100
     assert headers["x-ratelimit-remaining-tokens"] == "850"
+    assert cap == 9_950  # no budget: it may generate what its quota has left, no more
     await billing.settle(record(True, False, 50, 20), prompt_tokens=50)
     assert (await rate.standing(key))["tokens"].remaining == 930
     assert (await quotas.standing(key.quotas()[0])).used == 70
@@ -41,13 +42,32 @@ async def test_reserved_when_sized_and_settled_against_what_was_used() -> None:
 
 async def test_a_quota_in_warn_mode_is_said_in_a_header() -> None:
     rate, quotas = limits()
-    key = Principal(key_id="key_2", name="team", quota=Quota("key:key_2", 10, "day", mode="warn"))
+    key = Principal(key_id="key_2", name="team", quota=Quota("key:key_2", 100, "day", mode="warn"))
     first, second = (Billing(rate, quotas, key, SETTINGS, f"req-{i}") for i in (2, 3))
     for billing in (first, second):
         await billing.count()
-    assert "x-quota-warning" not in await first.reserve(prompt_tokens=50, sequences=2, output_budget=8)
-    headers = await second.reserve(prompt_tokens=5, sequences=1, output_budget=1)  # past it: still served
-    assert headers["x-quota-warning"] == "key quota exceeded"
+    assert "x-quota-warning" not in (await first.reserve(prompt_tokens=50, sequences=2, output_budget=8))[0]
+    headers, cap = await second.reserve(prompt_tokens=30, sequences=1, output_budget=10)  # past it: served
+    assert headers["x-quota-warning"] == "key quota exceeded" and cap is None  # and not capped
+
+
+async def test_the_output_is_capped_at_what_the_key_and_its_group_have_left() -> None:
+    rate, quotas = limits()
+    group = Quota("group:g", 1_000, "day")
+    team = Group("g", "team", quota=group)
+    key = Principal(key_id="key_4", name="team", quota=Quota("key:key_4", 10**7, "day"), group=team)
+    capped = Billing(rate, quotas, key, SETTINGS, "req-4")
+    await capped.count()
+    _, cap = await capped.reserve(prompt_tokens=100, sequences=2, output_budget=None)  # to its context end
+    assert cap == 450  # the group's 1,000: the prompt, then 450 for each of its two sequences
+    assert (await quotas.standing(key.quotas()[0])).used == 100 + 2 * (SETTINGS.max_model_len - 100)
+    assert (await quotas.standing(group)).used == 1_000
+    await capped.settle(record(False, False, 100, 2 * 450), prompt_tokens=100)
+    assert (await quotas.standing(key.quotas()[0])).used == (await quotas.standing(group)).used == 1_000
+    within = Billing(rate, quotas, Principal(key_id="key_5", name="t", quota=Quota("key:key_5", 500)),
+                     SETTINGS, "req-5")  # fmt: skip
+    await within.count()
+    assert (await within.reserve(prompt_tokens=100, sequences=1, output_budget=300))[1] is None  # it fits
 
 
 def test_a_client_that_left_is_charged_what_the_backend_may_have_run() -> None:
