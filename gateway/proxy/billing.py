@@ -96,9 +96,10 @@ class Billing:
 def charged(record: RequestTelemetry, reserved: int, prompt_tokens: int) -> int:
     """The tokens a request is charged: its usage; a client that left may have run the backend for
     more than it saw — a whole body it never received, a prefill before its first usage —, so its
-    reservation stands (non-stream), or at least its prompt's size (stream: ``prompt_tokens``)."""
+    reservation stands (non-stream, once admitted: one that left while queued never reached the
+    backend), or at least its prompt's size (stream: ``prompt_tokens``)."""
     used = record.prompt_tokens + record.completion_tokens
-    if not record.client_disconnected:
+    if not record.client_disconnected or record.queue_wait_s is None:
         return used
     if not record.stream:
         return max(used, reserved)
@@ -107,12 +108,12 @@ def charged(record: RequestTelemetry, reserved: int, prompt_tokens: int) -> int:
 
 def spent(record: RequestTelemetry, weights: QuotaWeights, reserved: int, prompt_tokens: int) -> int:
     """The cost a request is charged against a quota: its usage's (:meth:`QuotaWeights.cost`); for a
-    client that left, as :func:`charged` reckons: its reservation (non-stream), or at least its
-    prompt's (stream)."""
+    client that left, as :func:`charged` reckons: its reservation (non-stream, once admitted), or at
+    least its prompt's (stream)."""
     cost = weights.cost(
         record.prompt_tokens, record.cached_tokens, record.completion_tokens, record.reasoning_tokens
     )
-    if not record.client_disconnected:
+    if not record.client_disconnected or record.queue_wait_s is None:
         return cost
     if not record.stream:
         return max(cost, reserved)

@@ -10,15 +10,16 @@ from gateway.auth.principal import Group, Principal, Quota
 from gateway.config import Settings
 from gateway.limits.quota import Quotas, QuotaWeights
 from gateway.limits.rate import RateLimiter, storage_for
-from gateway.proxy.billing import Billing, charged
+from gateway.proxy.billing import Billing, charged, spent
 from gateway.telemetry.record import RequestTelemetry
 
 SETTINGS = Settings(upstream="http://unused", tpm_output_reserve_tokens=100)
 
 
-def record(stream: bool, gone: bool, prompt: int, completion: int) -> RequestTelemetry:
+def record(stream: bool, gone: bool, prompt: int, completion: int, admitted: bool = True) -> RequestTelemetry:
     made = RequestTelemetry("r", "k", "n", "m", "/v1/chat/completions", "chat", stream, datetime.now(UTC))
     made.prompt_tokens, made.completion_tokens, made.client_disconnected = prompt, completion, gone
+    made.queue_wait_s = 0.0 if admitted else None
     return made
 
 
@@ -74,3 +75,6 @@ def test_a_client_that_left_is_charged_what_the_backend_may_have_run() -> None:
     assert charged(record(False, False, 10, 5), reserved=500, prompt_tokens=10) == 15
     assert charged(record(False, True, 0, 0), reserved=500, prompt_tokens=10) == 500  # a whole body unread
     assert charged(record(True, True, 0, 3), reserved=500, prompt_tokens=40) == 43  # its prefill, at least
+    left_queued = record(False, True, 0, 0, admitted=False)  # the backend never saw it
+    assert charged(left_queued, reserved=500, prompt_tokens=10) == 0
+    assert spent(left_queued, QuotaWeights(), reserved=50_021, prompt_tokens=21) == 0
