@@ -147,6 +147,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         monitors = []
         for backend in backends.all:
             metrics.watch_backend(backend.name, backend.admission)
+            metrics.watch_circuit(backend.name, backend.breaker)
             backend.monitor.on_health = functools.partial(backends.mark, backend)
             monitors.append(asyncio.create_task(backend.monitor.run()))
         for admission in shared:

@@ -1,19 +1,25 @@
 """A backend's circuit breaker: requests stop hammering a backend that keeps failing.
 
 *Closed* while the backend answers. A refused connection opens it at once (the backend is down, e.g.
-restarting), as do :data:`THRESHOLD` failures in a row (5xx answers, or silence past the read
-timeout, before the headers). While *open*, no request is sent: they wait (the gateway's restart
-hold) or are refused. After the cool-down, :data:`BASE_S` doubled at each opening up to
-:data:`MAX_S`, one trial request goes (*half-open*) while the others keep waiting; its success closes
-the circuit, its failure opens it again for a longer cool-down. The pattern: Nygard, *Release It!*
-(2007), "Circuit Breaker". A circuit opened by a refused connection also closes when the backend's
-monitor reaches it again (:meth:`Breaker.reachable`). Pure: time comes from the caller.
+restarting), as do :data:`THRESHOLD` failures in a row that show it is not serving
+(:data:`DOWN_STATUSES`: 502, 503, 504 answers, or silence past the read timeout, before the headers). A
+500 is not one: vLLM answers it for the input of one request it fails on (a client repeating such a
+request must not shut the backend for every key), and when its engine dies it stops serving: its
+connections are refused and its ``/health`` fails (the monitor). While *open*, no request is sent: they
+wait (the gateway's restart hold) or are refused. After the cool-down, :data:`BASE_S` doubled at each
+opening up to :data:`MAX_S`, one trial request goes (*half-open*) while the others keep waiting; its
+success closes the circuit, its failure opens it again for a longer cool-down. The pattern: Nygard,
+*Release It!* (2007), "Circuit Breaker". A circuit opened by a refused connection also closes when the
+backend's monitor reaches it again (:meth:`Breaker.reachable`). Pure: time comes from the caller.
 """
 
 from __future__ import annotations
 
 #: Failures in a row (not refused connections: those open the circuit at once) that open it.
 THRESHOLD = 3
+#: The answers, before the headers of a response, that count as the backend failing (a timeout is
+#: answered 504): the server, or what stands in front of it, is not serving.
+DOWN_STATUSES = frozenset({502, 503, 504})
 #: First cool-down, s; doubled at each opening in a row.
 BASE_S = 1.0
 #: Longest cool-down, s.

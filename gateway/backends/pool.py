@@ -204,15 +204,22 @@ class Backends:
 
     def status(self) -> dict[str, object]:
         """``/admin/status``: the first backend's view when there is one (its ``upstream`` traits
-        included), else the sums; and ``backends``: each one's name, health, admission status and
+        included), else the sums; and ``backends``: each one's name, health, circuit state
+        (``closed``, ``open``, ``half_open``: :mod:`gateway.backends.breaker`), admission status and
         ``upstream`` traits."""
         each = [
-            {"name": b.name, "up": b.up, **b.admission.status(), "upstream": b.traits.status()}
+            {
+                "name": b.name,
+                "up": b.up,
+                "circuit": b.breaker.state,
+                **b.admission.status(),
+                "upstream": b.traits.status(),
+            }
             for b in self.all
         ]
         if len(self.all) == 1:
             top = dict(each[0])
-            del top["name"], top["up"]
+            del top["name"], top["up"], top["circuit"]
         else:
             in_flight: Counter[str] = Counter()
             waiting: Counter[str] = Counter()

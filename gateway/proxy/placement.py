@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from gateway.admission import Lease, Need, Waiter
 from gateway.auth.principal import Principal
+from gateway.backends.breaker import DOWN_STATUSES
 from gateway.backends.pool import Backend, BackendDown
 from gateway.backends.upstream import Unreachable, UpstreamResponse
 from gateway.dialects.base import Prepared
@@ -246,9 +247,9 @@ class Placement:
             breaker.failure(time.monotonic(), refused=True)
             raise
         except GatewayError as error:
-            if error.status >= 500:
+            if error.status in DOWN_STATUSES:
                 breaker.failure(time.monotonic())
-            else:
+            else:  # it answered: a 4xx or a 500 is about this request, not the backend
                 breaker.success()
             raise
         except BaseException:

@@ -13,6 +13,7 @@ add one whose value is only its creation time, doubling the series a scrape stor
 from __future__ import annotations
 
 import functools
+from typing import Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -37,8 +38,23 @@ _LENGTH = (1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5, 6)
 _TOKEN_KINDS = ("prompt", "completion", "cached", "reasoning")
 
 
+#: The states of a backend's circuit breaker (``gateway_backend_circuit_state``).
+CIRCUIT_STATES = ("closed", "open", "half_open")
+
+
+class Circuit(Protocol):
+    """What the metrics read of a circuit breaker: its ``state``, one of :data:`CIRCUIT_STATES`."""
+
+    @property
+    def state(self) -> str: ...
+
+
 def _waiting(load: Load, reason: str) -> int:
     return load.waiting_for()[reason]
+
+
+def _in_state(circuit: Circuit, state: str) -> int:
+    return int(circuit.state == state)
 
 
 class GatewayMetrics:
@@ -83,6 +99,12 @@ class GatewayMetrics:
                 ("gateway_backend_kv_reserved_tokens", "KV tokens reserved on this backend"),
             )
         ]
+        self._circuit = Gauge(
+            "gateway_backend_circuit_state",
+            "1 for the state the backend's circuit breaker is in: closed|open|half_open",
+            ("backend", "state"),
+            registry=registry,
+        )
         # by (model, key, api): bounded by the key table times the dialects
         self._series: dict[tuple[str, str, str], BoundSeries] = {}
         self.requests = Counter(
@@ -199,6 +221,12 @@ class GatewayMetrics:
         reads = (lambda: load.in_use, lambda: load.queue_depth, lambda: load.kv_reserved_tokens)
         for gauge, read in zip(self._backend_load, reads, strict=True):
             gauge.labels(name).set_function(read)
+
+    def watch_circuit(self, name: str, circuit: Circuit) -> None:
+        """Read backend ``name``'s circuit state (:class:`~gateway.backends.breaker.Breaker`) at every
+        scrape."""
+        for state in CIRCUIT_STATES:
+            self._circuit.labels(name, state).set_function(functools.partial(_in_state, circuit, state))
 
     def observe(self, record: RequestTelemetry) -> None:
         """Record one finished request."""
