@@ -215,7 +215,8 @@ class Settings(BaseSettings):
         default=30.0,
         gt=0,
         description="A stream's client that reads nothing for this long while its buffer "
-        "(GATEWAY_STREAM_BUFFER_BYTES) is full is cut and its upstream aborted (end: client_slow)",
+        "(GATEWAY_STREAM_BUFFER_BYTES) is full, or once the backend has finished, is cut and its "
+        "upstream aborted (end: client_slow)",
     )
     keep_alive_s: float = Field(
         default=15.0,

@@ -200,8 +200,10 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
     Two tasks: one reads the upstream as fast as the backend produces into the stream's
     :class:`~gateway.proxy.stream_buffer.StreamBuffer` (so the slot is released when the backend
     finishes, whatever the client's pace), one writes what waits there to the client. A client that
-    reads nothing for ``GATEWAY_CLIENT_WRITE_TIMEOUT_S`` while the buffer is full is cut
-    (:class:`~gateway.errors.ClientTooSlowError`); the exchange's exit aborts the upstream."""
+    reads nothing for ``GATEWAY_CLIENT_WRITE_TIMEOUT_S`` is cut
+    (:class:`~gateway.errors.ClientTooSlowError`): while the upstream runs, when the buffer stays
+    full that long; after it, when the writer takes nothing that long (:func:`_written`). The
+    exchange's exit aborts the upstream."""
     placement = exchange.placement
     assert placement.upstream is not None
     settings = exchange.pipeline.settings
@@ -209,12 +211,14 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
     exchange.streaming()
     events = relay_events(placement.upstream, prepared.translator, outcome, 2 * settings.max_body_bytes)
     buffer = StreamBuffer(settings.stream_buffer_bytes)
-    reading = asyncio.create_task(_read(events, buffer, outcome, settings.client_write_timeout_s, exchange))
+    timeout_s = settings.client_write_timeout_s
+    reading = asyncio.create_task(_read(events, buffer, outcome, timeout_s, exchange))
     writing = asyncio.create_task(_write(buffer, reply, outcome))
     try:
-        done, _ = await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_EXCEPTION)
+        done, _ = await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             task.result()  # the reader's ClientTooSlowError, the writer's OSError
+        await _written(reading, writing, buffer, timeout_s)
     finally:
         running = [task for task in (reading, writing) if not task.done()]
         for task in running:
@@ -227,6 +231,23 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
         await _fail(exchange, reply, outcome.error)
     else:
         await reply.end()
+
+
+async def _written(
+    reading: asyncio.Task[None], writing: asyncio.Task[None], buffer: StreamBuffer, timeout_s: float
+) -> None:
+    """Wait for both tasks: the reader's end, then the writer's, as long as the writer takes a piece of
+    the buffer at least every ``timeout_s`` (:class:`ClientTooSlowError` otherwise: a client that
+    stopped reading with less than a full buffer waiting must not hold its connection, its usage row
+    and a graceful shutdown until it closes)."""
+    await reading
+    taken = -1
+    while not writing.done():
+        if buffer.taken == taken:
+            raise ClientTooSlowError(timeout_s, buffer.size)
+        taken = buffer.taken
+        await asyncio.wait({writing}, timeout=timeout_s)
+    writing.result()
 
 
 async def _read(

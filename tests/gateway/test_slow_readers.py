@@ -4,7 +4,8 @@ Real gateway and simulator processes on loopback; the stalled clients are raw so
 receive buffer that send their request, read the response head and then read nothing. The upstream is
 read into the stream's buffer as fast as the backend produces, so the slot goes to the next request
 when the backend finishes; a client that reads nothing while its buffer is full is cut after
-``GATEWAY_CLIENT_WRITE_TIMEOUT_S``, its upstream aborted, and its record ends ``client_slow``.
+``GATEWAY_CLIENT_WRITE_TIMEOUT_S``, its upstream aborted, and its record ends ``client_slow``; so is
+one that reads nothing for as long once the backend has finished.
 """
 
 from __future__ import annotations
@@ -104,3 +105,30 @@ def test_a_client_that_reads_nothing_with_its_buffer_full_is_cut(start_sim, star
 
     wait_until(lambda: record().get("end_reason") == "client_slow", what="the record")
     assert record()["status"] == 499
+
+
+def test_a_client_that_stops_reading_after_the_backend_finished_is_cut(
+    start_sim, start_gateway, make_key
+) -> None:
+    """The whole answer fits the gateway's buffer, so the backend finishes and nothing ever fills up:
+    the client that reads nothing is still cut once the writer took nothing for the write timeout, and
+    its request is recorded (and its usage settled) then, not when it closes."""
+    sim = start_sim(slots=2, decode_tps=20000)
+    gateway = start_gateway(
+        sim.url, slots=2, stream_buffer_bytes=64 * 1024 * 1024, client_write_timeout_s=1.0
+    )
+    admin = make_key("ops", scopes=["admin"])
+    sock = stalled_stream(gateway.port, make_key("stopped"))
+
+    def record() -> dict:
+        rows = httpx.get(gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"}).json()
+        return next((r for r in rows["data"] if r["key_name"] == "stopped"), {})
+
+    try:
+        wait_until(lambda: record().get("end_reason") == "client_slow", timeout_s=30, what="the record")
+        assert record()["status"] == 499 and record()["completion_tokens"] > 10_000  # the whole answer's
+        data = read_to_end(sock)  # what it had been sent, then the connection ends
+        assert not data.endswith(b"\r\n0\r\n\r\n")
+    finally:
+        sock.close()
+    assert scrape(gateway.url)["gateway_request_ends_total{end=client_slow}"] == 1
