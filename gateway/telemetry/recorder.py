@@ -18,6 +18,10 @@ from gateway.telemetry.observation import Observation
 from gateway.telemetry.record import RequestTelemetry
 from gateway.telemetry.spec import SpecStats, clamp, from_backend, from_counters, from_stream
 
+#: Characters of released text a token, at least, for a stream that ended early (the prompt's own
+#: estimate takes 4 bytes of request JSON a token: :mod:`gateway.proxy.prompt_size`).
+CHARS_PER_TOKEN = 4
+
 
 def _int(value: Any) -> int:
     """A token count from upstream JSON: non-negative int, else 0."""
@@ -44,6 +48,7 @@ class RequestRecorder:
         "_backend",
         "_split_chars",
         "_indices",
+        "_output_chunks",
     )
 
     def __init__(
@@ -70,6 +75,7 @@ class RequestRecorder:
         #: only at its end (a non-stream answer; a Responses or Messages stream)
         self._split_chars = [0, 0]
         self._indices: set[int] = set()  # choice indices seen: step accounting holds for n == 1 only
+        self._output_chunks = 0  # stream chunks that carried output
 
     @classmethod
     def start(
@@ -142,6 +148,7 @@ class RequestRecorder:
         if record.finish_reason is None and seen.finish_reason is not None:
             record.finish_reason = seen.finish_reason[:32]
         if seen.output:
+            self._output_chunks += 1
             now = self._t_output = self._clock()
             if self._t_first is None:
                 self._t_first = now
@@ -213,6 +220,8 @@ class RequestRecorder:
             if isinstance(raw, int) and raw < 0:
                 record.clamped.append(name)
             setattr(record, name, _int(raw))
+        if self._output_chunks and record.finish_reason is None:  # a stream ended before its sequence
+            record.completion_tokens = max(record.completion_tokens, self._output_floor())
         details = usage.get("prompt_tokens_details")
         cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
         if cached > record.prompt_tokens:
@@ -232,6 +241,13 @@ class RequestRecorder:
             record.clamped.append("reasoning_tokens")
             reasoning = record.completion_tokens
         record.reasoning_tokens = reasoning
+
+    def _output_floor(self) -> int:
+        """The fewest tokens a stream's output chunks so far can hold: one a chunk (each is at least
+        one engine step), or one per :data:`CHARS_PER_TOKEN` characters released, whichever is more.
+        What a stream that ended early is charged when its usage came only in its closing event
+        (Messages, Responses) or not at all."""
+        return max(self._output_chunks, sum(self._split_chars) // CHARS_PER_TOKEN)
 
     def _estimate_reasoning(self, tokens: int) -> float:
         """The reasoning share of ``tokens`` by the characters released so far: a whole body's tokens,

@@ -200,3 +200,27 @@ def test_every_answer_to_a_limited_key_carries_its_rate_limit_headers(start_sim,
         assert int(answer.headers["x-ratelimit-remaining-requests"]) <= 49, what  # count_tokens counted
     unlimited = httpx.get(gateway.url + "/v1/models", headers={"Authorization": f"Bearer {free}"})
     assert not [name for name in unlimited.headers if name.startswith("x-ratelimit-")]
+
+
+def test_a_stream_left_early_is_charged_what_its_client_was_sent(start_sim, start_gateway, make_key) -> None:
+    """Messages and Responses streams carry their output usage in their closing event only: a client
+    that reads 200 text deltas and hangs up is charged at least a token a delta, not its prompt alone."""
+    gateway = start_gateway(start_sim().url, ledger_flush_s=0.1)
+    key = make_key("leaver", quota_tokens=10**9)
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0)
+    deltas = 0
+    with claude.messages.stream(model=MODEL, max_tokens=20_000, messages=LONG) as stream:
+        for event in stream:
+            deltas += event.type == "content_block_delta"
+            if deltas == 200:
+                break
+    wait_until(lambda: own_key(gateway, key)["quotas"][0]["used"] >= 200, what="the message charged")
+    charged = own_key(gateway, key)["quotas"][0]["used"]
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+    seen = 0
+    with client.responses.create(model=MODEL, input=LONG[0]["content"], stream=True) as events:
+        for event in events:
+            seen += event.type == "response.output_text.delta"
+            if seen == 200:
+                break
+    wait_until(lambda: own_key(gateway, key)["quotas"][0]["used"] >= charged + 200, what="response charged")
