@@ -22,8 +22,8 @@ process memory, or Redis shared by the replicas), keyed by holder and period sta
 after their period ends. A counter the storage does not hold yet — a new period, a gateway restarted
 on memory storage, a Redis emptied — starts from what the usage ledger holds of the period
 (``seed``), once: the first process to touch it takes a marker beside it (one atomic increment) and
-adds the ledger's figure; so a restart loses no more of a quota than the ledger's last unflushed
-second.
+adds the ledger's figure; so a restart, or a Redis emptied under running gateways, loses no more of a
+quota than the ledger's last unflushed second (:class:`Quotas`: settlements across it).
 
 ``mode``: ``enforce`` refuses a request that does not fit (429 ``quota_exceeded``, ``Retry-After``
 the seconds until the period resets); ``warn`` admits it, counts it, and only reports it (the answer's
@@ -32,7 +32,9 @@ the seconds until the period resets); ``warn`` admits it, counts it, and only re
 
 from __future__ import annotations
 
+import asyncio
 import math
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -42,8 +44,8 @@ from limits.aio.storage import Storage
 from gateway.auth.principal import Quota
 from gateway.errors import GatewayError
 
-#: How many seeded counters a process remembers (then it asks the storage's marker again).
-_SEEDED_KEPT = 10_000
+#: How often, and how long each time, a process waits for the generation another one is drawing, s.
+_GENERATION_WAITS, _GENERATION_WAIT_S = 100, 0.05
 #: How long a counter outlives its period, s: a late settlement still finds it.
 _KEEP_S = 86_400
 
@@ -99,12 +101,13 @@ def period_bounds(period: str, now: datetime) -> tuple[datetime, datetime]:
 @dataclass(slots=True)
 class Hold:
     """One request's reservation against one quota: ``reserved`` cost in the counter ``counter`` of the
-    period ending at ``ends``."""
+    period ending at ``ends``, made in the counter's ``generation`` (:class:`Quotas`)."""
 
     quota: Quota
     counter: str
     ends: datetime
     reserved: int
+    generation: int = 0
     over: bool = False
 
 
@@ -138,32 +141,59 @@ Seed = Callable[[str, datetime], Awaitable[tuple[int, int, int, int]]]
 
 
 class Quotas:
-    """Reserves, settles and reads quotas on a ``limits`` storage; counters start from ``seed``."""
+    """Reserves, settles and reads quotas on a ``limits`` storage; counters start from ``seed``.
+
+    A counter the storage loses (a Redis flushed or restarted: the scale deployment's keeps nothing on
+    disk; a gateway restarted on memory storage) starts again from the ledger at its next use. Each
+    seeding draws a random *generation*, kept beside the counter; a reservation remembers the one it
+    was made in, and its settlement moves the counter by the real cost minus the reservation only if
+    that generation still holds — else its reservation is not in the counter, which is charged the
+    real cost. Concurrent uses of a counter this process is seeding wait for the seed.
+    """
 
     def __init__(self, storage: Storage, weights: QuotaWeights, seed: Seed | None = None) -> None:
         self._storage = storage
         self.weights = weights
         self._seed = seed
-        self._seeded: set[str] = set()  # counters this process knows to be seeded
+        self._seeding: dict[str, asyncio.Future[int]] = {}  # counter -> its seeding in this process
 
-    async def _counter_of(self, quota: Quota, now: datetime) -> tuple[str, datetime]:
-        """The counter of ``quota``'s period at ``now`` and the period's end, seeded from the ledger
-        the first time any process touches it."""
+    async def _counter_of(self, quota: Quota, now: datetime) -> tuple[str, datetime, int]:
+        """The counter of ``quota``'s period at ``now``, the period's end and the counter's generation
+        (0 without a ``seed``), seeded from the ledger when the storage does not hold it."""
         start, end = period_bounds(quota.period, now)
         counter = f"quota/{quota.holder}/{quota.period}/{start:%Y%m%d}"
-        if self._seed is not None and counter not in self._seeded:
-            if await self._storage.incr(counter + "/seeded", _expiry(end, now)) == 1:
-                cost = self.weights.cost(*await self._seed(quota.holder, start))
-                if cost:
-                    await self._storage.incr(counter, _expiry(end, now), cost)
-            if len(self._seeded) >= _SEEDED_KEPT:  # the marker still answers for the ones forgotten
-                self._seeded.clear()
-            self._seeded.add(counter)
-        return counter, end
+        if self._seed is None:
+            return counter, end, 0
+        generation = await self._storage.get(counter + "/generation")
+        if not generation:
+            seeding = self._seeding.get(counter)
+            if seeding is None:
+                seeding = asyncio.ensure_future(self._seeded(quota, counter, start, _expiry(end, now)))
+                self._seeding[counter] = seeding
+                seeding.add_done_callback(lambda _: self._seeding.pop(counter, None))
+            generation = await asyncio.shield(seeding)
+        return counter, end, generation
+
+    async def _seeded(self, quota: Quota, counter: str, start: datetime, expiry: int) -> int:
+        """Seed ``counter`` from the ledger, once across processes (the first to take its marker, one
+        atomic increment, adds the ledger's figure, then draws the generation); its generation."""
+        assert self._seed is not None
+        if await self._storage.incr(counter + "/seeded", expiry) == 1:
+            cost = self.weights.cost(*await self._seed(quota.holder, start))
+            if cost:
+                await self._storage.incr(counter, expiry, cost)
+            generation = secrets.randbelow(2**48) + 1  # drawn once seeded: who sees it sees the seed
+            await self._storage.incr(counter + "/generation", expiry, generation)
+            return generation
+        for _ in range(_GENERATION_WAITS):  # the process seeding it reads the ledger, then draws it
+            if generation := await self._storage.get(counter + "/generation"):
+                return int(generation)
+            await asyncio.sleep(_GENERATION_WAIT_S)
+        return 0  # its seeder died between the two: this process's holds will be charged in full
 
     async def standing(self, quota: Quota) -> Standing:
         """``quota``'s use in its current period."""
-        counter, end = await self._counter_of(quota, datetime.now(UTC))
+        counter, end, _ = await self._counter_of(quota, datetime.now(UTC))
         return Standing(quota, await self._storage.get(counter), end)
 
     async def reserve(self, quota: Quota, most: int, least: int) -> Hold:
@@ -172,24 +202,28 @@ class Quotas:
         back), and 429 ``quota_exceeded`` (all given back) when that is less than ``least``. Warned:
         ``most`` kept, ``over`` set past the quota."""
         now = datetime.now(UTC)
-        counter, end = await self._counter_of(quota, now)
+        counter, end, generation = await self._counter_of(quota, now)
         expiry = _expiry(end, now)
         most = max(1, most)
         excess = await self._storage.incr(counter, expiry, most) - quota.tokens
         if excess <= 0 or quota.mode != "enforce":
-            return Hold(quota, counter, end, most, over=excess > 0)
+            return Hold(quota, counter, end, most, generation, over=excess > 0)
         held = most - min(excess, most)
         if held < least:
             await self._storage.incr(counter, expiry, -most)
             raise exceeded(quota, end, now)
         await self._storage.incr(counter, expiry, held - most)
-        return Hold(quota, counter, end, held)
+        return Hold(quota, counter, end, held, generation)
 
     async def settle(self, hold: Hold, cost: int) -> None:
-        """Replace the reservation with the real ``cost``."""
-        if cost != hold.reserved:
-            now = datetime.now(UTC)
-            await self._storage.incr(hold.counter, _expiry(hold.ends, now), cost - hold.reserved)
+        """Replace the reservation with the real ``cost`` (all of it, when the counter was lost and
+        started again since the reservation: it does not hold the reservation)."""
+        now = datetime.now(UTC)
+        within = min(now, hold.ends - timedelta(seconds=1))  # the counter of the hold's period
+        counter, _, generation = await self._counter_of(hold.quota, within)
+        change = cost - hold.reserved if generation == hold.generation else cost
+        if change:
+            await self._storage.incr(counter, _expiry(hold.ends, now), change)
 
 
 def _expiry(end: datetime, now: datetime) -> int:

@@ -128,3 +128,53 @@ async def test_a_counter_starts_from_the_ledger_once_for_every_process() -> None
     await second.reserve(quota, 100, 100)
     assert (await first.standing(quota)).used == 400  # seeded once, by whichever came first
     assert asked == [("key:k", period_bounds("day", datetime.now(UTC))[0])]
+
+
+async def test_a_counter_lost_under_running_gateways_starts_again_from_the_ledger() -> None:
+    """A Redis flushed (or restarted without persistence): the next use re-reads what the ledger
+    holds, and a request reserved before the loss is charged its real cost, not its cost minus a
+    reservation the new counter never held (which drove counters negative)."""
+    ledger_spent = [0]
+
+    async def ledger(holder: str, since: datetime) -> tuple[int, int, int, int]:
+        return ledger_spent[0], 0, 0, 0
+
+    storage = storage_for("memory://")
+    book, quota = Quotas(storage, QuotaWeights(), ledger), Quota("key:k", tokens=5_000, period="day")
+    before = await book.reserve(quota, 2_000, 2_000)
+    done = await book.reserve(quota, 1_000, 1_000)
+    await book.settle(done, 800)
+    ledger_spent[0] = 800  # its row is in the ledger
+    await storage.reset()  # the shared store is emptied
+    assert (await book.standing(quota)).used == 800  # not 0: started again from the ledger
+    after = await book.reserve(quota, 4_500, 1)
+    assert after.reserved == 4_200  # what the ledger says is left
+    await book.settle(before, 1_500)  # reserved before the loss: its whole cost, not 1,500 - 2,000
+    await book.settle(after, 100)
+    assert (await book.standing(quota)).used == 800 + 1_500 + 100
+
+
+async def test_concurrent_requests_wait_for_the_seed_of_a_cold_counter() -> None:
+    """After a restart on memory storage, 20 requests at once against a quota the ledger says is spent:
+    all of them wait for the ledger's figure, so none passes."""
+    reads = 0
+
+    async def slow_ledger(holder: str, since: datetime) -> tuple[int, int, int, int]:
+        nonlocal reads
+        reads += 1
+        await asyncio.sleep(0.05)
+        return 1_000, 0, 0, 0
+
+    book, quota = Quotas(storage_for("memory://"), QuotaWeights(), slow_ledger), Quota("key:k", tokens=1_000)
+
+    async def take() -> bool:
+        try:
+            await book.reserve(quota, 50, 50)
+        except GatewayError:
+            return False
+        return True
+
+    first = asyncio.create_task(take())
+    await asyncio.sleep(0.01)  # the others come while it reads the ledger
+    assert not any(await asyncio.gather(first, *(take() for _ in range(19))))
+    assert reads == 1 and (await book.standing(quota)).used == 1_000
