@@ -67,6 +67,7 @@ CATALOGUE: Mapping[str, ErrorKind] = {
     "wait_too_long": ErrorKind(429, "rate_limit_error", _INFO),  # expected past its x-max-wait-s
     "draining": ErrorKind(503, "service_unavailable_error", _INFO),
     "admission_unavailable": ErrorKind(503, "service_unavailable_error", _ERROR),  # Redis, when shared
+    "limits_unavailable": ErrorKind(503, "service_unavailable_error", _ERROR),  # the limits' store
     # the backend
     "upstream_rejected": ErrorKind(400, _INVALID, _INFO),  # its own 4xx: status as it answered
     "upstream_error": ErrorKind(502, _UPSTREAM, _WARNING),  # its own 5xx: status as it answered

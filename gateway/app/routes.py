@@ -55,6 +55,9 @@ from gateway.http.openapi import DOCS_ASSETS, documented
 #: Static files anyone may fetch: the docs pages' and the console's JavaScript and CSS (served by the
 #: gateway, not a CDN).
 PUBLIC_MOUNTS = frozenset({DOCS_ASSETS, console.STATIC})
+#: The liveness probe: public and not even throttled per address (its answer costs less than the
+#: throttle's look-up in a store that may be down: a load balancer's check must not fail with Redis).
+LIVENESS = "/health"
 #: The paths anyone may call. FastAPI serves the docs routes itself; the console its sign-in.
 PUBLIC_ROUTES = (
     frozenset({"/health", "/ready", "/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
@@ -153,7 +156,9 @@ def install(app: FastAPI) -> None:
         console.install(app)
         console_groups.install(app)
     for route in ROUTES:
-        if route.path in PUBLIC_ROUTES:
+        if route.path == LIVENESS:
+            dependencies = []
+        elif route.path in PUBLIC_ROUTES:
             dependencies = [Depends(public_limit)]
         else:
             check = admin_for if route.admin else principal_for

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from limits.errors import StorageError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -22,6 +23,7 @@ from dspark_common import json_codec
 from dspark_common.asgi import ClientDisconnectedError
 from gateway.dialects.base import Dialect
 from gateway.errors import GatewayError, internal_error, invalid_request
+from gateway.limits.rate import limits_unavailable
 
 log = logging.getLogger("gateway.errors")
 #: The dialect of the route at a path (the OpenAI one for any path not in the route table).
@@ -74,6 +76,9 @@ def install_error_handlers(app: FastAPI, dialect_for: DialectFor) -> None:
             error = GatewayError("http_error", str(exc.detail), headers=exc.headers, status=exc.status_code)
         return answer(request, error)
 
+    async def on_store_error(request: Request, exc: Exception) -> Response:
+        return answer(request, limits_unavailable())  # a key's model list, token count, own key...
+
     async def on_unhandled(request: Request, exc: Exception) -> Response:
         # Starlette's ServerErrorMiddleware calls this, answers, then re-raises for the server's log
         return render_error(internal_error(), dialect_for(request.url.path))
@@ -83,3 +88,4 @@ def install_error_handlers(app: FastAPI, dialect_for: DialectFor) -> None:
     app.add_exception_handler(ClientDisconnectedError, on_disconnect)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(StorageError, on_store_error)

@@ -24,9 +24,12 @@ Headers = list[tuple[bytes, bytes]]
 async def rate_headers(scope: Scope, present: Headers) -> Headers:
     """The headers to add to an answer that has ``present`` for ``scope``'s request (the app's rate
     limiter: ``app.state.pipeline.limits``): none for an unauthenticated caller, a key without limits,
-    or an answer that has them."""
+    an answer that has them, or one that says when to retry (a 429 has its windows; a 503 — the limits'
+    store down, a drain — would wait on that store for nothing)."""
     principal: Principal | None = scope.get("state", {}).get("principal")
-    if principal is None or any(name.startswith(b"x-ratelimit-") for name, _ in present):
+    if principal is None or any(
+        name.startswith(b"x-ratelimit-") or name == b"retry-after" for name, _ in present
+    ):
         return []
     limits: RateLimiter = scope["app"].state.pipeline.limits
     try:

@@ -28,14 +28,38 @@ from limits.storage import storage_from_string
 from gateway.auth.principal import Principal
 from gateway.errors import GatewayError
 
+#: The longest a Redis storage may take to answer, s: past it the request is answered 503 at once
+#: (redis-py's default waits for as long as the kernel keeps the connection).
+STORE_TIMEOUT_S = 2.0
+#: ``Retry-After`` of a 503 ``limits_unavailable``, s.
+STORE_RETRY_AFTER_S = 5
+
 
 def storage_for(uri: str) -> Storage:
-    """``memory://`` or ``redis://host:port/db`` -> an async ``limits`` storage (redis-py client)."""
+    """``memory://`` or ``redis://host:port/db`` -> an async ``limits`` storage (redis-py client): its
+    failures raised as ``limits.errors.StorageError`` (:func:`limits_unavailable`), a Redis that does
+    not answer within :data:`STORE_TIMEOUT_S` one of them."""
     async_uri = uri if uri.startswith("async+") else "async+" + uri
-    options = {"implementation": "redispy"} if "redis" in async_uri.split("://", 1)[0] else {}
-    storage = storage_from_string(async_uri, **options)
+    options: dict[str, str | float] = {}
+    if "redis" in async_uri.split("://", 1)[0]:
+        options = {
+            "implementation": "redispy",
+            "socket_timeout": STORE_TIMEOUT_S,
+            "socket_connect_timeout": STORE_TIMEOUT_S,
+        }
+    storage = storage_from_string(async_uri, wrap_exceptions=True, **options)
     assert isinstance(storage, Storage)
     return storage
+
+
+def limits_unavailable() -> GatewayError:
+    """503 ``limits_unavailable`` with ``Retry-After``: the store of the rate limits and quotas failed
+    (``limits.errors.StorageError``), so what a request may spend cannot be counted."""
+    return GatewayError(
+        "limits_unavailable",
+        "The gateway could not reach the store of its rate limits and quotas; retry shortly.",
+        headers={"Retry-After": str(STORE_RETRY_AFTER_S)},
+    )
 
 
 def reset_after(seconds: float) -> str:

@@ -5,15 +5,23 @@ headers (``x-quota-warning`` past a quota in ``warn`` mode) for whatever it is a
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
+from collections.abc import Awaitable, Callable
+
+from limits.errors import StorageError
 
 from gateway.auth.principal import Principal
 from gateway.config import Settings
 from gateway.limits.quota import Hold, Quotas, QuotaWeights
-from gateway.limits.rate import RateLimiter, Ticket
+from gateway.limits.rate import RateLimiter, Ticket, limits_unavailable
 from gateway.telemetry.record import RequestTelemetry
 
 log = logging.getLogger("gateway.errors")
+#: Tries of one settlement while the limits' store fails, the first wait between them (doubled each
+#: time: 1 + 2 + ... + 32 s, about a minute), s.
+SETTLE_TRIES, SETTLE_BACKOFF_S = 7, 1.0
 
 
 class Billing:
@@ -34,8 +42,11 @@ class Billing:
 
     async def count(self) -> None:
         """Count the request against its key's requests per minute (429 when spent), before its body
-        is read: the rate limit's ticket."""
-        self.ticket = await self._limits.count(self._principal)
+        is read: the rate limit's ticket. 503 ``limits_unavailable`` when their store fails."""
+        try:
+            self.ticket = await self._limits.count(self._principal)
+        except StorageError as exc:
+            raise limits_unavailable() from exc
 
     async def reserve(
         self, prompt_tokens: int, sequences: int, output_budget: int | None
@@ -50,7 +61,15 @@ class Billing:
         (:meth:`~gateway.limits.quota.Quotas.reserve`). A quota in ``warn`` mode is reserved the
         tokens-per-minute figure and only reported past its end. Tokens per minute: the prompt and
         the (capped) output budget, ``GATEWAY_TPM_OUTPUT_RESERVE_TOKENS`` a sequence when it sets none
-        (429 when they don't fit)."""
+        (429 when they don't fit). 503 ``limits_unavailable`` when their store fails."""
+        try:
+            return await self._reserve(prompt_tokens, sequences, output_budget)
+        except StorageError as exc:
+            raise limits_unavailable() from exc
+
+    async def _reserve(
+        self, prompt_tokens: int, sequences: int, output_budget: int | None
+    ) -> tuple[dict[str, str], int | None]:
         assert self.ticket is not None
         settings, weights = self._settings, self._quotas.weights
         budget = output_budget or max(1, settings.max_model_len - prompt_tokens)
@@ -86,11 +105,31 @@ class Billing:
         return self.ticket.headers
 
     async def settle(self, record: RequestTelemetry, prompt_tokens: int) -> None:
-        """Charge the tokens the request used (:func:`charged`) instead of its reservation."""
+        """Charge the tokens the request used (:func:`charged`) instead of its reservation; a store that
+        fails meanwhile is tried again, :data:`SETTLE_TRIES` times over about a minute, before the
+        settlement is given up (logged with its figures)."""
+        settlements: list[Callable[[], Awaitable[None]]] = []
         if self.ticket is not None:
-            await self._limits.settle(self.ticket, lambda reserved: charged(record, reserved, prompt_tokens))
+            ticket = self.ticket
+            used = functools.partial(charged, record, prompt_tokens=prompt_tokens)
+            settlements.append(lambda: self._limits.settle(ticket, lambda reserved: used(reserved=reserved)))
         for hold in self._holds:
-            await self._quotas.settle(hold, spent(record, self._quotas.weights, hold.reserved, prompt_tokens))
+            cost = spent(record, self._quotas.weights, hold.reserved, prompt_tokens)
+            settlements.append(functools.partial(self._quotas.settle, hold, cost))
+        for settle in settlements:
+            for attempt in range(SETTLE_TRIES):
+                try:
+                    await settle()
+                    break
+                except StorageError:
+                    if attempt == SETTLE_TRIES - 1:
+                        log.error(
+                            "request %s: its usage (%d prompt, %d completion tokens) could not be settled",
+                            self._request_id, record.prompt_tokens, record.completion_tokens,
+                        )  # fmt: skip
+                        break
+                    log.warning("request %s: settling its usage failed; trying again", self._request_id)
+                    await asyncio.sleep(SETTLE_BACKOFF_S * 2**attempt)
 
 
 def charged(record: RequestTelemetry, reserved: int, prompt_tokens: int) -> int:

@@ -308,5 +308,6 @@ def test_key_guessing_and_public_route_floods_are_throttled_per_address(stack, m
     assert throttled.json()["error"]["code"] == "too_many_failed_authentications"
     assert int(throttled.headers["Retry-After"]) >= 1
     assert chat(gateway, key).status_code == 200
-    probes = [httpx.get(gateway.url + "/health").status_code for _ in range(11)]
+    probes = [httpx.get(gateway.url + "/ready").status_code for _ in range(11)]
     assert probes[:10] == [200] * 10 and probes[10] == 429
+    assert httpx.get(gateway.url + "/health").status_code == 200  # liveness is never throttled
