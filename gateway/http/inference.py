@@ -88,9 +88,9 @@ async def count_tokens(request: Request) -> Response:
     settings = pipeline.settings
     await pipeline.limits.count(principal)  # its x-ratelimit-* headers: the edge's (http/rate_headers.py)
     body, _ = await read_json(request, body_bounds(settings, settings.max_body_bytes, INFERENCE))
-    resolve_model(pipeline.aliases, principal, body)
+    requested = resolve_model(pipeline.aliases, principal, body)
     parsed = COUNT_TOKENS.parse(body)
-    check_model(settings, principal, parsed.model)
+    check_model(settings, principal, parsed.model, requested)
     payload = COUNT_TOKENS.normalize(parsed, principal, settings)
     headers = {**COUNT_TOKENS.forwarded(request.headers), "x-request-id": request.state.request_id}
     data = json_codec.dumps(payload)

@@ -62,12 +62,12 @@ def prepare(
     try:
         out.max_wait_s, batch = resolved(asked, principal)
         out.request_class = "batch" if batch else "interactive"
-        resolve_model(aliases, principal, body)
+        requested = resolve_model(aliases, principal, body)
         parsed = dialect.parse(body)
         out.forwarded = dialect.forwarded(headers)
         out.model = parsed.model if parsed.model == settings.served_model else "unknown"
         out.stream = parsed.stream
-        check_model(settings, principal, parsed.model)
+        check_model(settings, principal, parsed.model, requested)
         prepared = dialect.prepare(parsed, Context(principal, settings, telemetry))
         if batch and settings.upstream_priority and dialect.upstream_path in PRIORITY_ROUTES:
             prepared = replace(prepared, body=with_priority(prepared.body, BATCH_PRIORITY))
@@ -79,20 +79,24 @@ def prepare(
     return out
 
 
-def resolve_model(aliases: ModelAliases, principal: Principal, body: dict[str, Any]) -> None:
+def resolve_model(aliases: ModelAliases, principal: Principal, body: dict[str, Any]) -> Any:
     """Write the model an alias means over ``body["model"]`` (in place): the key's own aliases first,
-    then the gateway's."""
+    then the gateway's; the model the client named."""
     model = body.get("model")
     if isinstance(model, str):
         body["model"] = aliases.resolve(model, principal.aliases)
+    return model
 
 
-def check_model(settings: Settings, principal: Principal, model: str) -> None:
+def check_model(settings: Settings, principal: Principal, model: str, requested: Any = None) -> None:
     """404 ``model_not_found`` for a model not served, 403 ``model_not_allowed`` for one the key may
-    not use."""
+    not use. An alias (``requested``, the name the client sent, when it is not ``model``) of a model
+    the key may not use is answered as an unknown model: what stands behind it is not told."""
     if model != settings.served_model:
         raise GatewayError("model_not_found", f"The model `{model}` does not exist.", param="model")
     if not principal.may_use(model):
+        if isinstance(requested, str) and requested != model:
+            raise GatewayError("model_not_found", f"The model `{requested}` does not exist.", param="model")
         message = f"This API key may not use the model `{model}`."
         raise GatewayError("model_not_allowed", message, param="model")
 

@@ -69,12 +69,15 @@ def test_a_batch_request_carries_vllm_priority_first() -> None:
          ("interactive", "unknown", True)),
         (chat(), Asked(), Principal(key_id="k", name="n", models=("other",)), 403, "model_not_allowed",
          ("interactive", SERVED, False)),
+        (chat(model="gpt-5-codex"), Asked(), Principal(key_id="k", name="n", models=("other",)), 404,
+         "model_not_found", ("interactive", SERVED, False)),
         (chat(stream=True, max_tokens=10**9), Asked(), KEY, 400, "context_length_exceeded",
          ("interactive", SERVED, True)),
         (chat(n=2, max_tokens=8), Asked(priority="batch"), KEY, 400, "unsupported_field",
          ("batch", SERVED, False)),
     ],
-    ids=["bad x-priority", "invalid body", "unknown model", "model not allowed", "over the KV pool", "n"],
+    ids=["bad x-priority", "invalid body", "unknown model", "model not allowed", "an alias of it",
+         "over the KV pool", "n"],
 )  # fmt: skip
 def test_a_refusal_is_the_clients_error_with_what_was_known_before_it(
     body, asked, principal, status, code, known
@@ -83,6 +86,7 @@ def test_a_refusal_is_the_clients_error_with_what_was_known_before_it(
     assert out.prepared is None and out.error is not None
     assert (out.error.status, out.error.code) == (status, code)
     assert (out.request_class, out.model, out.stream) == known
+    assert SERVED not in out.error.message or body["model"] == SERVED  # an alias does not tell
 
 
 def test_the_anthropic_headers_go_on_and_a_bad_one_is_refused() -> None:
