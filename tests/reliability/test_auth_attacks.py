@@ -121,9 +121,10 @@ def bearer(key: str) -> bytes:
 def test_malformed_credentials_are_refused_before_the_upstream(stack) -> None:
     """Missing/empty/foreign-scheme/extra-token/embedded-whitespace/10,000-char credentials are 401 in
     OpenAI shape; bytes HTTP forbids in a header (LF, folding, NUL, VT) are the parser's plain 400; a
-    100 KB header is 431; duplicated Authorization is 400. None reaches the upstream. Per RFC 7235 the
-    scheme is case-insensitive and per RFC 6750 ``1*SP`` separates it, and SP/HTAB around the field
-    value is not part of it (RFC 9110 5.5): those forms of a valid key work (and are counted)."""
+    100 KB header is 431; duplicated Authorization (or x-priority, x-max-wait-s) is 400. None reaches
+    the upstream. Per RFC 7235 the scheme is case-insensitive and per RFC 6750 ``1*SP`` separates it,
+    and SP/HTAB around the field value is not part of it (RFC 9110 5.5): those forms of a valid key
+    work (and are counted)."""
     up, _, gw, key = stack
     k = key.encode()
     refused_401 = [
@@ -154,6 +155,8 @@ def test_malformed_credentials_are_refused_before_the_upstream(stack) -> None:
     for twice in [
         bearer(key) + b"Authorization: Bearer dsk-x\r\n",
         b"Authorization: Bearer dsk-x\r\n" + bearer(key),
+        bearer(key) + b"x-priority: interactive\r\nx-priority: batch\r\n",  # which would count?
+        bearer(key) + b"x-max-wait-s: 5\r\nX-Max-Wait-S: 500\r\n",
     ]:
         raw(gw.port, headers=twice).error(400, "invalid_request")
     assert up.calls() == []
