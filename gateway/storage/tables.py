@@ -131,6 +131,7 @@ class UsageRow(Base):
     group_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
     group_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
     client_request_id: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
+    request_class: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class ResponseOwnerRow(Base):

@@ -38,8 +38,8 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "unversioned"
 MODEL = "deepseek-v4-flash-0731"
 UPGRADE_HINT = "run `dspark-gateway db upgrade`"
 #: How messages name this gateway's schema.
-HEAD_REVISION = "0007"
-HEAD = f"{HEAD_REVISION} (0.5.0)"
+HEAD_REVISION = "0008"
+HEAD = HEAD_REVISION  # not a release's schema yet
 #: The shape (its number in ``unversioned.SHAPES``) each fixture's commit made: the commits that
 #: followed ``SHAPES[n].commit`` up to the next shape's.
 SHAPE_OF = {"0eb4dce": 0, "90ae478": 1, "fe3116e": 2, "58dc2b3": 3, "0ef4d98": 4}
