@@ -127,6 +127,7 @@ def test_a_client_that_stops_reading_after_the_backend_finished_is_cut(
     try:
         wait_until(lambda: record().get("end_reason") == "client_slow", timeout_s=30, what="the record")
         assert record()["status"] == 499 and record()["completion_tokens"] > 10_000  # the whole answer's
+        assert record()["request_class"] == "interactive"
         data = read_to_end(sock)  # what it had been sent, then the connection ends
         assert not data.endswith(b"\r\n0\r\n\r\n")
     finally:
