@@ -23,6 +23,7 @@ from pydantic import (
 
 from dspark_common import json_codec
 from gateway.admin.durations import expires_after, parse_duration
+from gateway.auth.groups import check_group_name
 from gateway.auth.store import METADATA_BYTES, METADATA_DEPTH, check_aliases, check_name
 from gateway.body.json_limits import deeper_than
 from gateway.dialects.thinking import EFFORT_MAP, LEVELS, Level
@@ -222,6 +223,12 @@ class GroupCreate(GroupLimits):
     """``POST /admin/groups`` body."""
 
     name: str = Field(min_length=1, max_length=200, pattern=NAME_PATTERN)
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        check_group_name(value)
+        return value
 
     def fields(self) -> dict[str, Any]:
         """The new group's fields (unset and null ones left out)."""

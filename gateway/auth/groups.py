@@ -18,11 +18,22 @@ from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from gateway.auth.principal import Group, Quota
+from gateway.auth.principal import RESERVED_NAME_PREFIXES, Group, Quota
 from gateway.storage.tables import ApiKeyRow, KeyGroupRow, utc
 
 #: Fields of a group an admin may set (at creation, or later: PATCH).
 GROUP_FIELDS = ("rpm", "tpm", "quota_tokens", "quota_period", "quota_mode", "metadata")
+#: How every group's id starts (then 24 hex digits).
+ID_PREFIX = "grp_"
+
+
+def check_group_name(name: str) -> None:
+    """Raise ``ValueError`` for a group name that would say two things: one shaped as a group's id (a
+    key's ``group`` names its group by id or name) or one other identities' names start with (the
+    ledger and reports show both; :data:`~gateway.auth.store.RESERVED_NAME_PREFIXES`)."""
+    if name.lower().startswith((ID_PREFIX, *RESERVED_NAME_PREFIXES)):
+        reserved = " or ".join(repr(p) for p in (ID_PREFIX, *RESERVED_NAME_PREFIXES))
+        raise ValueError(f"group names may not start with {reserved}: those name ids or other identities")
 
 
 class GroupExistsError(Exception):
@@ -118,7 +129,8 @@ class GroupStore:
 
     async def create(self, name: str, fields: Mapping[str, Any]) -> GroupRecord:
         """A new group with ``fields`` (of :data:`GROUP_FIELDS`). Raises :class:`GroupExistsError`."""
-        row = KeyGroupRow(id="grp_" + uuid.uuid4().hex[:24], name=name, created_at=datetime.now(UTC), meta={})
+        group_id = ID_PREFIX + uuid.uuid4().hex[:24]
+        row = KeyGroupRow(id=group_id, name=name, created_at=datetime.now(UTC), meta={})
         _apply(row, fields)
         try:
             async with self._session.begin() as session:

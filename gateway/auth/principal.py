@@ -10,6 +10,11 @@ PERIODS = ("day", "week", "month")
 MODES = ("enforce", "warn")
 
 
+#: Name prefixes of identities that are not keys (a JWT's ``jwt:<sub>``, the bootstrap admin key): a key
+#: named so would pass for them in the audit trail, the queue and the usage ledger.
+RESERVED_NAME_PREFIXES = ("jwt:", "bootstrap-")
+
+
 @dataclass(frozen=True, slots=True)
 class Quota:
     """``tokens`` of cost per ``period`` (``day`` | ``week`` | ``month``), ``mode`` ``enforce`` | ``warn``,

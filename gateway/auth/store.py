@@ -18,15 +18,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.auth.groups import GroupRecord, group_row, quota_of
-from gateway.auth.principal import Principal, Quota
+from gateway.auth.principal import RESERVED_NAME_PREFIXES, Principal, Quota
 from gateway.auth.secrets import display_prefix, generate_key, hash_key
 from gateway.body.json_limits import deeper_than
 from gateway.storage.db import open_engine
 from gateway.storage.tables import ApiKeyRow, utc
 
-#: Name prefixes of identities that are not keys (a JWT's ``jwt:<sub>``, the bootstrap admin key): a key
-#: named so would pass for them in the audit trail, the queue and the usage ledger.
-RESERVED_NAME_PREFIXES = ("jwt:", "bootstrap-")
 #: How deep key metadata (free-form labels) may nest, and how large it may be as JSON, bytes.
 METADATA_DEPTH = 4
 METADATA_BYTES = 4096

@@ -81,6 +81,8 @@ def test_groups_refuse_what_would_leave_a_key_nowhere_and_are_audited(stack, mak
     group = admin("POST", "/admin/groups", 201, name="team")
     admin("POST", "/admin/groups", 409, name="team")
     assert admin("POST", "/admin/groups", 400, name="bad", rpm=0)["error"]["param"] == "rpm"
+    for taken in (group["id"], "grp_0123", "jwt:alice", "bootstrap-admin"):  # another group's id, ...
+        assert admin("POST", "/admin/groups", 400, name=taken)["error"]["param"] == "name", taken
     made = admin("POST", "/admin/keys", 201, name="member", group="team")
     assert made["group"] == "team"
     assert admin("POST", "/admin/keys", 400, name="lost", group="nowhere")["error"]["param"] == "group"
