@@ -83,16 +83,16 @@ def test_a_backend_that_keeps_failing_stops_getting_requests(start_gateway, make
     try:
         gateway = start_gateway(backend.url, upstream_restart_hold_s=0)
         client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("failing"), max_retries=0)
-        statuses = []
-        for _ in range(8):
+        codes = []
+        for _ in range(8):  # it is not serving: 503 (a 500 would be about one request's input)
             with pytest.raises(openai.APIStatusError) as failed:
-                client.chat.completions.create(**chat("fault:status_500_json"))
-            statuses.append(failed.value.status_code)
-        assert statuses[:3] == [500, 500, 500]  # three failures open the circuit ...
-        assert set(statuses[3:]) == {503} and backend.posts == 3  # ... and nothing more reaches it
+                client.chat.completions.create(**chat("fault:status_503_json"))
+            codes.append((failed.value.status_code, failed.value.code))
+        assert codes[:3] == [(503, "upstream_error")] * 3  # three failures open the circuit ...
+        assert set(codes[3:]) == {(503, "upstream_unavailable")} and backend.posts == 3  # ... then none
         time.sleep(1.1)  # the cool-down: one trial goes, and it fails again
         with pytest.raises(openai.InternalServerError):
-            client.chat.completions.create(**chat("fault:status_500_json"))
+            client.chat.completions.create(**chat("fault:status_503_json"))
         assert backend.posts == 4
         time.sleep(2.1)  # a longer cool-down, then a trial that succeeds closes the circuit
         assert client.chat.completions.create(**chat()).choices[0].message.content

@@ -10,7 +10,8 @@ normal, well-formed answer, stream or not as asked). GET requests (the gateway's
 - ``stall_before_headers`` / ``stall_mid_stream``: send nothing (more) until the peer hangs up;
 - ``bad_json`` / ``not_object``: the good chunks, then ``data: not json`` / ``data: [1, 2]``, then ``[DONE]``;
 - ``long_line``: the good chunks, then ``data: xxx…`` of :data:`LONG_LINE_BYTES` bytes with no newline;
-- ``status_500_json`` / ``status_500_html``: HTTP 500 with a vLLM-shaped JSON body / an HTML page;
+- ``status_500_json`` / ``status_500_html``: HTTP 500 with a vLLM-shaped JSON body / an HTML page
+  (``status_503_json``, ... any 5xx alike);
 - ``big``: a well-formed stream of :data:`BIG_CHUNKS` chunks of ~64 KB each, written as fast as the
   connection takes them; :attr:`FaultyUpstream.sent` counts the bytes written so far.
 """
@@ -133,13 +134,13 @@ class FaultyUpstream:
         if fault == "reset_before_headers":
             _reset(writer)
             return False
-        if fault.startswith("status_500"):
+        if fault.startswith("status_5"):
             data, kind = (
                 (json.dumps(VLLM_500).encode(), "application/json")
                 if fault.endswith("json")
                 else (HTML_500, "text/html")
             )
-            writer.write(_head("500 Internal Server Error", kind, len(data)) + data)
+            writer.write(_head(f"{fault.split('_')[1]} Server Error", kind, len(data)) + data)
             return True
         if fault == "stall_before_headers":
             await reader.read()  # until the gateway gives up and closes
