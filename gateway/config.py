@@ -189,9 +189,9 @@ class Settings(BaseSettings):
     upstream_restart_hold_s: float = Field(
         default=30.0,
         ge=0,
-        description="A request whose backend can't be reached (a restart) waits this long for it, "
-        "then is served, instead of an immediate 503 (a stream gets ': waiting for the backend' "
-        "comments meanwhile); 0: 503 at once",
+        description="A request whose backend can't be reached (a restart) waits for it until this "
+        "long after the outage began, then is served, instead of an immediate 503 (a stream gets "
+        "': queued 0 backend' comments meanwhile); 0: 503 at once",
     )
     count_concurrency: int = Field(
         default=2,

@@ -27,7 +27,10 @@ MAX_S = 30.0
 
 
 class Breaker:
-    """One backend's circuit. ``state`` is ``closed``, ``open`` or ``half_open``."""
+    """One backend's circuit. ``state`` is ``closed``, ``open`` or ``half_open``; ``unreachable_since``:
+    when (monotonic s) the failures in a row that keep it unreachable began with a refused connection,
+    None while it answers — the start of an outage, which the requests held for a restart count their
+    hold from (:meth:`~gateway.proxy.placement.Placement.open_when_back`)."""
 
     def __init__(self) -> None:
         self._failures = 0
@@ -35,6 +38,7 @@ class Breaker:
         self._until = 0.0
         self._trial = False
         self._refused = False  # opened by a refused connection (not by failed answers)
+        self.unreachable_since: float | None = None
 
     @property
     def state(self) -> str:
@@ -60,9 +64,10 @@ class Breaker:
         return trial_s if self._trial else max(0.0, self._until - now)
 
     def success(self) -> None:
-        """The backend answered (headers below 500): closed."""
+        """The backend answered: closed."""
         self._failures = self._openings = 0
         self._trial = self._refused = False
+        self.unreachable_since = None
 
     def reachable(self) -> None:
         """The backend's monitor reached it (its ``/metrics`` answered): a circuit opened because it
@@ -73,6 +78,8 @@ class Breaker:
     def failure(self, now: float, refused: bool = False) -> None:
         """The backend failed a request (``refused``: it could not be reached at all)."""
         self._failures += 1
+        if refused and self.unreachable_since is None:
+            self.unreachable_since = now
         if self._openings and not self._trial:
             return  # open already: a request sent before it opened failed late
         self._refused = refused

@@ -220,19 +220,24 @@ class Placement:
             return self.upstream
 
     async def open_when_back(self, prepared: Prepared) -> UpstreamResponse:
-        """:meth:`open`, held while the backend can't be reached (a restart): for up to
-        ``GATEWAY_UPSTREAM_RESTART_HOLD_S`` the request waits, its slot held, for the circuit to let a
-        request through again, and tries; the last 503 when the hold is over."""
-        deadline = time.monotonic() + self._pipeline.settings.upstream_restart_hold_s
+        """:meth:`open`, held while the backend can't be reached (a restart): until
+        ``GATEWAY_UPSTREAM_RESTART_HOLD_S`` after the outage began (the first refused connection of it,
+        else this request's first try) the request waits, its slot held, for the circuit to let a
+        request through again, and tries; the last 503 when the hold is over. One deadline an outage:
+        the requests queued behind a held one are not held as long again each, two slots at a time."""
+        hold_s, started = self._pipeline.settings.upstream_restart_hold_s, time.monotonic()
         while True:
             try:
                 return await self.open(prepared)
             except Unreachable:
-                if time.monotonic() >= deadline:
+                assert self.backend is not None
+                breaker = self.backend.breaker
+                since = breaker.unreachable_since
+                deadline = min(started, since if since is not None else started) + hold_s
+                now = time.monotonic()
+                if now >= deadline:
                     raise
-            assert self.backend is not None
-            now = time.monotonic()
-            await asyncio.sleep(min(deadline - now, self.backend.breaker.wait_s(now, HOLD_POLL_S)))
+            await asyncio.sleep(min(deadline - now, breaker.wait_s(now, HOLD_POLL_S)))
 
     async def _send(self, backend: Backend, prepared: Prepared) -> UpstreamResponse:
         """One try on ``backend``, its circuit told how it went."""

@@ -6,6 +6,7 @@ vLLM stopped and started again on its port, the official OpenAI SDK as the clien
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -76,6 +77,26 @@ def test_past_the_hold_the_request_gets_its_503(start_gateway, make_key) -> None
     )
     assert response.status_code == 200  # held as a stream, then told
     assert response.text.startswith(": queued 0 backend") and "upstream_unavailable" in response.text
+
+
+def test_the_requests_queued_behind_a_held_one_share_its_outages_deadline(start_gateway, make_key) -> None:
+    """One slot, the backend gone for good, a 1 s hold: four requests at once all get their 503 about
+    a second after the outage began, not a second each after the one before (the queue draining one
+    hold period per slot)."""
+    backend = FaultyUpstream().start()
+    gateway = start_gateway(backend.url, slots=1, upstream_restart_hold_s=1.0)
+    backend.stop()
+    auth = {"Authorization": f"Bearer {make_key('queued')}"}
+
+    async def four() -> list[int]:
+        async with httpx.AsyncClient(timeout=30) as http:
+            url = gateway.url + "/v1/chat/completions"
+            sent = (http.post(url, json=chat(), headers=auth) for _ in range(4))
+            return [answer.status_code for answer in await asyncio.gather(*sent)]
+
+    started = time.monotonic()
+    assert asyncio.run(four()) == [503] * 4
+    assert time.monotonic() - started < 3.0  # one hold (1 s) and its polls, not four in a row
 
 
 def test_a_backend_that_keeps_failing_stops_getting_requests(start_gateway, make_key) -> None:

@@ -57,3 +57,16 @@ def test_a_burst_of_failures_opens_it_once_for_the_first_cool_down() -> None:
     for _ in range(8):  # eight requests in flight fail together
         breaker.failure(0.0)
     assert not breaker.allows(BASE_S - 0.01) and breaker.allows(BASE_S)
+
+
+def test_an_outage_starts_at_its_first_refused_connection_and_ends_when_it_answers() -> None:
+    breaker = Breaker()
+    breaker.failure(1.0)
+    assert breaker.unreachable_since is None  # an answer that failed: not an outage
+    breaker.failure(2.0, refused=True)
+    breaker.failure(5.0, refused=True)  # still down: the outage began at 2
+    assert breaker.allows(5.0) and breaker.unreachable_since == 2.0
+    breaker.failure(5.0, refused=True)  # its trial refused too
+    assert breaker.unreachable_since == 2.0
+    breaker.success()
+    assert breaker.unreachable_since is None
