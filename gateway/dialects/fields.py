@@ -22,7 +22,9 @@ benchmark):
 ==========================  ====================================================================
 
 The same names inside ``chat_template_kwargs`` (and ``tokenize`` there), which some vLLM releases let
-override the request's own (GHSA-6fvq-23cw-5628), are refused alike.
+override the request's own (GHSA-6fvq-23cw-5628), are refused alike; so are the template variables
+the request's own fields fill (``messages``, ``tools``, ``documents``): set there, they would render a
+prompt the gateway never sized, past admission's KV reservation and the quota's prompt cost.
 
 ``n`` (answers per request) is a number of sequences, each taking a slot, and so is each prompt of a
 text completion's batch (``prompt`` as a list of strings or of token-id lists): their product is
@@ -57,7 +59,7 @@ BACKEND_FIELDS = frozenset(
     }
 )
 #: What may not be passed to the chat template either.
-_TEMPLATE_FIELDS = BACKEND_FIELDS | {"tokenize"}
+_TEMPLATE_FIELDS = BACKEND_FIELDS | {"tokenize", "messages", "tools", "documents"}
 
 
 def check_fields(body: Mapping[str, Any], principal: Principal, max_n: int) -> int:

@@ -203,7 +203,8 @@ def chat(gateway, key: str, **fields: object) -> httpx.Response:
 
 def test_n_and_backend_fields_are_refused_unless_the_key_may(stack, make_key) -> None:
     """``n: 64`` reached the backend as 64 sequences on one slot; vLLM's scheduling, template and KV
-    fields passed through verbatim. Now: 400 naming the field, unless the key has ``backend_fields``."""
+    fields passed through verbatim, and template variables a prompt is rendered from. Now: 400 naming
+    the field, unless the key has ``backend_fields``."""
     gateway, key, _ = stack()
     trusted = make_key("bench", scopes=["backend_fields"])
     fields = [
@@ -214,6 +215,8 @@ def test_n_and_backend_fields_are_refused_unless_the_key_may(stack, make_key) ->
     refused = {field: chat(gateway, key, **{field: value}) for field, value in fields}
     in_template = chat(gateway, key, chat_template_kwargs={"chat_template": "x"})
     refused["chat_template_kwargs.chat_template"] = in_template
+    unsized = [{"role": "user", "content": "word " * 100_000}]  # a prompt admission never sized
+    refused["chat_template_kwargs.messages"] = chat(gateway, key, chat_template_kwargs={"messages": unsized})
     batch = {"model": MODEL, "prompt": ["a"] * 64, "max_tokens": 4}  # 64 prompts: 64 sequences
     auth = {"Authorization": f"Bearer {key}"}
     refused["prompt"] = httpx.post(gateway.url + "/v1/completions", json=batch, headers=auth)
