@@ -27,7 +27,9 @@ SETTLE_TRIES, SETTLE_BACKOFF_S = 7, 1.0
 class Billing:
     """One request's :class:`~gateway.limits.rate.Ticket` (None until it was counted)."""
 
-    __slots__ = ("_limits", "_quotas", "_principal", "_settings", "_request_id", "ticket", "_holds")
+    __slots__ = (
+        "_limits", "_quotas", "_principal", "_settings", "_request_id", "ticket", "_holds", "_unread_cost"
+    )  # fmt: skip
 
     def __init__(
         self, limits: RateLimiter, quotas: Quotas, principal: Principal, settings: Settings, request_id: str
@@ -39,6 +41,10 @@ class Billing:
         self._request_id = request_id
         self.ticket: Ticket | None = None
         self._holds: list[Hold] = []
+        #: What a client that left a non-stream answer unread is charged against a quota at most: its
+        #: prompt and output budget, GATEWAY_TPM_OUTPUT_RESERVE_TOKENS a sequence when it set none
+        #: (not the whole context its reservation held: the answer is aborted when it leaves)
+        self._unread_cost = 0
 
     async def count(self) -> None:
         """Count the request against its key's requests per minute (429 when spent), before its body
@@ -88,8 +94,9 @@ class Billing:
             if hold.over:
                 log.warning("request %s: past the %s quota (warn mode)", self._request_id, quota.holder)
                 self.ticket.headers["x-quota-warning"] = f"{quota.holder.split(':', 1)[0]} quota exceeded"
+        output = min(budget, output_budget or settings.tpm_output_reserve_tokens)
+        self._unread_cost = weights.most(prompt_tokens, sequences * output)
         if self._principal.tpm:
-            output = min(budget, output_budget or settings.tpm_output_reserve_tokens)
             await self._limits.reserve(self.ticket, prompt_tokens + sequences * output)
         return self.ticket.headers, cap
 
@@ -114,7 +121,7 @@ class Billing:
             used = functools.partial(charged, record, prompt_tokens=prompt_tokens)
             settlements.append(lambda: self._limits.settle(ticket, lambda reserved: used(reserved=reserved)))
         for hold in self._holds:
-            cost = spent(record, self._quotas.weights, hold.reserved, prompt_tokens)
+            cost = spent(record, self._quotas.weights, min(hold.reserved, self._unread_cost), prompt_tokens)
             settlements.append(functools.partial(self._quotas.settle, hold, cost))
         for settle in settlements:
             for attempt in range(SETTLE_TRIES):

@@ -78,3 +78,16 @@ def test_a_client_that_left_is_charged_what_the_backend_may_have_run() -> None:
     left_queued = record(False, True, 0, 0, admitted=False)  # the backend never saw it
     assert charged(left_queued, reserved=500, prompt_tokens=10) == 0
     assert spent(left_queued, QuotaWeights(), reserved=50_021, prompt_tokens=21) == 0
+
+
+async def test_an_unread_answer_without_an_output_cap_is_not_charged_its_whole_context() -> None:
+    """It held what its context leaves while it ran; its client left, the answer was aborted: it is
+    charged its prompt and GATEWAY_TPM_OUTPUT_RESERVE_TOKENS (100 here), as the tokens per minute are."""
+    rate, quotas = limits()
+    key = Principal(key_id="key_6", name="team", quota=Quota("key:key_6", 10**7, "day"))
+    billing = Billing(rate, quotas, key, SETTINGS, "req-6")
+    await billing.count()
+    await billing.reserve(prompt_tokens=100, sequences=1, output_budget=None)
+    assert (await quotas.standing(key.quotas()[0])).used == SETTINGS.max_model_len  # while it runs
+    await billing.settle(record(False, True, 0, 0), prompt_tokens=100)
+    assert (await quotas.standing(key.quotas()[0])).used == 100 + 100
