@@ -40,12 +40,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from limits.aio.storage import Storage
+from limits.errors import StorageError
 
 from gateway.auth.principal import Quota
 from gateway.errors import GatewayError
 
 #: How often, and how long each time, a process waits for the generation another one is drawing, s.
 _GENERATION_WAITS, _GENERATION_WAIT_S = 100, 0.05
+#: How long a seeding's marker lasts, s: past it, a seeding that never drew its generation is retried.
+_MARKER_S = 60
+#: ``Retry-After`` of a refusal while the quota is held by running requests, s.
+RUNNING_RETRY_S = 5
 #: How long a counter outlives its period, s: a late settlement still finds it.
 _KEEP_S = 86_400
 
@@ -101,7 +106,8 @@ def period_bounds(period: str, now: datetime) -> tuple[datetime, datetime]:
 @dataclass(slots=True)
 class Hold:
     """One request's reservation against one quota: ``reserved`` cost in the counter ``counter`` of the
-    period ending at ``ends``, made in the counter's ``generation`` (:class:`Quotas`)."""
+    period ending at ``ends``, made in the counter's ``generation`` (:class:`Quotas`); how far its
+    settlement got."""
 
     quota: Quota
     counter: str
@@ -109,6 +115,8 @@ class Hold:
     reserved: int
     generation: int = 0
     over: bool = False
+    held: int = 0  # what the counter's running reservations (``/held``) count of it
+    charged: bool = False  # settled: its real cost replaced the reservation
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,12 +184,20 @@ class Quotas:
 
     async def _seeded(self, quota: Quota, counter: str, start: datetime, expiry: int) -> int:
         """Seed ``counter`` from the ledger, once across processes (the first to take its marker, one
-        atomic increment, adds the ledger's figure, then draws the generation); its generation."""
+        atomic increment, adds the ledger's figure, then draws the generation); its generation. The
+        marker lasts :data:`_MARKER_S`: a seeder that fails or dies leaves the seeding to the next
+        use after it, and a failed seeding gives its marker back at once. 503 ``limits_unavailable``
+        when no generation comes."""
         assert self._seed is not None
-        if await self._storage.incr(counter + "/seeded", expiry) == 1:
-            cost = self.weights.cost(*await self._seed(quota.holder, start))
-            if cost:
-                await self._storage.incr(counter, expiry, cost)
+        marker = counter + "/seeded"
+        if await self._storage.incr(marker, _MARKER_S) == 1:
+            try:
+                cost = self.weights.cost(*await self._seed(quota.holder, start))
+                if cost:
+                    await self._storage.incr(counter, expiry, cost)
+            except BaseException:
+                await self._storage.clear(marker)
+                raise
             generation = secrets.randbelow(2**48) + 1  # drawn once seeded: who sees it sees the seed
             await self._storage.incr(counter + "/generation", expiry, generation)
             return generation
@@ -189,7 +205,7 @@ class Quotas:
             if generation := await self._storage.get(counter + "/generation"):
                 return int(generation)
             await asyncio.sleep(_GENERATION_WAIT_S)
-        return 0  # its seeder died between the two: this process's holds will be charged in full
+        raise StorageError(TimeoutError(f"{counter}: its seeding by another process did not end"))
 
     async def standing(self, quota: Quota) -> Standing:
         """``quota``'s use in its current period."""
@@ -199,21 +215,32 @@ class Quotas:
     async def reserve(self, quota: Quota, most: int, least: int) -> Hold:
         """Take up to ``most`` of ``quota`` and at least ``least`` (``least <= most``), in one atomic
         increment. Enforced: where ``most`` does not fit, what was left of the quota (the excess given
-        back), and 429 ``quota_exceeded`` (all given back) when that is less than ``least``. Warned:
-        ``most`` kept, ``over`` set past the quota."""
+        back), and 429 ``quota_exceeded`` (all given back) when that is less than ``least`` — saying
+        so, with a short ``Retry-After``, when what is missing is held by requests still running
+        (their reservations are counted beside the counter: ``/held``). Warned: ``most`` kept,
+        ``over`` set past the quota. A store that fails once the counter was moved raises
+        :class:`Reserved` with what is in it."""
         now = datetime.now(UTC)
         counter, end, generation = await self._counter_of(quota, now)
         expiry = _expiry(end, now)
         most = max(1, most)
         excess = await self._storage.incr(counter, expiry, most) - quota.tokens
-        if excess <= 0 or quota.mode != "enforce":
-            return Hold(quota, counter, end, most, generation, over=excess > 0)
-        held = most - min(excess, most)
-        if held < least:
-            await self._storage.incr(counter, expiry, -most)
-            raise exceeded(quota, end, now)
-        await self._storage.incr(counter, expiry, held - most)
-        return Hold(quota, counter, end, held, generation)
+        hold = Hold(quota, counter, end, most, generation, over=excess > 0)
+        try:
+            if excess > 0 and quota.mode == "enforce":
+                held = most - min(excess, most)
+                if held < least:
+                    await self._storage.incr(counter, expiry, -most)
+                    hold.reserved = 0
+                    running = await self._storage.get(counter + "/held")
+                    raise exceeded(quota, end, now, held_by_running=most - excess + running >= least)
+                await self._storage.incr(counter, expiry, held - most)
+                hold.reserved, hold.over = held, False
+            await self._storage.incr(counter + "/held", expiry, hold.reserved)
+            hold.held = hold.reserved
+        except StorageError as exc:
+            raise Reserved(hold) from exc
+        return hold
 
     async def settle(self, hold: Hold, cost: int) -> None:
         """Replace the reservation with the real ``cost`` (all of it, when the counter was lost and
@@ -221,9 +248,25 @@ class Quotas:
         now = datetime.now(UTC)
         within = min(now, hold.ends - timedelta(seconds=1))  # the counter of the hold's period
         counter, _, generation = await self._counter_of(hold.quota, within)
-        change = cost - hold.reserved if generation == hold.generation else cost
-        if change:
-            await self._storage.incr(counter, _expiry(hold.ends, now), change)
+        expiry = _expiry(hold.ends, now)
+        lost = generation != hold.generation  # its counter (and what ran beside it) started again
+        if not hold.charged:  # each step once: a settlement retried after a failure repeats none
+            change = cost if lost else cost - hold.reserved
+            if change:
+                await self._storage.incr(counter, expiry, change)
+            hold.charged = True
+        if hold.held and not lost:
+            await self._storage.incr(counter + "/held", expiry, -hold.held)
+        hold.held = 0
+
+
+class Reserved(Exception):  # noqa: N818 - it names what it carries, as StopIteration does
+    """The store failed after a reservation moved the counter: ``hold`` is what the counter holds of it
+    (settle it, as any hold, to give it back)."""
+
+    def __init__(self, hold: Hold) -> None:
+        super().__init__(hold.counter)
+        self.hold = hold
 
 
 def _expiry(end: datetime, now: datetime) -> int:
@@ -232,10 +275,18 @@ def _expiry(end: datetime, now: datetime) -> int:
     return max(1, math.ceil((end - now).total_seconds())) + _KEEP_S
 
 
-def exceeded(quota: Quota, resets_at: datetime, now: datetime) -> GatewayError:
-    """429 ``quota_exceeded`` saying when the quota resets (``Retry-After`` in whole seconds)."""
-    retry = max(1, math.ceil((resets_at - now).total_seconds()))
+def exceeded(quota: Quota, resets_at: datetime, now: datetime, held_by_running: bool = False) -> GatewayError:
+    """429 ``quota_exceeded`` saying when the quota resets (``Retry-After`` in whole seconds); when
+    what is missing is held by requests still running, saying so, with :data:`RUNNING_RETRY_S`."""
     whose = "group's" if quota.holder.startswith("group:") else "key's"
+    if held_by_running:
+        return GatewayError(
+            "quota_exceeded",
+            f"This {whose} quota of {quota.tokens} tokens a {quota.period} is held by its requests still "
+            "running (each holds what it may generate until it ends); retry when one has ended.",
+            headers={"Retry-After": str(RUNNING_RETRY_S)},
+        )
+    retry = max(1, math.ceil((resets_at - now).total_seconds()))
     return GatewayError(
         "quota_exceeded",
         f"This {whose} quota of {quota.tokens} tokens a {quota.period} is spent; it resets at "

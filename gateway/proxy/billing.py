@@ -14,7 +14,7 @@ from limits.errors import StorageError
 
 from gateway.auth.principal import Principal
 from gateway.config import Settings
-from gateway.limits.quota import Hold, Quotas, QuotaWeights
+from gateway.limits.quota import Hold, Quotas, QuotaWeights, Reserved
 from gateway.limits.rate import RateLimiter, Ticket, limits_unavailable
 from gateway.telemetry.record import RequestTelemetry
 
@@ -82,15 +82,22 @@ class Billing:
         cap: int | None = None
         for quota in self._principal.quotas():
             if quota.mode == "enforce":
-                most = weights.most(prompt_tokens, sequences * budget)
-                hold = await self._quotas.reserve(quota, most, weights.most(prompt_tokens, sequences))
-                paid = weights.output_paid(hold.reserved, prompt_tokens)
-                if paid is not None and paid // sequences < budget:
-                    cap = budget = paid // sequences
+                most, least = (
+                    weights.most(prompt_tokens, sequences * budget),
+                    weights.most(prompt_tokens, sequences),
+                )
             else:
                 output = sequences * (output_budget or settings.tpm_output_reserve_tokens)
-                hold = await self._quotas.reserve(quota, weights.most(prompt_tokens, output), 0)
+                most, least = weights.most(prompt_tokens, output), 0
+            try:
+                hold = await self._quotas.reserve(quota, most, least)
+            except Reserved as partial:  # the store failed half-way: what it holds is given back at the end
+                self._holds.append(partial.hold)
+                raise limits_unavailable() from partial
             self._holds.append(hold)
+            paid = weights.output_paid(hold.reserved, prompt_tokens)
+            if quota.mode == "enforce" and paid is not None and paid // sequences < budget:
+                cap = budget = max(1, paid // sequences)
             if hold.over:
                 log.warning("request %s: past the %s quota (warn mode)", self._request_id, quota.holder)
                 self.ticket.headers["x-quota-warning"] = f"{quota.holder.split(':', 1)[0]} quota exceeded"

@@ -288,7 +288,9 @@ class Exchange:
         record = self.recorder.finish(self._status, self._client_gone, counters, self._end)
         if self.recorder.saw_backend_metrics and placement.backend is not None:
             placement.backend.learn(per_request_metrics=True)
+        # settled before its ledger row is written: a quota counter seeded from the ledger meanwhile (its
+        # store emptied) must not hold this request twice
+        await self.billing.settle(record, self._prompt_tokens)
         pipeline.sink.publish(record)
         if self._span is not None and pipeline.tracing is not None:
             pipeline.tracing.finish(self._span, record, self.recorder.admitted_s)
-        await self.billing.settle(record, self._prompt_tokens)

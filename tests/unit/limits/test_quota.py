@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from typing import cast
 
 import pytest
+from limits.aio.storage import Storage
+from limits.errors import StorageError
 
 from gateway.auth.principal import Quota
 from gateway.errors import GatewayError
-from gateway.limits.quota import Hold, Quotas, QuotaWeights, period_bounds
+from gateway.limits.quota import Hold, Quotas, QuotaWeights, Reserved, period_bounds
 from gateway.limits.rate import storage_for
 
 
@@ -62,9 +65,14 @@ async def test_a_parallel_burst_cannot_spend_more_than_the_quota() -> None:
     refused = [r for r in results if isinstance(r, GatewayError)]
     assert len(held) == 3 and len(refused) == 7
     assert (await book.standing(quota)).used == 900
-    error = refused[0]
+    error = refused[0]  # what is missing is held by the three still running: a short wait
     assert (error.status, error.code) == (429, "quota_exceeded")
-    assert 1 <= int(error.headers["Retry-After"]) <= 86_400 and "resets at" in error.message
+    assert error.headers["Retry-After"] == "5" and "still running" in error.message
+    for hold in held:
+        await book.settle(hold, 300)  # each spent all it held
+    with pytest.raises(GatewayError) as spent:
+        await book.reserve(quota, 300, 300)
+    assert 5 < int(spent.value.headers["Retry-After"]) <= 86_400 and "resets at" in spent.value.message
 
 
 async def test_settlement_replaces_the_reservation_with_the_real_cost() -> None:
@@ -178,3 +186,50 @@ async def test_concurrent_requests_wait_for_the_seed_of_a_cold_counter() -> None
     await asyncio.sleep(0.01)  # the others come while it reads the ledger
     assert not any(await asyncio.gather(first, *(take() for _ in range(19))))
     assert reads == 1 and (await book.standing(quota)).used == 1_000
+
+
+class FailingAfter:
+    """A ``limits`` storage that fails from its ``n``-th increment on (a Redis lost mid-reservation)."""
+
+    def __init__(self, n: int) -> None:
+        self.inner, self.left = storage_for("memory://"), n
+
+    async def incr(self, key: str, expiry: int, amount: int = 1) -> int:
+        self.left -= 1
+        if self.left < 0:
+            raise StorageError(ConnectionError("gone"))
+        return await self.inner.incr(key, expiry, amount)
+
+    async def get(self, key: str) -> int:
+        return await self.inner.get(key)
+
+
+async def test_a_store_lost_half_way_through_a_reservation_hands_back_what_it_moved() -> None:
+    """The counter took the request's most, then the store failed before the excess was given back:
+    the hold that comes up with the failure settles it back, so nothing stays in the counter."""
+    storage = FailingAfter(3)  # the first reservation (2 increments), then the counter moved
+    book, quota = Quotas(cast(Storage, storage), QuotaWeights()), Quota("key:k", tokens=1_000)
+    await book.reserve(quota, 900, 900)
+    with pytest.raises(Reserved) as partial:
+        await book.reserve(quota, 10**6, 1)  # moved by 10**6, the give-back fails
+    storage.left = 10
+    await book.settle(partial.value.hold, 0)
+    await book.settle(partial.value.hold, 0)  # a retried settlement moves nothing twice
+    assert (await book.standing(quota)).used == 900
+
+
+async def test_a_seeding_that_fails_leaves_the_next_use_to_seed() -> None:
+    """The ledger failed while a counter was being seeded: its marker is given back, so the next use
+    seeds it (instead of waiting on a generation nobody will draw)."""
+    answers: list[object] = [ConnectionError("database gone"), (700, 0, 0, 0)]
+
+    async def flaky(holder: str, since: datetime) -> tuple[int, int, int, int]:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return cast(tuple[int, int, int, int], answer)
+
+    book, quota = Quotas(storage_for("memory://"), QuotaWeights(), flaky), Quota("key:k", tokens=1_000)
+    with pytest.raises(ConnectionError):
+        await book.standing(quota)
+    assert (await book.standing(quota)).used == 700 and answers == []
