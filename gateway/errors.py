@@ -151,7 +151,9 @@ class MalformedResponseError(ValueError):
 
 class ClientTooSlowError(Exception):
     """A stream's client read nothing for ``timeout_s`` while ``buffered`` bytes (its whole buffer)
-    waited for it: it is cut, and its upstream aborted."""
+    waited for it, or once its upstream had ended (``buffered`` None): it is cut, and its upstream
+    aborted."""
 
-    def __init__(self, timeout_s: float, buffered: int) -> None:
-        super().__init__(f"the client read nothing for {timeout_s:g} s with {buffered} bytes buffered")
+    def __init__(self, timeout_s: float, buffered: int | None = None) -> None:
+        waiting = f" with {buffered} bytes buffered" if buffered is not None else " after its answer ended"
+        super().__init__(f"the client read nothing for {timeout_s:g} s{waiting}")

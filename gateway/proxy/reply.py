@@ -22,6 +22,9 @@ from dspark_common import json_codec
 from gateway.dialects.base import Dialect
 from gateway.errors import GatewayError
 
+#: The most bytes of a stream one ``send`` writes: a slow client shows progress at least this often
+#: (:attr:`Reply.sent`; a whole buffer in one send would look stuck for as long as it takes to read).
+SEND_BYTES = 64 * 1024
 #: Headers of every relayed stream. ``X-Accel-Buffering: no`` keeps nginx-style proxies from buffering.
 STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
@@ -49,6 +52,7 @@ class Reply:
         "_watchdog",
         "status",
         "ended",
+        "sent",
     )
 
     def __init__(self, send: Send, dialect: Dialect, keep_alive_s: float) -> None:
@@ -61,6 +65,7 @@ class Reply:
         self._watchdog: asyncio.Task[None] | None = None
         self.status: int | None = None
         self.ended = False
+        self.sent = 0
 
     @property
     def streaming(self) -> bool:
@@ -105,10 +110,15 @@ class Reply:
         self._watchdog = asyncio.create_task(self._keep_alive())
 
     async def events(self, data: bytes) -> None:
-        """Send ``data`` (whole SSE events or comments) on the started stream."""
+        """Send ``data`` (whole SSE events or comments) on the started stream, in sends of at most
+        :data:`SEND_BYTES` under one lock (no keep-alive lands between two of them); :attr:`sent`
+        counts the sends done, the client's progress."""
         async with self._lock:
-            await self._send({"type": "http.response.body", "body": data, "more_body": True})
-            self._last_sent = self._loop.time()
+            for start in range(0, len(data), SEND_BYTES):
+                body = data if len(data) <= SEND_BYTES else data[start : start + SEND_BYTES]
+                await self._send({"type": "http.response.body", "body": body, "more_body": True})
+                self._last_sent = self._loop.time()
+                self.sent += 1
 
     async def end(self) -> None:
         """End the stream (idempotent)."""

@@ -218,7 +218,7 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
         done, _ = await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             task.result()  # the reader's ClientTooSlowError, the writer's OSError
-        await _written(reading, writing, buffer, timeout_s)
+        await _written(reading, writing, reply, timeout_s)
     finally:
         running = [task for task in (reading, writing) if not task.done()]
         for task in running:
@@ -234,18 +234,19 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
 
 
 async def _written(
-    reading: asyncio.Task[None], writing: asyncio.Task[None], buffer: StreamBuffer, timeout_s: float
+    reading: asyncio.Task[None], writing: asyncio.Task[None], reply: Reply, timeout_s: float
 ) -> None:
-    """Wait for both tasks: the reader's end, then the writer's, as long as the writer takes a piece of
-    the buffer at least every ``timeout_s`` (:class:`ClientTooSlowError` otherwise: a client that
-    stopped reading with less than a full buffer waiting must not hold its connection, its usage row
-    and a graceful shutdown until it closes)."""
+    """Wait for both tasks: the reader's end, then the writer's, as long as the client takes a send
+    (:attr:`Reply.sent`, at most :data:`~gateway.proxy.reply.SEND_BYTES` each) at least every
+    ``timeout_s`` (:class:`ClientTooSlowError` otherwise: a client that stopped reading with less
+    than a full buffer waiting must not hold its connection, its usage row and a graceful shutdown
+    until it closes)."""
     await reading
-    taken = -1
+    sent = -1
     while not writing.done():
-        if buffer.taken == taken:
-            raise ClientTooSlowError(timeout_s, buffer.size)
-        taken = buffer.taken
+        if reply.sent == sent:
+            raise ClientTooSlowError(timeout_s)
+        sent = reply.sent
         await asyncio.wait({writing}, timeout=timeout_s)
     writing.result()
 

@@ -15,14 +15,12 @@ import asyncio
 
 
 class StreamBuffer:
-    """A byte-bounded FIFO of one reader and one writer. ``size`` is the bytes waiting, ``taken`` how
-    many times the writer has taken them (its progress)."""
+    """A byte-bounded FIFO of one reader and one writer. ``size`` is the bytes waiting."""
 
     def __init__(self, limit_bytes: int) -> None:
         self._limit = limit_bytes
         self._pieces: list[bytes] = []
         self.size = 0
-        self.taken = 0
         self._closed = False
         self._final = False  # a piece put after the stream's last event is waiting or was taken
         # each cleared only by the side that waits on it, so a wake-up can't be lost
@@ -68,6 +66,5 @@ class StreamBuffer:
         out = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         self._pieces = []
         self.size = 0
-        self.taken += 1
         self._room.set()
         return out, self._final
