@@ -89,9 +89,11 @@ def resolve_model(aliases: ModelAliases, principal: Principal, body: dict[str, A
 
 
 def check_model(settings: Settings, principal: Principal, model: str, requested: Any = None) -> None:
-    """404 ``model_not_found`` for a model not served, 403 ``model_not_allowed`` for one the key may
-    not use. An alias (``requested``, the name the client sent, when it is not ``model``) of a model
-    the key may not use is answered as an unknown model: what stands behind it is not told."""
+    """404 ``model_not_found`` for a model not served (named as the alias resolved it: a key's own
+    alias names what it was set to), 403 ``model_not_allowed`` for one the key may not use. An alias
+    (``requested``, the name the client sent, when it is not ``model``) of the served model the key
+    may not use is answered as an unknown model under the alias's name: what stands behind it is not
+    told."""
     if model != settings.served_model:
         raise GatewayError("model_not_found", f"The model `{model}` does not exist.", param="model")
     if not principal.may_use(model):
