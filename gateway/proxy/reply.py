@@ -110,15 +110,22 @@ class Reply:
         self._watchdog = asyncio.create_task(self._keep_alive())
 
     async def events(self, data: bytes) -> None:
-        """Send ``data`` (whole SSE events or comments) on the started stream, in sends of at most
-        :data:`SEND_BYTES` under one lock (no keep-alive lands between two of them); :attr:`sent`
-        counts the sends done, the client's progress."""
+        """Send ``data`` (whole SSE events or comments) on the started stream, in sends of whole events
+        of at most :data:`SEND_BYTES` (but for one event larger than that, cut) under one lock (no
+        keep-alive lands between two of them); :attr:`sent` counts the sends done, the client's
+        progress."""
         async with self._lock:
-            for start in range(0, len(data), SEND_BYTES):
-                body = data if len(data) <= SEND_BYTES else data[start : start + SEND_BYTES]
+            start = 0
+            while start < len(data):
+                end = len(data)
+                if end - start > SEND_BYTES:
+                    cut = data.rfind(b"\n\n", start, start + SEND_BYTES)
+                    end = cut + 2 if cut >= 0 else start + SEND_BYTES
+                body = data if start == 0 and end == len(data) else data[start:end]
                 await self._send({"type": "http.response.body", "body": body, "more_body": True})
                 self._last_sent = self._loop.time()
                 self.sent += 1
+                start = end
 
     async def end(self) -> None:
         """End the stream (idempotent)."""

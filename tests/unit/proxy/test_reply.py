@@ -9,7 +9,7 @@ from typing import Any
 from gateway.dialects.messages import MESSAGES
 from gateway.dialects.openai.chat import CHAT
 from gateway.errors import GatewayError
-from gateway.proxy.reply import Reply
+from gateway.proxy.reply import SEND_BYTES, Reply
 
 
 class Sent:
@@ -77,3 +77,21 @@ async def test_an_idle_stream_gets_the_dialects_keep_alive_and_a_busy_one_none()
     count = len(sent.messages)
     await asyncio.sleep(0.1)
     assert len(sent.messages) == count  # nothing after the end
+
+
+async def test_a_large_piece_goes_in_sends_of_whole_events_each_counted() -> None:
+    """What waited while the client was slow goes out in sends of at most SEND_BYTES, cut between
+    events (an event larger than that is cut where it must be); each send counts as progress."""
+    sent = Sent()
+    reply = Reply(sent, CHAT, keep_alive_s=60)
+    await reply.start_stream({})
+    event = b"data: " + b"x" * 994 + b"\n\n"  # 1,002 bytes
+    small, large = event * 3, b"data: " + b"y" * (SEND_BYTES * 2) + b"\n\n"
+    await reply.events(small)
+    await reply.events(event * 200 + large)
+    await reply.end()
+    bodies = [m["body"] for m in sent.messages[1:] if m.get("more_body")]
+    assert bodies[0] == small and reply.sent == len(bodies)
+    assert all(len(body) <= SEND_BYTES for body in bodies)
+    assert [len(body) for body in bodies[1:3]] == [65 * len(event), 65 * len(event)]  # 65 whole events
+    assert sent.body == small + event * 200 + large
