@@ -95,3 +95,5 @@ def test_a_store_that_does_not_answer_is_a_503_and_health_stays_up(
     assert httpx.get(gateway.url + "/health").status_code == 200
     models = httpx.get(gateway.url + "/v1/models", headers={"Authorization": f"Bearer {key}"})
     assert models.status_code == 200  # what needs no limit is served
+    own = httpx.get(gateway.url + "/v1/key", headers={"Authorization": f"Bearer {key}"})  # its quota left
+    assert own.status_code == 503 and own.json()["error"]["code"] == "limits_unavailable"

@@ -5,11 +5,17 @@ backend may have run for it, a quota in warn mode said so in a header."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import cast
+
+from limits.aio.storage import Storage
+from limits.errors import StorageError
 
 from gateway.auth.principal import Group, Principal, Quota
 from gateway.config import Settings
+from gateway.errors import GatewayError
 from gateway.limits.quota import Quotas, QuotaWeights
 from gateway.limits.rate import RateLimiter, storage_for
+from gateway.proxy import billing as billing_module
 from gateway.proxy.billing import Billing, charged, spent
 from gateway.telemetry.record import RequestTelemetry
 
@@ -91,3 +97,56 @@ async def test_an_unread_answer_without_an_output_cap_is_not_charged_its_whole_c
     assert (await quotas.standing(key.quotas()[0])).used == SETTINGS.max_model_len  # while it runs
     await billing.settle(record(False, True, 0, 0), prompt_tokens=100)
     assert (await quotas.standing(key.quotas()[0])).used == 100 + 100
+
+
+class Flaky:
+    """A ``limits`` store that fails the increments it is told to (a Redis blip), else the memory one."""
+
+    def __init__(self) -> None:
+        self.inner, self.failing = storage_for("memory://"), 0
+
+    async def incr(self, key: str, expiry: int, amount: int = 1) -> int:
+        if self.failing:
+            self.failing -= 1
+            raise StorageError(ConnectionError("blip"))
+        return await self.inner.incr(key, expiry, amount)
+
+    async def get(self, key: str) -> int:
+        return await self.inner.get(key)
+
+
+async def test_a_store_that_fails_is_a_503_and_a_settlement_is_tried_again(monkeypatch) -> None:
+    monkeypatch.setattr(billing_module, "SETTLE_BACKOFF_S", 0.0)
+    store = Flaky()
+    quotas = Quotas(cast(Storage, store), QuotaWeights())
+    key = Principal(key_id="key_7", name="team", quota=Quota("key:key_7", 1_000, "day"))
+    held = Billing(RateLimiter(storage_for("memory://")), quotas, key, SETTINGS, "req-7")
+    await held.count()
+    await held.reserve(prompt_tokens=10, sequences=1, output_budget=90)
+    store.failing = 2  # the settlement's first two tries fail
+    await held.settle(record(False, False, 10, 20), prompt_tokens=10)
+    assert (await quotas.standing(key.quotas()[0])).used == 30
+    half = Billing(RateLimiter(storage_for("memory://")), quotas, key, SETTINGS, "req-8")
+    await half.count()
+    await store.incr("quota/key:key_7/day/" + datetime.now(UTC).strftime("%Y%m%d"), 60, 2_000)  # spent
+    store.failing = 0
+    calls = {"n": 0}
+    original = store.incr
+
+    async def fail_the_give_back(key: str, expiry: int, amount: int = 1) -> int:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the counter moved, then the give-back fails
+            raise StorageError(ConnectionError("blip"))
+        return await original(key, expiry, amount)
+
+    store.incr = fail_the_give_back  # type: ignore[method-assign]
+    try:
+        await half.reserve(prompt_tokens=10, sequences=1, output_budget=90)
+    except GatewayError as refused:
+        assert (refused.status, refused.code) == (503, "limits_unavailable")
+        assert refused.headers["Retry-After"] == "5"
+    else:
+        raise AssertionError("a store failing half-way was not a 503")
+    store.incr = original  # type: ignore[method-assign]
+    await half.settle(record(False, False, 0, 0, admitted=False), prompt_tokens=10)
+    assert (await quotas.standing(key.quotas()[0])).used == 2_030  # what it moved, given back
