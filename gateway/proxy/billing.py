@@ -79,6 +79,7 @@ class Billing:
         assert self.ticket is not None
         settings, weights = self._settings, self._quotas.weights
         budget = output_budget or max(1, settings.max_model_len - prompt_tokens)
+        reserve = output_budget or settings.tpm_output_reserve_tokens  # tokens per minute, warn quotas
         cap: int | None = None
         for quota in self._principal.quotas():
             if quota.mode == "enforce":
@@ -87,8 +88,7 @@ class Billing:
                     weights.most(prompt_tokens, sequences),
                 )
             else:
-                output = sequences * (output_budget or settings.tpm_output_reserve_tokens)
-                most, least = weights.most(prompt_tokens, output), 0
+                most, least = weights.most(prompt_tokens, sequences * reserve), 0
             try:
                 hold = await self._quotas.reserve(quota, most, least)
             except Reserved as partial:  # the store failed half-way: what it holds is given back at the end
@@ -101,7 +101,7 @@ class Billing:
             if hold.over:
                 log.warning("request %s: past the %s quota (warn mode)", self._request_id, quota.holder)
                 self.ticket.headers["x-quota-warning"] = f"{quota.holder.split(':', 1)[0]} quota exceeded"
-        output = min(budget, output_budget or settings.tpm_output_reserve_tokens)
+        output = min(budget, reserve)
         self._unread_cost = weights.most(prompt_tokens, sequences * output)
         if self._principal.tpm:
             await self._limits.reserve(self.ticket, prompt_tokens + sequences * output)
