@@ -180,6 +180,11 @@ class Settings(BaseSettings):
         ge=1,
         description="Most answers (sequences) one request may ask for (OpenAI's n); each takes a slot",
     )
+    extra_body_fields: Annotated[frozenset[str], NoDecode] = Field(
+        default=frozenset(),
+        description="Request body fields forwarded on every inference route beyond those the gateway "
+        "serves (gateway/dialects/fields.py), comma-separated: e.g. a field a new client release sends",
+    )
     upstream_priority: bool = Field(
         default=False,
         description="Send vLLM a batch request's class as its priority (1; interactive: 0, the default). "
@@ -445,7 +450,7 @@ class Settings(BaseSettings):
             raise ValueError("reasoning_start and reasoning_end must differ")
         return self
 
-    @field_validator("jwt_idp_algorithms", "model_aliases", mode="before")
+    @field_validator("jwt_idp_algorithms", "model_aliases", "extra_body_fields", mode="before")
     @classmethod
     def _split_list(cls, value: object) -> object:
         return comma_list(value)

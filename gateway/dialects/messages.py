@@ -176,6 +176,7 @@ class AnthropicDialect:
         """The body with thinking written as DeepSeek-V4's template controls, under the field policy."""
         request: CountTokensRequest = parsed.request
         payload = parsed.body
+        check_fields(payload, principal, settings, self.api)
         default = as_level(principal.default_thinking or settings.default_thinking)
         thinking = request.thinking
         output = payload.get("output_config")
@@ -193,7 +194,6 @@ class AnthropicDialect:
         if thinking is not None and thinking.type == "disabled":
             del payload["thinking"]
         set_template_thinking(payload, resolved)
-        check_fields(payload, principal, settings.max_n)
         return payload
 
 

@@ -92,6 +92,7 @@ class Responses(OpenAIDialect):
     def prepare(self, parsed: Parsed, context: Context) -> Prepared:
         request: ResponsesRequest = parsed.request
         payload = parsed.body
+        check_fields(payload, context.principal, context.settings, self.api)
         if request.background:
             message = "background responses are not served here: the gateway must see every sequence end."
             raise GatewayError("unsupported_field", message, param="background")
@@ -104,7 +105,6 @@ class Responses(OpenAIDialect):
         if isinstance(reasoning, dict) and "effort" in reasoning:
             payload["reasoning"] = {k: v for k, v in reasoning.items() if k != "effort"}
         set_template_thinking(payload, thinking)
-        check_fields(payload, context.principal, context.settings.max_n)
         translator = ResponsesTranslator(stored=request.store is not False)
         budget = request.max_output_tokens
         return Prepared(

@@ -10,6 +10,7 @@ Normalisation for vLLM serving DeepSeek-V4: thinking controls (``reasoning_effor
 from __future__ import annotations
 
 from gateway.dialects.base import Context, Parsed, Prepared
+from gateway.dialects.fields import check_fields
 from gateway.dialects.openai.dialect import OpenAIDialect, finish
 from gateway.dialects.openai.models import ChatCompletionRequest
 from gateway.dialects.openai.normalize import normalize_chat
@@ -28,6 +29,7 @@ class ChatCompletions(OpenAIDialect):
     def prepare(self, parsed: Parsed, context: Context) -> Prepared:
         request: ChatCompletionRequest = parsed.request
         settings = context.settings
+        check_fields(parsed.body, context.principal, settings, self.api)
         payload = request.payload(parsed.body)
         default = as_level(context.principal.default_thinking or settings.default_thinking)
         normalized = normalize_chat(payload, default, settings.backend_reasoning_field)

@@ -8,6 +8,7 @@ thinking is on — when the raw prompt ends with the start marker (``<think>``)
 from __future__ import annotations
 
 from gateway.dialects.base import Context, Parsed, Prepared
+from gateway.dialects.fields import check_fields
 from gateway.dialects.openai.dialect import OpenAIDialect, finish
 from gateway.dialects.openai.models import CompletionRequest
 from gateway.dialects.openai.normalize import normalize_completion
@@ -25,6 +26,7 @@ class TextCompletions(OpenAIDialect):
 
     def prepare(self, parsed: Parsed, context: Context) -> Prepared:
         request: CompletionRequest = parsed.request
+        check_fields(parsed.body, context.principal, context.settings, self.api)
         payload = request.payload(parsed.body)
         normalized = normalize_completion(payload, context.settings.reasoning_start)
         mode: SplitMode = "off" if context.settings.reasoning_split == "off" else "gateway"

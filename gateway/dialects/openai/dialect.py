@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from dspark_common import json_codec
 from gateway.dialects.base import Answer, Context, Parsed, Prepared, Step
-from gateway.dialects.fields import check_fields
+from gateway.dialects.fields import sequences
 from gateway.dialects.openai.chunks import observation
 from gateway.dialects.openai.client_view import ClientView
 from gateway.dialects.openai.models import InferenceRequest
@@ -93,7 +93,7 @@ def finish(
         opened=normalized.opened,
         structured=normalized.structured,
     )
-    sequences = check_fields(payload, context.principal, context.settings.max_n)
+    asks = sequences(payload, context.settings.max_n)
     include_metrics = payload.pop("include_metrics", False) is True
     asked = payload.get("stream_options") or {}
     if request.stream:
@@ -107,7 +107,7 @@ def finish(
     budget, param = output
     translator = OpenAITranslator(policy, view)
     return Prepared(
-        json_codec.dumps_kept(payload), request.stream, budget, param, sequences, translator, count=count
+        json_codec.dumps_kept(payload), request.stream, budget, param, asks, translator, count=count
     )
 
 

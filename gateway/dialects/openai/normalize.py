@@ -14,12 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.dialects.fields import STRUCTURED_FIELDS
 from gateway.dialects.thinking import Level, Thinking, apply_thinking, resolve_thinking
 from gateway.errors import GatewayError
 
 _REASONING_INPUT_FIELDS = ("reasoning_content", "reasoning")
-#: vLLM's structured-output request fields (``structured_outputs``, and the older ``guided_*``).
-_STRUCTURED_FIELDS = ("structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +39,7 @@ def _structured(payload: dict[str, Any]) -> bool:
     response_format = payload.get("response_format")
     kind = response_format.get("type") if isinstance(response_format, dict) else None
     return (kind is not None and kind != "text") or any(
-        payload.get(name) is not None for name in _STRUCTURED_FIELDS
+        payload.get(name) is not None for name in STRUCTURED_FIELDS
     )
 
 
