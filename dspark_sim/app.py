@@ -68,6 +68,8 @@ def create_sim_app(config: SimConfig | None = None) -> Starlette:
         )
         if config.trace_file:
             logger.info("dspark-sim: tracing every sequence to %s", config.trace_file)
+        if _app.state.sim.publisher is not None:
+            _app.state.sim.publisher.start()
         try:
             yield
         finally:

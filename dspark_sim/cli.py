@@ -17,6 +17,14 @@ def sim(
     acceptance: Annotated[float, typer.Option(help="Per-position draft acceptance probability")] = 0.7,
     seed: Annotated[int, typer.Option(help="RNG seed (output is deterministic per seed)")] = 0,
     served_model: Annotated[str, typer.Option(help="Served model name")] = "deepseek-v4-flash-0731",
+    prefix_caching: Annotated[bool, typer.Option(help="Keep a prefix cache")] = True,
+    block_size: Annotated[int, typer.Option(min=1, help="Tokens per KV block")] = 256,
+    kv_events_endpoint: Annotated[
+        str | None, typer.Option(help="Publish KV cache events on this ZMQ endpoint (bound)")
+    ] = None,
+    kv_events_replay_endpoint: Annotated[
+        str | None, typer.Option(help="Replay KV cache events on this ZMQ endpoint (bound)")
+    ] = None,
 ) -> None:
     """Run the DeepSeek-V4 vLLM simulator (no model: scripted text, vLLM-shaped API and /metrics)."""
     from dspark_sim import SimConfig, run_sim
@@ -28,5 +36,9 @@ def sim(
         k=k,
         acceptance=acceptance,
         seed=seed,
+        prefix_caching=prefix_caching,
+        block_size=block_size,
+        kv_events_endpoint=kv_events_endpoint,
+        kv_events_replay_endpoint=kv_events_replay_endpoint,
     )
     run_sim(config, host=host, port=port)

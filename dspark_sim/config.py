@@ -53,6 +53,16 @@ class SimConfig:
     """Keep the Responses API's ``store: true`` answers (non-stream) for ``GET /v1/responses/{id}``,
     ``.../cancel`` and ``previous_response_id``, as vLLM does with ``VLLM_ENABLE_RESPONSES_API_STORE=1``;
     False (vLLM's default): every stored id is unknown (404)."""
+    prefix_caching: bool = True
+    """Keep a prefix cache (vLLM's ``--enable-prefix-caching``, :mod:`dspark_sim.prefix_cache`): a
+    prompt's resident prefix is not prefilled again, and ``cached_tokens`` in usage says how much."""
+    block_size: int = 256
+    """Tokens per KV block (``--block-size``), the prefix cache's unit."""
+    kv_events_endpoint: str | None = None
+    """Publish KV cache events here (a ZMQ endpoint bound, e.g. ``tcp://127.0.0.1:5557``), as vLLM's
+    ``--kv-events-config`` ``endpoint`` does; None: none published."""
+    kv_events_replay_endpoint: str | None = None
+    """The replay socket of those events (``replay_endpoint``); None: no replay."""
     tokenize_tps: float | None = None
     """Tokenizer speed of a prompt count (``/tokenize``, ``count_tokens``), tokens/s: a count of n tokens
     answers after n / tokenize_tps s (None: at once). ``dspark_sim_token_counts_total`` and
@@ -93,6 +103,7 @@ class SimConfig:
             "acceptance must be within 0..1": 0.0 <= self.acceptance <= 1.0,
             "max_model_len must be >= 1": self.max_model_len >= 1,
             "kv_cache_tokens must be >= 1": self.kv_cache_tokens >= 1,
+            "block_size must be >= 1": self.block_size >= 1,
             "reasoning_tokens must be >= 1": self.reasoning_tokens >= 1,
             "content_tokens must be >= 1": self.content_tokens >= 1,
         }

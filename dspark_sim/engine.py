@@ -23,7 +23,10 @@ import time
 from collections.abc import AsyncGenerator
 from typing import Protocol
 
+from dspark_common.kv_events import KVCacheEvent
+
 from .config import SimConfig
+from .prefix_cache import PrefixCache
 from .scheduler import Preempted, Scheduler
 from .sequence import Sequence, Step
 
@@ -62,13 +65,30 @@ def _next_step(rng: random.Random, position: int, total: int, k: int, acceptance
     return Step(position, position + emitted, drafted=k, accepted=emitted - 1)
 
 
-class SimEngine:
-    """Runs sequences through the scheduler and the step model, reporting to an observer."""
+class EventSink(Protocol):
+    """Where the prefix cache's KV events go (``KVEventPublisher``)."""
 
-    def __init__(self, config: SimConfig, scheduler: Scheduler, observer: EngineObserver) -> None:
+    def publish(self, events: list[KVCacheEvent]) -> None: ...
+
+
+class SimEngine:
+    """Runs sequences through the scheduler and the step model, reporting to an observer; with a
+    prefix ``cache``, a prefill computes only what it does not hold, and the cache's changes go to
+    ``events``."""
+
+    def __init__(
+        self,
+        config: SimConfig,
+        scheduler: Scheduler,
+        observer: EngineObserver,
+        cache: PrefixCache | None = None,
+        events: EventSink | None = None,
+    ) -> None:
         self.config = config
         self.scheduler = scheduler
         self._observer = observer
+        self.cache = cache
+        self._events = events
 
     async def run(self, seq: Sequence) -> AsyncGenerator[Step, None]:
         """Queue, prefill and decode ``seq``, yielding each step when it is due; a preempted sequence
@@ -96,6 +116,8 @@ class SimEngine:
                         if step.start > 0:
                             due += step.tokens / decode_tps
                         scheduler.grow(seq, step.tokens)
+                        if self.cache is not None:
+                            self._publish(self.cache.trim(scheduler.kv_tokens))
                         await _nap(seq, due)
                         self._emit(seq, step)
                         emitted, step = step, None
@@ -108,10 +130,17 @@ class SimEngine:
             self._observer.on_finish(seq, seq.finish_reason if complete else "abort")
 
     async def _prefill(self, seq: Sequence) -> None:
-        """Prefill prompt + generated tokens in chunks of ``prefill_chunk_tokens``; a chunk of c
-        tokens takes c / (prefill_tps / sequences prefilling now) s (the compute is shared)."""
-        config, scheduler = self.config, self.scheduler
+        """Prefill prompt + generated tokens in chunks of ``prefill_chunk_tokens``, but for the prompt's
+        prefix the cache holds; a chunk of c tokens takes c / (prefill_tps / sequences prefilling now)
+        s (the compute is shared). Its prompt's blocks are then resident."""
+        config, scheduler, cache = self.config, self.scheduler, self.cache
         left = seq.prompt_tokens + seq.generated
+        if cache is not None and seq.prompt_ids is not None:
+            cached = cache.lookup(seq.prompt_ids)
+            if seq.generated == 0:
+                seq.cached_tokens = cached
+            scheduler.grow(seq, cached)
+            left -= cached
         seq.prefilling = True
         try:
             while left > 0:
@@ -121,6 +150,12 @@ class SimEngine:
                 left -= chunk
         finally:
             seq.prefilling = False
+        if cache is not None and seq.prompt_ids is not None:
+            self._publish(cache.store(seq.prompt_ids, scheduler.kv_tokens))
+
+    def _publish(self, events: list[KVCacheEvent]) -> None:
+        if events and self._events is not None:
+            self._events.publish(events)
 
     def _emit(self, seq: Sequence, step: Step) -> None:
         now = time.monotonic()

@@ -100,7 +100,8 @@ async def _count_tokens(request: Request, body: CountTokensRequest) -> Response:
 
 
 async def tokenize(request: Request) -> Response:
-    """``POST /tokenize``: ``{"count", "max_model_len", "tokens"}`` (token ids are placeholders)."""
+    """``POST /tokenize``: ``{"count", "max_model_len", "tokens"}`` (the simulated tokenizer's ids,
+    :mod:`dspark_sim.tokens`)."""
     return await _answer(request, TokenizeRequest, _tokenize)
 
 
@@ -108,11 +109,9 @@ async def _tokenize(request: Request, body: TokenizeRequest) -> Response:
     sim: SimState = request.app.state.sim
     config = sim.config
     _check_model(config, body.model)
-    count = body.count()
-    async with _counting(sim, count):
-        return FastJSONResponse(
-            {"count": count, "max_model_len": config.max_model_len, "tokens": [0] * count}
-        )
+    ids = body.to_prompt().token_ids()
+    async with _counting(sim, len(ids)):
+        return FastJSONResponse({"count": len(ids), "max_model_len": config.max_model_len, "tokens": ids})
 
 
 def _priority(body: BaseModel) -> Any:
@@ -211,6 +210,7 @@ async def _chat(request: Request, body: ChatRequest) -> Response:
             finish_reason=finish_reason,
             call_id=gen.call_id,
             metrics=gen.metrics(),
+            cached_tokens=gen.seq.cached_tokens,
         )
     )
 
@@ -237,7 +237,11 @@ async def _completion(request: Request, body: CompletionRequest) -> Response:
     await streams.run_to_end(sim.engine, gen)
     return FastJSONResponse(
         render.completion_response(
-            gen.envelope, gen.output, prompt_tokens=gen.seq.prompt_tokens, metrics=gen.metrics()
+            gen.envelope,
+            gen.output,
+            prompt_tokens=gen.seq.prompt_tokens,
+            metrics=gen.metrics(),
+            cached_tokens=gen.seq.cached_tokens,
         )
     )
 
@@ -345,6 +349,7 @@ async def _prepare(
     seq = Sequence(
         request_id=f"{envelope_id}-{uuid.uuid4().hex[:8]}",
         prompt_tokens=prompt.tokens,
+        prompt_ids=prompt.token_ids() if config.prefix_caching else None,
         output_tokens=len(output),
         finish_reason=output.finish_reason,
         rng=random.Random(step_seed),

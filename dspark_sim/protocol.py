@@ -18,6 +18,7 @@ from dspark_common import json_codec
 
 from .errors import SimError
 from .text import THINK_START, estimate_prompt_tokens
+from .tokens import chat_ids, raw_ids
 
 OPEN = ConfigDict(extra="allow")
 
@@ -37,6 +38,13 @@ class Prompt:
     """The output of the tool call the conversation ends with, if it ends with one."""
     tools: frozenset[str] = frozenset()
     """Function tools the model may call: declared, and not ruled out by ``tool_choice``."""
+    parts: tuple[tuple[str, str], ...] | None = None
+    """``(role, text)`` pairs of a chat prompt as the template renders them; None: a raw prompt
+    (its text is ``key``)."""
+
+    def token_ids(self) -> list[int]:
+        """The prompt's ids (:mod:`dspark_sim.tokens`): as many as :attr:`tokens`."""
+        return raw_ids(self.key) if self.parts is None else chat_ids(self.parts)
 
     @classmethod
     def of_messages(
@@ -57,6 +65,7 @@ class Prompt:
             thinking=thinking,
             tool_result=tool_result,
             tools=tools,
+            parts=tuple(messages),
         )
 
 
@@ -251,11 +260,11 @@ class TokenizeRequest(BaseModel):
             raise ValueError("give either messages or prompt")
         return self
 
-    def count(self) -> int:
-        """The prompt's tokens: what ``usage.prompt_tokens`` of the same chat or completion request is."""
+    def to_prompt(self) -> Prompt:
+        """The prompt the same chat or completion request has (its ids, its ``usage.prompt_tokens``)."""
         if self.messages is not None:
-            return ChatRequest(messages=self.messages, tools=self.tools).to_prompt().tokens
-        return CompletionRequest(prompt=self.prompt or "").to_prompt().tokens
+            return ChatRequest(messages=self.messages, tools=self.tools).to_prompt()
+        return CompletionRequest(prompt=self.prompt or "").to_prompt()
 
 
 RequestT = TypeVar("RequestT", bound=BaseModel)

@@ -47,13 +47,13 @@ def sse_event(payload: dict[str, Any]) -> bytes:
     return b"event: " + payload["type"].encode() + b"\ndata: " + json_codec.dumps(payload) + b"\n\n"
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    """OpenAI usage object, tokens."""
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI usage object, tokens (``cached_tokens``: of the prompt, found in the prefix cache)."""
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
@@ -146,6 +146,7 @@ def chat_response(
     finish_reason: str,
     call_id: str | None = None,
     metrics: dict[str, Any] | None = None,
+    cached_tokens: int = 0,
 ) -> dict[str, Any]:
     """A non-streamed ``chat.completion``; ``content`` is null when the parser left none."""
     span = output.span(split=split)
@@ -171,7 +172,7 @@ def chat_response(
                 "stop_reason": None,
             }
         ],
-        "usage": usage(prompt_tokens, len(output)),
+        "usage": usage(prompt_tokens, len(output), cached_tokens),
         "prompt_logprobs": None,
     }
     if metrics is not None:
@@ -180,7 +181,12 @@ def chat_response(
 
 
 def completion_response(
-    env: Envelope, output: Output, *, prompt_tokens: int, metrics: dict[str, Any] | None = None
+    env: Envelope,
+    output: Output,
+    *,
+    prompt_tokens: int,
+    metrics: dict[str, Any] | None = None,
+    cached_tokens: int = 0,
 ) -> dict[str, Any]:
     """A non-streamed ``text_completion``: raw text, ``</think>`` included."""
     body: dict[str, Any] = {
@@ -198,7 +204,7 @@ def completion_response(
                 "prompt_logprobs": None,
             }
         ],
-        "usage": usage(prompt_tokens, len(output)),
+        "usage": usage(prompt_tokens, len(output), cached_tokens),
     }
     if metrics is not None:
         body["metrics"] = metrics

@@ -51,8 +51,12 @@ def stop_reason(output: Output) -> str:
 
 
 def usage(gen: Generation) -> dict[str, int]:
-    """Tokens so far (vLLM reports no cache fields when prompt token details are off)."""
-    return {"input_tokens": gen.seq.prompt_tokens, "output_tokens": gen.seq.generated}
+    """Tokens so far, and ``cache_read_input_tokens`` when the prefix cache served some of the prompt
+    (vLLM 0.32 ``anthropic/serving.py``: from ``prompt_tokens_details.cached_tokens``)."""
+    tokens = {"input_tokens": gen.seq.prompt_tokens, "output_tokens": gen.seq.generated}
+    if gen.seq.cached_tokens:
+        tokens["cache_read_input_tokens"] = gen.seq.cached_tokens
+    return tokens
 
 
 def message_body(gen: Generation) -> dict[str, Any]:

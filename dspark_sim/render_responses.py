@@ -78,7 +78,7 @@ def finished(base: dict[str, Any], gen: Generation, items: list[dict[str, Any]])
         "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
         "output": items,
         "status": "incomplete" if cut else "completed",
-        "usage": usage(gen.seq.prompt_tokens, gen.seq.generated),
+        "usage": usage(gen.seq.prompt_tokens, gen.seq.generated, gen.seq.cached_tokens),
     }
     metrics = gen.metrics()
     if metrics is not None:
@@ -86,12 +86,12 @@ def finished(base: dict[str, Any], gen: Generation, items: list[dict[str, Any]])
     return body
 
 
-def usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
-    """Responses usage, tokens."""
+def usage(input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """Responses usage, tokens (``cached_tokens``: of the input, found in the prefix cache)."""
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {
-            "cached_tokens": 0,
+            "cached_tokens": cached_tokens,
             "cache_write_tokens": 0,
             "input_tokens_per_turn": [],
             "cached_tokens_per_turn": [],

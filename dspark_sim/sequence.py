@@ -39,6 +39,10 @@ class Sequence:
     rng: random.Random
     decode_tps: float | None = None
     """This sequence's decode speed, tokens/s (None: the server's ``SimConfig.decode_tps``)."""
+    prompt_ids: list[int] | None = None
+    """The prompt's token ids, for the prefix cache (None: not cached)."""
+    cached_tokens: int = 0
+    """Prompt tokens its first prefill found in the prefix cache (``cached_tokens`` of its usage)."""
     priority: int = 0
     """The request's ``priority`` (lower first, with ``SimConfig.scheduling_policy`` ``priority``)."""
     arrival: float = field(default_factory=time.monotonic)

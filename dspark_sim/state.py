@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 
 from .config import SimConfig
 from .engine import EngineObserver, SimEngine
+from .kv_publisher import KVEventPublisher
 from .metrics import SimMetrics
+from .prefix_cache import PrefixCache
 from .scheduler import Scheduler
 from .trace import Observers, SequenceTrace
 
@@ -22,6 +24,8 @@ class SimState:
     trace: SequenceTrace | None = None
     started: int = field(default_factory=lambda: int(time.time()))
     """Unix time the app was built, s (``created`` of ``/v1/models``)."""
+    publisher: KVEventPublisher | None = None
+    """Where the prefix cache's KV events go (``SimConfig.kv_events_endpoint``)."""
     stored: dict[str, bytes] = field(default_factory=dict)
     """Stored Responses answers by id (``SimConfig.responses_store``), in this process's memory."""
 
@@ -39,10 +43,22 @@ class SimState:
         trace = SequenceTrace(config.trace_file) if config.trace_file else None
         observer: EngineObserver = metrics if trace is None else Observers(metrics, trace)
         scheduler.on_preempt = observer.on_preempt
-        engine = SimEngine(config, scheduler, observer)
-        return cls(config=config, engine=engine, metrics=metrics, trace=trace)
+        cache = (
+            PrefixCache(config.block_size, config.kv_cache_tokens // config.block_size)
+            if config.prefix_caching
+            else None
+        )
+        publisher = (
+            KVEventPublisher(config.kv_events_endpoint, config.kv_events_replay_endpoint)
+            if config.kv_events_endpoint
+            else None
+        )
+        engine = SimEngine(config, scheduler, observer, cache, publisher)
+        return cls(config=config, engine=engine, metrics=metrics, trace=trace, publisher=publisher)
 
     def close(self) -> None:
-        """Flush and close the trace file, if any (at shutdown)."""
+        """Flush and close the trace file and the event sockets, if any (at shutdown)."""
         if self.trace is not None:
             self.trace.close()
+        if self.publisher is not None:
+            self.publisher.close()

@@ -52,7 +52,7 @@ class Generation:
     def usage(self, completion_tokens: int | None = None) -> dict[str, Any]:
         """Usage so far (default: all emitted tokens)."""
         done = self.seq.generated if completion_tokens is None else completion_tokens
-        return render.usage(self.seq.prompt_tokens, done)
+        return render.usage(self.seq.prompt_tokens, done, self.seq.cached_tokens)
 
     def metrics(self) -> dict[str, Any] | None:
         """The per-request metrics object, or None when not asked for."""

@@ -1,0 +1,110 @@
+"""The simulator's prefix cache and its KV events: a conversation's next turn is served from the blocks
+its last turn left (``cached_tokens`` in usage, a shorter prefill), the least recently used blocks go
+when the pool needs room, and every change is published on ZMQ in vLLM's wire format, with a replay
+socket — read here by a real ZMQ subscriber."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import zmq
+
+from dspark_common import kv_events
+from dspark_common.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
+from dspark_sim.prefix_cache import PrefixCache
+from dspark_sim.tokens import chat_ids
+from tests.sim.helpers import MODEL
+from tests.support.servers import free_port
+
+BLOCK = 16
+
+
+def test_a_longer_prompt_is_served_from_the_blocks_of_its_prefix() -> None:
+    cache = PrefixCache(BLOCK, pool_blocks=100)
+    first = list(range(1000, 1000 + 5 * BLOCK))
+    assert cache.lookup(first) == 0
+    [stored] = cache.store(first, held_tokens=0)
+    assert isinstance(stored, BlockStored) and stored.parent_block_hash is None
+    assert len(stored.block_hashes) == 5
+    assert stored.token_ids == first and stored.block_size == BLOCK
+    assert cache.lookup(first) == 4 * BLOCK  # its last token is always computed: not its last block
+    second = first + [7] * (3 * BLOCK + 2)
+    assert cache.lookup(second) == 5 * BLOCK
+    [more] = cache.store(second, held_tokens=0)
+    assert isinstance(more, BlockStored) and more.parent_block_hash == stored.block_hashes[-1]
+    assert len(more.block_hashes) == 3 and more.token_ids == second[5 * BLOCK : 8 * BLOCK]
+    assert cache.lookup([1] + first[1:]) == 0  # another first token: another chain
+
+
+def test_the_least_recently_used_blocks_go_when_running_sequences_need_the_pool() -> None:
+    cache = PrefixCache(BLOCK, pool_blocks=10)
+    old, recent = [1] * (4 * BLOCK), [2] * (4 * BLOCK)
+    cache.store(old, 0)
+    cache.store(recent, 0)
+    cache.lookup(old + [0])  # old is used again: recent is now the least recently used
+    events = cache.trim(held_tokens=6 * BLOCK)  # 4 blocks left free
+    assert [type(e) for e in events] == [BlockRemoved] and len(events[0].block_hashes) == 4
+    assert cache.lookup(old + [0]) == 4 * BLOCK and cache.lookup(recent + [0]) == 0
+    assert cache.trim(held_tokens=0) == [] and isinstance(cache.clear()[0], AllBlocksCleared)
+
+
+def test_chat_ids_are_prefix_stable() -> None:
+    turn = [("system", "Be brief."), ("user", "x" * 5000)]
+    later = chat_ids([*turn, ("assistant", "ok"), ("user", "more")])
+    first = chat_ids(turn)
+    assert later[: len(first) - 2] == first[:-2]  # all but the assistant's opening ids
+
+
+def _subscriber(endpoint: str) -> zmq.Socket:
+    socket = zmq.Context.instance().socket(zmq.SUB)
+    socket.setsockopt(zmq.SUBSCRIBE, b"")
+    socket.setsockopt(zmq.RCVTIMEO, 10_000)
+    socket.connect(endpoint)
+    return socket
+
+
+def test_a_second_turn_hits_the_cache_and_the_events_say_so(new_sim) -> None:
+    port, replay_port = free_port(), free_port()
+    endpoint, replay = f"tcp://127.0.0.1:{port}", f"tcp://127.0.0.1:{replay_port}"
+    sim = new_sim(
+        block_size=BLOCK, kv_events_endpoint=endpoint, kv_events_replay_endpoint=replay, prefill_tps=20_000
+    )
+    subscriber = _subscriber(endpoint)
+    time.sleep(0.3)  # a PUB socket drops what it sends before the subscription has arrived
+    messages = [{"role": "user", "content": "word " * 2000}]
+
+    def turn(extra: list[dict[str, str]]) -> dict[str, int]:
+        body = {"model": MODEL, "messages": messages + extra, "max_tokens": 4}
+        answer = httpx.post(f"{sim.base_url}/v1/chat/completions", json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        return answer.json()["usage"]
+
+    first = turn([])
+    assert first["prompt_tokens_details"]["cached_tokens"] == 0
+    topic, seq, payload = subscriber.recv_multipart()
+    batch = kv_events.decode(payload)
+    assert (topic, kv_events.frame_seq(seq)) == (b"", 0)
+    [stored] = batch.events
+    assert isinstance(stored, BlockStored) and len(stored.block_hashes) == first["prompt_tokens"] // BLOCK
+    ids = httpx.post(f"{sim.base_url}/tokenize", json={"model": MODEL, "messages": messages}).json()["tokens"]
+    assert stored.token_ids == ids[: len(stored.token_ids)]  # the ids /tokenize answers
+
+    second = turn([{"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"}])
+    cached = second["prompt_tokens_details"]["cached_tokens"]
+    assert cached == (first["prompt_tokens"] - 2) // BLOCK * BLOCK  # all but the assistant opening's block
+    _, seq, payload = subscriber.recv_multipart()
+    [more] = kv_events.decode(payload).events
+    assert kv_events.frame_seq(seq) == 1 and isinstance(more, BlockStored)
+    assert more.parent_block_hash == stored.block_hashes[cached // BLOCK - 1]
+
+    asked = zmq.Context.instance().socket(zmq.DEALER)
+    asked.setsockopt(zmq.RCVTIMEO, 10_000)
+    asked.connect(replay)
+    asked.send_multipart((b"", kv_events.seq_frame(0)))
+    replayed = []
+    while (frames := asked.recv_multipart())[2] != kv_events.END_SEQ:
+        replayed.append((kv_events.frame_seq(frames[2]), kv_events.decode(frames[3]).events))
+    assert replayed == [(0, [stored]), (1, [more])]
+    subscriber.close(linger=0)
+    asked.close(linger=0)
