@@ -47,8 +47,15 @@ async def _opened(engine: AsyncEngine) -> None:
     """Nothing more to do with a database that opened."""
 
 
-def _simulator(served_model: str) -> Any:
-    """The simulator's ASGI app serving ``served_model`` (its defaults otherwise)."""
+def _simulator(served_model: str, kv_events: str, kv_events_replay: str) -> Any:
+    """The simulator's ASGI app serving ``served_model``, publishing its KV events on ``kv_events``
+    (replayed on ``kv_events_replay``); its defaults otherwise."""
     from dspark_sim import SimConfig, create_sim_app
 
-    return create_sim_app(SimConfig(served_model_name=served_model))
+    return create_sim_app(
+        SimConfig(
+            served_model_name=served_model,
+            kv_events_endpoint=kv_events,
+            kv_events_replay_endpoint=kv_events_replay,
+        )
+    )

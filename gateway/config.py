@@ -101,6 +101,25 @@ def upstream_list(value: str) -> tuple[tuple[str, str], ...]:
     return tuple(named)
 
 
+def endpoint_map(value: str | None, names: list[str]) -> dict[str, str]:
+    """``name=endpoint`` or bare ZMQ endpoints (``tcp://``, ``ipc://``), comma-separated -> ``{backend
+    name: endpoint}``, a bare one for the backend in its place of ``names``; ``ValueError`` for an
+    unknown name, one too many, or what is not a ZMQ endpoint."""
+    mapped: dict[str, str] = {}
+    for index, item in enumerate(part.strip() for part in (value or "").split(",") if part.strip()):
+        name, _, endpoint = item.partition("=") if "=" in item.split("://", 1)[0] else ("", "", item)
+        if not name:
+            if index >= len(names):
+                raise ValueError(f"{item}: more endpoints than backends ({len(names)})")
+            name = names[index]
+        if name not in names:
+            raise ValueError(f"{item}: no backend is named {name!r}")
+        if not re.fullmatch(r"(tcp://[^\s/]+:\d{1,5}|ipc://\S+)", endpoint):
+            raise ValueError(f"{item}: a ZMQ endpoint is tcp://host:port or ipc://path")
+        mapped[name] = endpoint
+    return mapped
+
+
 def comma_list(value: object) -> object:
     """A comma-separated string (an environment variable's value) as a tuple of its stripped parts;
     anything else as it is."""
@@ -355,8 +374,29 @@ class Settings(BaseSettings):
     long_prompt_tokens: int = Field(
         default=32_768,
         ge=1,
-        description="Prompts of this many tokens or more are long: they take the long-prompt lane "
-        "(profile: 8 x MAX_NUM_BATCHED_TOKENS)",
+        description="Prompts of this many tokens or more to compute (those the backend's prefix cache "
+        "holds not counted) are long: they take the long-prompt lane (profile: 8 x MAX_NUM_BATCHED_TOKENS)",
+    )
+    kv_events: str | None = Field(
+        default=None,
+        description="Where each backend publishes its KV cache events (vLLM --kv-events-config "
+        "endpoint): ZMQ endpoints, comma-separated, each name=endpoint or in GATEWAY_UPSTREAM's order "
+        "(e.g. tcp://127.0.0.1:5557). A backend without: its prefix cache is estimated",
+    )
+    kv_events_replay: str | None = Field(
+        default=None,
+        description="The replay endpoints of those events (vLLM's replay_endpoint), in the same form",
+    )
+    kv_block_size: int = Field(
+        default=256,
+        ge=1,
+        description="Tokens per KV block (vLLM --block-size), the estimate's unit; events carry their own",
+    )
+    kv_events_stale_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A backend's events are stale when none came this long after a request it computed "
+        "blocks for: admission uses the estimate until they come again, s",
     )
     express_slots: int = Field(
         default=1,
@@ -445,6 +485,12 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _kv_endpoints(self) -> Settings:
+        if self.upstream:
+            self.kv_feeds  # noqa: B018 (checked at start: a bad endpoint would never be subscribed)
+        return self
+
+    @model_validator(mode="after")
     def _distinct_markers(self) -> Settings:
         if self.reasoning_start == self.reasoning_end:
             raise ValueError("reasoning_start and reasoning_end must differ")
@@ -497,6 +543,14 @@ class Settings(BaseSettings):
             return None
         upstream_list(value)  # checked now: a bad URL would fail every request
         return value.strip().rstrip("/")
+
+    @property
+    def kv_feeds(self) -> dict[str, tuple[str, str | None]]:
+        """Each backend's KV event endpoints: ``{name: (events, replay or None)}`` (:func:`endpoint_map`)."""
+        names = [name for name, _ in self.upstreams]
+        events = endpoint_map(self.kv_events, names)
+        replays = endpoint_map(self.kv_events_replay, names)
+        return {name: (endpoint, replays.get(name)) for name, endpoint in events.items()}
 
     @property
     def upstreams(self) -> tuple[tuple[str, str], ...]:

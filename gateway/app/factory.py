@@ -25,6 +25,7 @@ from gateway.auth.audit import AuditLog
 from gateway.auth.tokens import TokenConfig
 from gateway.backends.aiohttp_upstream import AiohttpUpstream, build_session
 from gateway.backends.counting import CountGate
+from gateway.backends.kv_view import KVView
 from gateway.backends.monitor import BackendMonitor
 from gateway.backends.pool import Backend, Backends
 from gateway.backends.upstream import Upstream
@@ -120,7 +121,8 @@ def backend_pairs(
         counts = CountGate(
             upstream_factory(settings, url), settings.count_concurrency, settings.count_concurrency_per_key
         )
-        backends.append(Backend(name, upstream, admissions[name], monitor, counts))
+        kv = KVView.configured(settings, name)
+        backends.append(Backend(name, upstream, admissions[name], monitor, counts, kv))
     return backends
 
 
@@ -148,8 +150,11 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         for backend in backends.all:
             metrics.watch_backend(backend.name, backend.admission)
             metrics.watch_circuit(backend.name, backend.breaker)
+            metrics.watch_prefix_cache(backend.name, backend.kv)
             backend.monitor.on_health = functools.partial(backends.mark, backend)
             monitors.append(asyncio.create_task(backend.monitor.run()))
+            if backend.kv.feed is not None:
+                monitors.append(asyncio.create_task(backend.kv.feed.run()))
         for admission in shared:
             await admission.start()
         ledger = UsageLedger(engine, flush_interval_s=settings.ledger_flush_s)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from gateway.admission import Capacity, Gate, Reason
 from gateway.admission.gate import status_view
 from gateway.backends.breaker import Breaker
 from gateway.backends.counting import CountGate
+from gateway.backends.kv_view import KVView
 from gateway.backends.traits import UpstreamTraits
 from gateway.backends.upstream import Upstream
 from gateway.errors import GatewayError
@@ -66,6 +68,8 @@ class Backend:
     admission: Gate
     monitor: Monitor
     counts: CountGate
+    kv: KVView
+    """What its KV pool holds of a prompt (its events, else the estimate)."""
     breaker: Breaker = field(default_factory=Breaker)
     traits: UpstreamTraits = field(default_factory=UpstreamTraits)
     up: bool = True
@@ -207,6 +211,7 @@ class Backends:
         included), else the sums; and ``backends``: each one's name, health, circuit state
         (``closed``, ``open``, ``half_open``: :mod:`gateway.backends.breaker`), admission status and
         ``upstream`` traits."""
+        now = time.monotonic()
         each = [
             {
                 "name": b.name,
@@ -214,12 +219,13 @@ class Backends:
                 "circuit": b.breaker.state,
                 **b.admission.status(),
                 "upstream": b.traits.status(),
+                "prefix_cache": b.kv.status(now),
             }
             for b in self.all
         ]
         if len(self.all) == 1:
             top = dict(each[0])
-            del top["name"], top["up"], top["circuit"]
+            del top["name"], top["up"], top["circuit"], top["prefix_cache"]
         else:
             in_flight: Counter[str] = Counter()
             waiting: Counter[str] = Counter()

@@ -154,20 +154,30 @@ class _GatewayServer(uvicorn.Server):
         self.should_exit = True
 
 
-#: Makes the ASGI app of a backend served beside the gateway from the served model's name.
-EmbeddedBackend = Callable[[str], Any]
+#: Makes the ASGI app of a backend served beside the gateway from the served model's name and the
+#: ZMQ endpoints it publishes and replays its KV events on.
+EmbeddedBackend = Callable[[str, str, str], Any]
 
 
-def _embedded(settings: Settings, backend: EmbeddedBackend) -> tuple[_EmbeddedServer, str]:
+def _other_port(settings: Settings) -> int:
     port = free_loopback_port()
     while port == settings.port:  # the OS may hand out the gateway's own port, not yet bound
         port = free_loopback_port()
-    app = backend(settings.served_model)
+    return port
+
+
+def _embedded(settings: Settings, backend: EmbeddedBackend) -> tuple[_EmbeddedServer, dict[str, str]]:
+    """The backend's server on a free loopback port, and the settings that reach it: its URL and its
+    KV event endpoints (loopback too)."""
+    port = _other_port(settings)
+    events, replay = (f"tcp://127.0.0.1:{_other_port(settings)}" for _ in range(2))
+    app = backend(settings.served_model, events, replay)
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
         timeout_graceful_shutdown=_CUT_AFTER_DRAIN_S,
     )  # fmt: skip
-    return _EmbeddedServer(config), f"http://127.0.0.1:{port}"
+    reach = {"upstream": f"http://127.0.0.1:{port}", "kv_events": events, "kv_events_replay": replay}
+    return _EmbeddedServer(config), reach
 
 
 async def run_gateway(settings: Settings, embedded: EmbeddedBackend | None = None) -> None:
@@ -185,17 +195,17 @@ async def run_gateway(settings: Settings, embedded: EmbeddedBackend | None = Non
     if settings.upstream is None:
         if embedded is None:
             raise ValueError("no upstream configured (GATEWAY_UPSTREAM) and no backend to serve beside")
-        simulator, sim_url = _embedded(settings, embedded)
+        simulator, reach = _embedded(settings, embedded)
         sim_task = asyncio.create_task(simulator.serve())
         while not simulator.started:
             if sim_task.done():
                 await sim_task
                 raise RuntimeError("the simulator failed to start")
             await asyncio.sleep(0.05)
-        settings = settings.model_copy(update={"upstream": sim_url})
+        settings = settings.model_copy(update=reach)
         log.warning(
             "No upstream configured: forwarding to the built-in SIMULATOR at %s (not a real model).",
-            sim_url,
+            reach["upstream"],
         )
     app = create_app(settings)
     gateway = _GatewayServer(

@@ -21,6 +21,7 @@ the backend (:meth:`~gateway.backends.pool.Backend.learn`), a stored response's 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from types import TracebackType
@@ -66,6 +67,7 @@ class Exchange:
         "_end",
         "_size",
         "_prompt_tokens",
+        "_prompt_ids",
         "_max_wait_s",
         "_batch",
         "_translator",
@@ -115,6 +117,7 @@ class Exchange:
         self._end = "error"
         self._size = 0
         self._prompt_tokens = 0
+        self._prompt_ids: list[int] | None = None
         self._max_wait_s: float | None = None
         self._batch = False
         self._translator: Translator | None = None
@@ -263,13 +266,19 @@ class Exchange:
         if size.counts_prompts is not None:
             backend.learn(counts_prompts=size.counts_prompts)
         self._prompt_tokens = size.tokens
-        self._need = need = replace(pipeline.need(prepared, size.tokens), batch=self._batch)
+        self._prompt_ids = size.token_ids
+        cached, source = 0, None
+        if size.token_ids is not None:
+            match, source = backend.kv.match(size.token_ids, time.monotonic())
+            cached = match.cached_tokens
+        self._need = need = replace(pipeline.need(prepared, size.tokens, cached), batch=self._batch)
         self.recorder.sized(size.tokens, size.source, need.kv_tokens, need.long)
+        self.recorder.predicted(cached if source is not None else None, source)
 
     async def enqueue(self) -> bool:
         """Admitted on the backend decided, or a place in its queue (429 ``queue_full``): True if
         admitted (:meth:`~gateway.proxy.placement.Placement.enqueue`)."""
-        return await self.placement.enqueue(self._need)
+        return await self.placement.enqueue(self._need, self._prompt_ids)
 
     async def reserve(self, prepared: Prepared) -> dict[str, str]:
         """The request's cost reserved of its quotas and its key's tokens per minute (429 when they

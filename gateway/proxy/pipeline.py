@@ -82,28 +82,31 @@ class Pipeline:
             )
         return backend
 
-    def need(self, prepared: Prepared, prompt_tokens: int) -> Need:
-        """What the request holds while it runs: its sequences, ``sequences x (prompt + output)`` KV
-        tokens — the output budget capped at what the context leaves, ``GATEWAY_KV_OUTPUT_RESERVE_TOKENS``
-        when it sets none — and the lane if the prompt is long. 400 ``context_length_exceeded`` when that
-        is more than the whole pool."""
+    def need(self, prepared: Prepared, prompt_tokens: int, cached_tokens: int = 0) -> Need:
+        """What the request holds while it runs: its sequences, ``sequences x (prompt - cached +
+        output)`` KV tokens — the prefix the backend's cache holds (``cached_tokens``) is resident
+        already, the output budget capped at what the context leaves,
+        ``GATEWAY_KV_OUTPUT_RESERVE_TOKENS`` when it sets none — and the lane if what it must prefill
+        is long. 400 ``context_length_exceeded`` when the whole prompt and output are more than the
+        pool."""
         settings = self.settings
         room = max(0, settings.max_model_len - prompt_tokens)
         output = min(room, prepared.output_budget or settings.kv_output_reserve_tokens)
-        need = Need(
-            sequences=prepared.sequences,
-            kv_tokens=prepared.sequences * (prompt_tokens + output),
-            long=prompt_tokens >= settings.long_prompt_tokens,
-        )
-        if need.kv_tokens > settings.kv_budget_tokens:
+        computed = prompt_tokens - cached_tokens
+        whole = prepared.sequences * (prompt_tokens + output)
+        if whole > settings.kv_budget_tokens:
             message = (
-                f"This request needs {need.kv_tokens} tokens of KV cache ({prepared.sequences} x "
+                f"This request needs {whole} tokens of KV cache ({prepared.sequences} x "
                 f"({prompt_tokens} prompt + {output} output)); the backend's holds "
                 f"{settings.kv_budget_tokens}."
             )
             param = prepared.output_param if prepared.output_budget else None
             raise GatewayError("context_length_exceeded", message, param=param)
-        return need
+        return Need(
+            sequences=prepared.sequences,
+            kv_tokens=prepared.sequences * (computed + output),
+            long=computed >= settings.long_prompt_tokens,
+        )
 
     def wants_counters(self, backend: Backend) -> bool:
         """Whether to scrape ``backend``'s spec-decode counters around a request (``metrics_delta``)."""

@@ -32,11 +32,13 @@ BYTES_PER_TOKEN = 4
 class PromptSize:
     """``tokens`` of prompt, and where the figure comes from: ``tokenize`` (the backend counted it)
     or ``estimate`` (:data:`BYTES_PER_TOKEN`); ``counts_prompts``: what the backend showed of its
-    prompt counts (True: it answered one; False: it has no count route; None: it was not asked)."""
+    prompt counts (True: it answered one; False: it has no count route; None: it was not asked);
+    ``token_ids``: the prompt's ids when the count gave them (vLLM's ``/tokenize`` ``tokens``)."""
 
     tokens: int
     source: Literal["tokenize", "estimate"]
     counts_prompts: bool | None = None
+    token_ids: list[int] | None = None
 
 
 def estimate(size: int) -> PromptSize:
@@ -80,4 +82,6 @@ async def prompt_size(
     tokens = answer.get(count.field) if isinstance(answer, dict) else None
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
         return estimate(size)
-    return PromptSize(tokens, "tokenize", counts_prompts=True)
+    ids = answer.get("tokens")
+    ids = ids if isinstance(ids, list) and len(ids) == tokens else None
+    return PromptSize(tokens, "tokenize", counts_prompts=True, token_ids=ids)

@@ -132,6 +132,8 @@ class UsageRow(Base):
     group_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
     client_request_id: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
     request_class: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    cached_tokens_predicted: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cache_source: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class ResponseOwnerRow(Base):

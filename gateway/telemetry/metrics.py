@@ -13,6 +13,7 @@ add one whose value is only its creation time, doubling the series a scrape stor
 from __future__ import annotations
 
 import functools
+import time
 from typing import Protocol
 
 from prometheus_client import (
@@ -47,6 +48,20 @@ class Circuit(Protocol):
 
     @property
     def state(self) -> str: ...
+
+
+#: Where admission's view of a backend's prefix cache comes from (``gateway_backend_prefix_cache_source``).
+CACHE_SOURCES = ("events", "estimate")
+
+
+class PrefixCacheView(Protocol):
+    """What the metrics read of a backend's prefix cache view: its source now (:data:`CACHE_SOURCES`)."""
+
+    def source(self, now: float) -> str: ...
+
+
+def _from_source(view: PrefixCacheView, source: str) -> int:
+    return int(view.source(time.monotonic()) == source)
 
 
 def _waiting(load: Load, reason: str) -> int:
@@ -105,6 +120,13 @@ class GatewayMetrics:
             ("backend", "state"),
             registry=registry,
         )
+        self._cache_source = Gauge(
+            "gateway_backend_prefix_cache_source",
+            "1 for where admission's view of the backend's prefix cache comes from: events (its KV "
+            "events, fresh) | estimate (what the gateway sent it: no events, or stale)",
+            ("backend", "source"),
+            registry=registry,
+        )
         # by (model, key, api): bounded by the key table times the dialects
         self._series: dict[tuple[str, str, str], BoundSeries] = {}
         self.requests = Counter(
@@ -114,6 +136,12 @@ class GatewayMetrics:
             "gateway_tokens",
             "Tokens by kind: prompt|completion|cached|reasoning",
             (*labels, "kind"),
+            registry=registry,
+        )
+        self.prefill = Counter(
+            "gateway_prefill_tokens",
+            "Prompt tokens the backend computed: prompt minus those its prefix cache held",
+            labels,
             registry=registry,
         )
         self.ttft = Histogram(
@@ -228,6 +256,12 @@ class GatewayMetrics:
         for state in CIRCUIT_STATES:
             self._circuit.labels(name, state).set_function(functools.partial(_in_state, circuit, state))
 
+    def watch_prefix_cache(self, name: str, view: PrefixCacheView) -> None:
+        """Read where backend ``name``'s prefix cache view comes from at every scrape."""
+        for source in CACHE_SOURCES:
+            read = functools.partial(_from_source, view, source)
+            self._cache_source.labels(name, source).set_function(read)
+
     def observe(self, record: RequestTelemetry) -> None:
         """Record one finished request."""
         series = (record.model, record.key_name, record.api)
@@ -239,6 +273,8 @@ class GatewayMetrics:
             count = getattr(record, f"{kind}_tokens")
             if count:
                 bound(self.tokens, kind).inc(count)
+        if record.prompt_tokens > record.cached_tokens:
+            bound(self.prefill).inc(record.prompt_tokens - record.cached_tokens)
         for histogram, value in (
             (self.ttft, record.ttft_s),
             (self.queue_wait, record.queue_wait_s),

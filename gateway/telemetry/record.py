@@ -64,6 +64,11 @@ class RequestTelemetry:
     prompt_size_source: str | None = None
     kv_tokens: int = 0
     lane: str | None = None
+    #: The prompt tokens admission expected the backend's prefix cache to hold, and from what it knew
+    #: (``events``: its KV events; ``estimate``: what the gateway sent it); None: the prompt's ids
+    #: were not known (not counted by ``/tokenize``). Beside ``cached_tokens``, what vLLM reported.
+    cached_tokens_predicted: int | None = None
+    cache_source: str | None = None
     #: ``interactive`` or ``batch``: the request's class in the queue (x-priority, capped by its key's)
     request_class: str | None = None
     upstream_ttft_s: float | None = None

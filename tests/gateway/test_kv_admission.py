@@ -22,6 +22,8 @@ from tests.support.probes import scrape, wait_until
 MODEL = "deepseek-v4-flash-0731"
 #: ~24,000 simulated tokens (the simulator counts ~4 characters a token).
 LONG_TEXT = "lorem ipsum dolor sit amet " * 3_560
+#: As long, and sharing no prefix cache block with it (its first token differs).
+OTHER_LONG_TEXT = LONG_TEXT.replace("lorem", "Lorem", 1)
 #: A slow enough backend that a long request is still running when the next ones arrive.
 SIM = {"prefill_tps": 20_000.0, "decode_tps": 100.0, "ttft_base_s": 0.0}
 
@@ -65,7 +67,7 @@ def run_two_long_and_a_short(gateway, admin: str, keys: dict[str, str], reason: 
         second = pool.submit(
             httpx.post,
             post,
-            json=chat(LONG_TEXT, 200),
+            json=chat(OTHER_LONG_TEXT, 200),
             headers={"Authorization": f"Bearer {keys['b']}"},
             timeout=60,
         )

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 from gateway.admission import Capacity, Lease, Need, QueueFullError, SharedAdmission
 from gateway.app import admission_for
 from gateway.backends.counting import CountGate
+from gateway.backends.kv_view import KVView
 from gateway.backends.monitor import BackendMonitor
 from gateway.backends.pool import Backend, Backends
 from gateway.config import Settings
@@ -308,6 +309,7 @@ async def test_a_burst_over_two_shared_backends_spreads_before_redis_answers(red
                 admission,
                 BackendMonitor(upstream, GatewayMetrics(), 3600, name),
                 CountGate(upstream, 2, 1),
+                KVView.configured(Settings(), name),
             )
         )
     backends = Backends(made)

@@ -11,6 +11,7 @@ from typing import Any
 from gateway.admission import Admission
 from gateway.auth.principal import Principal
 from gateway.backends.counting import CountGate
+from gateway.backends.kv_view import KVView
 from gateway.backends.monitor import BackendMonitor
 from gateway.backends.pool import Backend, Backends
 from gateway.config import Settings
@@ -51,7 +52,8 @@ def build(
     backends = []
     for name, each in zip(names, upstreams, strict=True):
         monitor = BackendMonitor(each, GatewayMetrics(), 3600, name)
-        backend = Backend(name, each, Admission.configured(config), monitor, CountGate(each, 2, 1))
+        kv = KVView.configured(config, name)
+        backend = Backend(name, each, Admission.configured(config), monitor, CountGate(each, 2, 1), kv)
         if plain:
             backend.learn(reasoning=ReasoningShown(reasoning_markers=False))
         backends.append(backend)

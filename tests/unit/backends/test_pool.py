@@ -9,10 +9,15 @@ import pytest
 
 from gateway.admission import Admission, Lease, Need
 from gateway.backends.counting import CountGate
+from gateway.backends.kv_view import KVView
 from gateway.backends.monitor import BackendMonitor
 from gateway.backends.pool import Backend, BackendDown, Backends, affinity_key
+from gateway.config import Settings
 from gateway.telemetry import GatewayMetrics
 from tests.support.fake_upstream import FakeUpstream
+
+#: A KV view that knows nothing of any backend's pool yet.
+ESTIMATED = KVView.configured(Settings(), "default")
 
 
 def pool(*names: str, slots: int = 1, affinity: bool = True) -> Backends:
@@ -21,7 +26,7 @@ def pool(*names: str, slots: int = 1, affinity: bool = True) -> Backends:
         upstream = FakeUpstream()
         monitor = BackendMonitor(upstream, GatewayMetrics(), 3600, name)
         backends.append(
-            Backend(name, upstream, Admission(slots, 8, 30.0), monitor, CountGate(upstream, 2, 1))
+            Backend(name, upstream, Admission(slots, 8, 30.0), monitor, CountGate(upstream, 2, 1), ESTIMATED)
         )
     return Backends(backends, affinity=affinity)
 

@@ -1,0 +1,162 @@
+"""Which prompt prefixes a backend's KV pool holds: an index of its resident blocks, kept from its KV
+cache events (:mod:`dspark_common.kv_events`) or, where it publishes none, estimated from what the
+gateway sent it.
+
+vLLM's prefix cache (``--enable-prefix-caching``) keeps full blocks of ``block_size`` tokens, each
+keyed by a hash chained from its parent's; a request reuses the longest run of its prompt's full
+blocks that is resident, except that at least its last token is computed (vLLM V1
+``KVCacheManager.get_computed_blocks``: at most ``prompt - 1`` tokens are hits). The index keys each
+block by its own chained digest of the token ids (BLAKE2b-128 over the parent's digest and the
+block's ids), not by vLLM's hash, whose function and seed are the backend's (``--prefix-caching-hash-algo``,
+``PYTHONHASHSEED``): a ``BlockStored`` names vLLM's hashes and carries the tokens, so both are learnt,
+and a ``BlockRemoved`` is translated back. A block stored with ``extra_keys`` (LoRA, media,
+``cache_salt``) gets a digest no plain prompt has, and so do its children.
+
+Only the first KV cache group (``group_idx`` 0 or none) on the GPU medium is indexed: a prefix is a
+hit only where every group holds it, and the first group stands for them. Memory is bounded by
+``max_blocks`` (the pool's blocks, plus slack for missed removals): past it, the block least
+recently stored goes first.
+
+The estimate (:meth:`ResidentBlocks.remember`): the prompt blocks of every request sent, least
+recently used evicted past the pool's size in blocks — what vLLM's free-block LRU does when nothing
+else holds blocks. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from dspark_common.kv_events import AllBlocksCleared, BlockHash, BlockRemoved, BlockStored, KVEventBatch
+
+#: The digest of no parent (the first block of a prompt).
+ROOT = b""
+#: Mediums whose blocks a request can be served from at once.
+DEVICE_MEDIUMS = (None, "GPU")
+
+
+def _digest(parent: bytes, tokens: Sequence[int], extra: object = None) -> bytes:
+    """A block's content key: BLAKE2b-128 of its parent's key, its token ids (uint32) and any extra key."""
+    h = hashlib.blake2b(parent, digest_size=16)
+    h.update(array("I", tokens).tobytes())
+    if extra is not None:
+        h.update(repr(extra).encode())
+    return h.digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """What the index holds of a prompt: ``cached_tokens`` of it, ``blocks`` of ``block_size``."""
+
+    cached_tokens: int
+    blocks: int
+    block_size: int
+
+
+class ResidentBlocks:
+    """The resident blocks of one backend's KV pool.
+
+    Args:
+        block_size: tokens per block (vLLM ``--block-size``); events carry their own and win.
+        max_blocks: most blocks kept; the least recently stored go first past it.
+        source: ``events`` (fed :meth:`apply`) or ``estimate`` (fed :meth:`remember`).
+    """
+
+    def __init__(self, block_size: int, max_blocks: int, source: Literal["events", "estimate"]) -> None:
+        self.block_size = block_size
+        self.max_blocks = max_blocks
+        self.source = source
+        self._blocks: dict[bytes, None] = {}  # content keys, least recently stored first
+        self._by_hash: dict[BlockHash, bytes] = {}  # vLLM's hash -> content key
+        self._hash_of: dict[bytes, BlockHash] = {}
+        self.orphans = 0
+        """Stored blocks whose parent the index did not know (events missed): not indexed."""
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    @property
+    def resident_tokens(self) -> int:
+        return len(self._blocks) * self.block_size
+
+    def apply(self, batch: KVEventBatch) -> None:
+        """Take in one batch of events, in order."""
+        for event in batch.events:
+            if isinstance(event, BlockStored):
+                self._stored(event)
+            elif isinstance(event, BlockRemoved):
+                if event.medium in DEVICE_MEDIUMS and event.group_idx in (None, 0):
+                    for block_hash in event.block_hashes:
+                        self._forget(self._by_hash.get(block_hash))
+            elif isinstance(event, AllBlocksCleared):
+                self.clear()
+
+    def clear(self) -> None:
+        """Forget every block."""
+        self._blocks.clear()
+        self._by_hash.clear()
+        self._hash_of.clear()
+
+    def _stored(self, event: BlockStored) -> None:
+        if event.medium not in DEVICE_MEDIUMS or event.group_idx not in (None, 0):
+            return
+        size = event.block_size
+        if size < 1 or len(event.token_ids) != size * len(event.block_hashes):
+            return  # not the shape vLLM sends: nothing of it can be trusted
+        self.block_size = size
+        parent = ROOT if event.parent_block_hash is None else self._by_hash.get(event.parent_block_hash)
+        if parent is None:
+            self.orphans += len(event.block_hashes)
+            return
+        extras = event.extra_keys or ()
+        for i, block_hash in enumerate(event.block_hashes):
+            extra = extras[i] if i < len(extras) else None
+            key = _digest(parent, event.token_ids[i * size : (i + 1) * size], extra)
+            self._forget(self._by_hash.get(block_hash))
+            self._by_hash[block_hash] = key
+            self._hash_of[key] = block_hash
+            self._add(key)
+            parent = key
+
+    def _add(self, key: bytes) -> None:
+        self._blocks.pop(key, None)
+        self._blocks[key] = None
+        while len(self._blocks) > self.max_blocks:
+            self._forget(next(iter(self._blocks)))
+
+    def _forget(self, key: bytes | None) -> None:
+        if key is None:
+            return
+        self._blocks.pop(key, None)
+        block_hash = self._hash_of.pop(key, None)
+        if block_hash is not None:
+            self._by_hash.pop(block_hash, None)
+
+    def _keys(self, token_ids: Sequence[int]) -> list[bytes]:
+        """The content keys of ``token_ids``' full blocks, in order."""
+        size, keys, parent = self.block_size, [], ROOT
+        for start in range(0, len(token_ids) - size + 1, size):
+            parent = _digest(parent, token_ids[start : start + size])
+            keys.append(parent)
+        return keys
+
+    def match(self, token_ids: Sequence[int]) -> Match:
+        """What of a prompt of ``token_ids`` the pool holds: its longest resident run of full blocks
+        from the start, at most ``len - 1`` tokens of it."""
+        blocks = 0
+        for key in self._keys(token_ids):
+            if key not in self._blocks:
+                break
+            blocks += 1
+        usable = max(0, (len(token_ids) - 1) // self.block_size)
+        blocks = min(blocks, usable)
+        return Match(blocks * self.block_size, blocks, self.block_size)
+
+    def remember(self, token_ids: Sequence[int]) -> None:
+        """The estimate: a prompt of ``token_ids`` was computed, so its full blocks are resident (the
+        most recently used); the least recently used go past ``max_blocks``."""
+        for key in self._keys(token_ids):
+            self._add(key)

@@ -1,0 +1,64 @@
+"""What admission believes a backend's KV pool holds of a prompt: the index its KV events keep while
+they are fresh (:mod:`gateway.backends.kv_events`), else the estimate from what the gateway sent it
+(:meth:`~gateway.backends.kv_index.ResidentBlocks.remember`), and which of the two answered."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from gateway.backends.kv_events import FeedEndpoints, KVEventFeed
+from gateway.backends.kv_index import Match, ResidentBlocks
+from gateway.config import Settings
+
+Source = Literal["events", "estimate"]
+
+
+class KVView:
+    """One backend's prefix cache as the gateway knows it: ``feed`` (None: it publishes no events)
+    and the ``estimate``, always kept."""
+
+    def __init__(self, estimate: ResidentBlocks, feed: KVEventFeed | None = None) -> None:
+        self.estimate = estimate
+        self.feed = feed
+
+    @classmethod
+    def configured(cls, settings: Settings, backend: str) -> KVView:
+        """Backend ``backend``'s view: an estimate of ``GATEWAY_KV_BUDGET_TOKENS`` in blocks of
+        ``GATEWAY_KV_BLOCK_SIZE``, and a feed where ``GATEWAY_KV_EVENTS`` names its endpoint (its index
+        bounded at twice the pool's blocks: slack for removals it missed)."""
+        blocks = max(1, settings.kv_budget_tokens // settings.kv_block_size)
+        estimate = ResidentBlocks(settings.kv_block_size, blocks, "estimate")
+        endpoints = settings.kv_feeds.get(backend)
+        if endpoints is None:
+            return cls(estimate)
+        index = ResidentBlocks(settings.kv_block_size, 2 * blocks, "events")
+        return cls(estimate, KVEventFeed(FeedEndpoints(*endpoints), index, settings.kv_events_stale_s))
+
+    def source(self, now: float) -> Source:
+        """``events`` while the feed is fresh, else ``estimate``."""
+        return "events" if self.feed is not None and self.feed.fresh(now) else "estimate"
+
+    def match(self, token_ids: Sequence[int], now: float) -> tuple[Match, Source]:
+        """What the pool holds of a prompt of ``token_ids``, and by which source."""
+        source = self.source(now)
+        index = self.feed.index if source == "events" and self.feed is not None else self.estimate
+        return index.match(token_ids), source
+
+    def sent(self, token_ids: Sequence[int], now: float) -> None:
+        """A prompt of ``token_ids`` went to the backend: its blocks will be resident (the estimate),
+        and its events are due (the feed's freshness)."""
+        self.estimate.remember(token_ids)
+        if self.feed is not None and len(token_ids) > self.estimate.block_size:
+            self.feed.expect(now)
+
+    def status(self, now: float) -> dict[str, object]:
+        """``/admin/status``: the source admission uses, the estimate's size, and the feed's figures."""
+        status: dict[str, object] = {
+            "source": self.source(now),
+            "estimate_blocks": len(self.estimate),
+            "block_size": self.estimate.block_size,
+        }
+        if self.feed is not None:
+            status["events"] = self.feed.status(now)
+        return status

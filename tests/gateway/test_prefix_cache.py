@@ -1,0 +1,120 @@
+"""Admission that knows what the backend's prefix cache holds, through a real gateway and simulator:
+the gateway subscribes to the simulator's KV events on ZMQ (vLLM's wire), predicts the cached prefix of
+each prompt from its ``/tokenize`` ids, and sizes the request by what must be computed — the lane and
+the KV reserved — with the prediction beside vLLM's reported ``cached_tokens`` in its record. A
+gateway started later learns the same from the replay socket; one with no events estimates."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.support.probes import scrape, wait_until
+from tests.support.servers import free_port
+
+MODEL = "deepseek-v4-flash-0731"
+BLOCK = 16
+#: ~4,500 simulated tokens: long (GATEWAY_LONG_PROMPT_TOKENS 3,000 here) when nothing of it is cached.
+HISTORY = [{"role": "user", "content": "explain the build in detail " * 640}]
+SIZED = {"tokenize_min_bytes": 1, "long_prompt_tokens": 3_000, "kv_block_size": BLOCK}
+
+
+def endpoints() -> tuple[str, str]:
+    return f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+
+
+@pytest.fixture
+def admin(make_key) -> str:
+    return make_key("admin", scopes=["admin"])
+
+
+def status(gateway, admin: str) -> dict:
+    return httpx.get(gateway.url + "/admin/status", headers={"Authorization": f"Bearer {admin}"}).json()
+
+
+def prefix_cache(gateway, admin: str) -> dict:
+    """The first backend's ``prefix_cache`` in ``/admin/status``."""
+    return status(gateway, admin)["backends"][0]["prefix_cache"]
+
+
+def turn(gateway, key: str, admin: str, messages: list[dict]) -> dict:
+    """One chat turn; its ledger row."""
+    body = {"model": MODEL, "messages": messages, "max_tokens": 8}
+    answer = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    request_id = answer.headers["x-request-id"]
+
+    def row() -> dict | None:
+        listed = httpx.get(gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"})
+        rows = listed.json()["data"]
+        return next((r for r in rows if r["request_id"] == request_id), None)
+
+    wait_until(lambda: row() is not None, what="its row")
+    found = row()
+    assert found is not None
+    assert found["cached_tokens"] == answer.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    return found
+
+
+def follow_up(n: int) -> list[dict]:
+    """The conversation after ``n`` more exchanges."""
+    more = [m for i in range(n) for m in ({"role": "assistant", "content": f"step {i}"},
+                                          {"role": "user", "content": f"and then {i}?"})]  # fmt: skip
+    return HISTORY + more
+
+
+def test_a_follow_up_turn_is_sized_by_what_the_cache_does_not_hold(
+    start_sim, start_gateway, make_key, admin
+) -> None:
+    events, replay = endpoints()
+    sim = start_sim(block_size=BLOCK, kv_events_endpoint=events, kv_events_replay_endpoint=replay)
+    gateway = start_gateway(sim.url, kv_events=events, kv_events_replay=replay, **SIZED)
+    key = make_key("agent")
+    first = turn(gateway, key, admin, follow_up(0))
+    assert first["cached_tokens"] == 0 and first["cached_tokens_predicted"] == 0
+    assert first["lane"] == "long" and first["kv_tokens"] == first["prompt_tokens"] + 8
+    wait_until(
+        lambda: status(gateway, admin)["backends"][0]["prefix_cache"]["source"] == "events", what="events"
+    )
+
+    second = turn(gateway, key, admin, follow_up(1))
+    assert second["cache_source"] == "events"
+    assert second["cached_tokens_predicted"] == second["cached_tokens"] > first["prompt_tokens"] - 2 * BLOCK
+    computed = second["prompt_tokens"] - second["cached_tokens"]
+    assert second["lane"] == "short" and second["kv_tokens"] == computed + 8  # long, but cached
+    metrics = scrape(gateway.url)
+    assert metrics["gateway_backend_prefix_cache_source{backend=default,source=events}"] == 1
+    assert metrics["gateway_prefill_tokens_total"] == first["prompt_tokens"] + computed
+
+    later = start_gateway(sim.url, kv_events=events, kv_events_replay=replay, **SIZED)
+    wait_until(
+        lambda: status(later, admin)["backends"][0]["prefix_cache"]["events"]["replayed"] == 0, what="up"
+    )
+    third = turn(later, key, admin, follow_up(2))  # its first batch comes after the replay of the others
+    feed = prefix_cache(later, admin)["events"]
+    assert feed["replayed"] == 2 and feed["last_seq"] == 2 and feed["gaps"] == 0, feed
+    fourth = turn(later, key, admin, follow_up(3))
+    assert (
+        fourth["cache_source"] == "events"
+        and fourth["cached_tokens_predicted"] == fourth["cached_tokens"] > 0
+    )
+    assert third["cached_tokens"] > 0
+
+
+def test_without_events_the_cache_is_estimated_from_what_was_sent(
+    start_sim, start_gateway, make_key, admin
+) -> None:
+    sim = start_sim(block_size=BLOCK)
+    gateway = start_gateway(sim.url, **SIZED)
+    key = make_key("agent")
+    turn(gateway, key, admin, follow_up(0))
+    second = turn(gateway, key, admin, follow_up(1))
+    assert second["cache_source"] == "estimate"
+    assert second["cached_tokens_predicted"] == second["cached_tokens"] > 0
+    view = prefix_cache(gateway, admin)
+    assert view["source"] == "estimate" and view["estimate_blocks"] > 0 and "events" not in view

@@ -1,0 +1,76 @@
+"""The index of a backend's resident blocks (gateway/backends/kv_index.py), fed vLLM's KV events as the
+simulator's prefix cache (dspark_sim/prefix_cache.py) makes them: what it predicts of a prompt is what
+the cache serves, through stores, evictions, a reset, missed events and foreign extra keys."""
+
+from __future__ import annotations
+
+import random
+
+from dspark_common.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
+from dspark_sim.prefix_cache import PrefixCache
+from gateway.backends.kv_index import ResidentBlocks
+
+BLOCK = 16
+
+
+def batch(*events) -> KVEventBatch:
+    return KVEventBatch(ts=0.0, events=list(events))
+
+
+def test_the_prediction_is_what_the_cache_serves_through_stores_and_evictions() -> None:
+    rng = random.Random(7)
+    cache, index = PrefixCache(BLOCK, pool_blocks=40), ResidentBlocks(256, 1000, "events")
+    stems = [[rng.randrange(1000, 2000) for _ in range(BLOCK * 6)] for _ in range(4)]
+    for _ in range(200):
+        prompt = rng.choice(stems)[: rng.randrange(1, BLOCK * 6)] + [rng.randrange(5)] * rng.randrange(40)
+        predicted = index.match(prompt).cached_tokens
+        assert predicted == cache.lookup(prompt), prompt
+        index.apply(batch(*cache.store(prompt, held_tokens=rng.randrange(0, BLOCK * 30))))
+    assert index.block_size == BLOCK and len(index) == len(cache) and index.orphans == 0
+
+
+def test_a_reset_a_removal_and_a_missed_parent() -> None:
+    cache, index = PrefixCache(BLOCK, pool_blocks=100), ResidentBlocks(BLOCK, 1000, "events")
+    prompt = list(range(1000, 1000 + 4 * BLOCK)) + [1]
+    [stored] = cache.store(prompt, 0)
+    index.apply(batch(stored))
+    assert index.match(prompt).cached_tokens == 4 * BLOCK
+    index.apply(batch(BlockRemoved(block_hashes=[stored.block_hashes[2]], medium="GPU")))
+    assert index.match(prompt).cached_tokens == 2 * BLOCK
+    index.apply(batch(AllBlocksCleared()))
+    assert len(index) == 0 and index.match(prompt).cached_tokens == 0
+    orphan = BlockStored(
+        block_hashes=[b"child"], parent_block_hash=b"unknown", token_ids=[1] * BLOCK,
+        block_size=BLOCK, lora_id=None, medium="GPU", lora_name=None,
+    )  # fmt: skip
+    index.apply(batch(orphan))
+    assert index.orphans == 1 and len(index) == 0
+
+
+def test_blocks_of_a_salt_another_medium_or_a_wrong_shape_match_no_plain_prompt() -> None:
+    index = ResidentBlocks(BLOCK, 1000, "events")
+    tokens = list(range(2 * BLOCK))
+
+    def stored(name: bytes, **fields) -> BlockStored:
+        base = {"block_hashes": [name + b"1", name + b"2"], "parent_block_hash": None, "token_ids": tokens,
+                "block_size": BLOCK, "lora_id": None, "medium": "GPU", "lora_name": None}  # fmt: skip
+        return BlockStored(**{**base, **fields})
+
+    index.apply(
+        batch(
+            stored(b"salted", extra_keys=[("s",), ("s",)]),
+            stored(b"cpu", medium="CPU"),
+            stored(b"short", token_ids=tokens[:-1]),
+            stored(b"group", group_idx=1),
+        )
+    )
+    assert index.match(tokens + [0]).cached_tokens == 0 and len(index) == 2  # the salted blocks only
+
+
+def test_memory_is_bounded_and_the_estimate_remembers_least_recently_used_first() -> None:
+    index = ResidentBlocks(BLOCK, max_blocks=3, source="estimate")
+    old, new = [5] * (2 * BLOCK) + [0], [6] * (2 * BLOCK) + [0]
+    index.remember(old)
+    index.remember(new)
+    assert len(index) == 3 and index.match(new).cached_tokens == 2 * BLOCK
+    assert index.match(old).cached_tokens == 0  # its first block went first
