@@ -9,10 +9,11 @@ restarted (vLLM restarting, its cache empty): the index is cleared and fed from 
 replay can't fill (no replay endpoint, or the batches are gone from its buffer) leaves the index
 holding what it learnt; blocks whose parents were missed are counted (``orphans``) and not indexed.
 
-Frames are bounded (``ZMQ_MAXMSGSIZE``: a peer sending a larger message is disconnected by libzmq);
-a batch that does not decode, or a message not of three frames, is counted and skipped. The index is
-*fresh* while the feed is connected and, after a request the backend computed blocks for
-(:meth:`KVEventFeed.expect`), a batch came within ``stale_s``; else admission uses the estimate.
+Frames are bounded (``ZMQ_MAXMSGSIZE``: libzmq drops a peer that sends a larger message, and does not
+connect to it again); a batch that does not decode, or a message not of three frames, is counted and
+skipped. The index is *fresh* once a batch came and, after a request the backend computed blocks for
+(:meth:`KVEventFeed.expect`), another came within ``stale_s``; else admission uses the estimate, and
+the feed subscribes again (what it missed meanwhile is a gap: replayed).
 """
 
 from __future__ import annotations
@@ -49,8 +50,15 @@ class FeedEndpoints:
 class KVEventFeed:
     """Keeps ``index`` from the events published at ``endpoints``; :meth:`run` until cancelled."""
 
-    def __init__(self, endpoints: FeedEndpoints, index: ResidentBlocks, stale_s: float) -> None:
+    def __init__(
+        self,
+        endpoints: FeedEndpoints,
+        index: ResidentBlocks,
+        stale_s: float,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ) -> None:
         self.endpoints = endpoints
+        self.max_message_bytes = max_message_bytes
         self.index = index
         self.stale_s = stale_s
         self.last_seq = -1
@@ -60,6 +68,7 @@ class KVEventFeed:
         """Batches missed and not replayed."""
         self.bad_messages = 0
         self.restarts = 0
+        self.resubscribed = 0
         self.last_batch_at: float | None = None
         self._expected_since: float | None = None
         self._context = zmq.asyncio.Context.instance()
@@ -87,36 +96,51 @@ class KVEventFeed:
             "gaps": self.gaps,
             "bad_messages": self.bad_messages,
             "publisher_restarts": self.restarts,
+            "resubscribed": self.resubscribed,
             "last_batch_age_s": age,
             "blocks": len(self.index),
             "orphans": self.index.orphans,
         }
 
     async def run(self) -> None:
-        """Subscribe and apply batches until cancelled."""
-        socket = self._socket(zmq.SUB)
-        socket.setsockopt(zmq.SUBSCRIBE, b"")
-        socket.connect(self.endpoints.events)
-        try:
-            while True:
-                frames = await socket.recv_multipart()
-                seq = kv_events.frame_seq(frames[1]) if len(frames) == 3 else None
-                if seq is None or seq < 0:
-                    self.bad_messages += 1
-                    continue
-                if seq <= self.last_seq:
-                    self.restarts += 1
-                    log.info("KV event publisher %s restarted: its index starts over", self.endpoints.events)
-                    self.index.clear()
-                elif seq > self.last_seq + 1:
-                    await self._replay(seq)
-                self._apply(seq, frames[2])
-        finally:
-            socket.close(linger=0)
+        """Subscribe and apply batches until cancelled; subscribe again whenever the feed goes stale
+        (libzmq drops a connection that sent an oversized message and does not make it again)."""
+        while True:
+            socket = self._socket(zmq.SUB)
+            socket.setsockopt(zmq.SUBSCRIBE, b"")
+            socket.connect(self.endpoints.events)
+            try:
+                await self._receive(socket)
+            finally:
+                socket.close(linger=0)
+            self.resubscribed += 1
+            log.info("KV events from %s are stale: subscribing again", self.endpoints.events)
+
+    async def _receive(self, socket: zmq.asyncio.Socket) -> None:
+        """Apply what ``socket`` receives; return when the feed is stale."""
+        while True:
+            try:
+                async with asyncio.timeout(self.stale_s):
+                    frames = await socket.recv_multipart()
+            except TimeoutError:
+                if self._expected_since is not None and not self.fresh(time.monotonic()):
+                    return
+                continue
+            seq = kv_events.frame_seq(frames[1]) if len(frames) == 3 else None
+            if seq is None or seq < 0:
+                self.bad_messages += 1
+                continue
+            if seq <= self.last_seq:
+                self.restarts += 1
+                log.info("KV event publisher %s restarted: its index starts over", self.endpoints.events)
+                self.index.clear()
+            elif seq > self.last_seq + 1:
+                await self._replay(seq)
+            self._apply(seq, frames[2])
 
     def _socket(self, kind: int) -> zmq.asyncio.Socket:
         socket = self._context.socket(kind)
-        socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        socket.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
         socket.setsockopt(zmq.RCVHWM, 100_000)
         return socket
 
