@@ -1,0 +1,107 @@
+"""The gateway's prediction of a REAL vLLM's prefix cache (CPU build, tiny model, prefix caching on,
+KV events published on ZMQ with a replay socket): over a scripted multi-turn conversation, with an
+eviction forced by a long unrelated prompt on a pool of a few blocks, the cached tokens the gateway
+predicted from vLLM's own events match the ``cached_tokens`` vLLM reports on every turn, within one
+block.
+
+The pool is shrunk to :data:`POOL_BLOCKS` blocks of :data:`BLOCK` tokens (``--num-gpu-blocks-override``)
+(the least vLLM accepts for its 512-token context) so that a prompt of nearly 512 tokens evicts what came
+before it; ``--enable-prompt-tokens-details`` makes vLLM
+report ``cached_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from tests.support.probes import wait_until
+from tests.support.servers import free_port
+from tests.support.vllm_server import TINY_MODEL_NAME, VLLMServer
+
+BLOCK = 32
+POOL_BLOCKS = 17
+
+
+@pytest.fixture(scope="module")
+def events() -> tuple[str, str]:
+    return f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+
+
+@pytest.fixture(scope="module")
+def vllm_with_events(vllm_factory, events) -> VLLMServer:
+    publish, replay = events
+    config = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": publish.replace("127.0.0.1", "*"),
+        "replay_endpoint": replay.replace("127.0.0.1", "*"),
+    }
+    return vllm_factory(
+        [
+            "--enable-prefix-caching",
+            "--block-size", str(BLOCK),
+            "--num-gpu-blocks-override", str(POOL_BLOCKS),
+            "--enable-prompt-tokens-details",
+            "--kv-events-config", json.dumps(config),
+        ]
+    )  # fmt: skip
+
+
+def test_predicted_cached_tokens_match_what_vllm_reports_on_every_turn(
+    vllm_with_events: VLLMServer, events, start_gateway, make_key
+) -> None:
+    publish, replay = events
+    gateway = start_gateway(
+        vllm_with_events.base_url, served_model=TINY_MODEL_NAME, slots=2, tokenize_min_bytes=0,
+        kv_events=publish, kv_events_replay=replay, kv_block_size=BLOCK, kv_budget_tokens=BLOCK * POOL_BLOCKS,
+        long_prompt_tokens=10_000,
+    )  # fmt: skip
+    key, admin = make_key("agent"), make_key("admin", scopes=["admin"])
+
+    def ask(messages: list[dict]) -> dict:
+        body = {"model": TINY_MODEL_NAME, "messages": messages, "max_tokens": 4, "temperature": 0}
+        answer = httpx.post(
+            gateway.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"},
+            timeout=120,
+        )  # fmt: skip
+        assert answer.status_code == 200, answer.text
+        request_id = answer.headers["x-request-id"]
+
+        def row() -> dict | None:
+            rows = httpx.get(gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"})
+            return next((r for r in rows.json()["data"] if r["request_id"] == request_id), None)
+
+        wait_until(lambda: row() is not None, what="its row")
+        found = row()
+        assert found is not None
+        assert found["cached_tokens"] == answer.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+        # the events of this turn's blocks have come: the next turn is predicted from them
+        wait_until(lambda: feed()["last_batch_age_s"] is not None, what="events")
+        return found
+
+    def feed() -> dict:
+        status = httpx.get(gateway.url + "/admin/status", headers={"Authorization": f"Bearer {admin}"}).json()
+        return status["backends"][0]["prefix_cache"]["events"]
+
+    counted = httpx.post(
+        vllm_with_events.base_url + "/tokenize",
+        json={"model": TINY_MODEL_NAME, "messages": [{"role": "user", "content": "filler " * 100}]},
+    ).json()["count"]
+    unrelated = [{"role": "user", "content": "filler " * (100 * 440 // counted)}]  # ~440 tokens
+    conversation = [{"role": "system", "content": "You are a careful assistant. " * 8}]
+    turns = []
+    for step in range(4):
+        conversation.append({"role": "user", "content": f"Question {step}: what comes next in the plan?"})
+        if step == 3:  # a long unrelated prompt first: it evicts the least recently used blocks
+            ask(unrelated)
+        turns.append(ask(conversation))
+        conversation.append({"role": "assistant", "content": f"Step {step} is done."})
+    assert all(t["cache_source"] == "events" for t in turns[1:]), turns
+    for turn in turns:
+        assert abs(turn["cached_tokens_predicted"] - turn["cached_tokens"]) <= BLOCK, turn
+    assert turns[1]["cached_tokens"] > 0 and turns[2]["cached_tokens"] > turns[1]["cached_tokens"]
+    assert turns[3]["cached_tokens"] < turns[2]["cached_tokens"]  # the eviction took some of it
+    assert feed()["bad_messages"] == 0 and feed()["orphans"] == 0
