@@ -387,6 +387,12 @@ class Settings(BaseSettings):
         default=None,
         description="The replay endpoints of those events (vLLM's replay_endpoint), in the same form",
     )
+    kv_events_bind: bool = Field(
+        default=False,
+        description="Bind GATEWAY_KV_EVENTS instead of connecting to them: vLLM, given an endpoint "
+        "without a wildcard (tcp://127.0.0.1:5557), connects its publisher there, so its events stay "
+        "on loopback (one gateway process per endpoint)",
+    )
     kv_block_size: int = Field(
         default=256,
         ge=1,

@@ -41,10 +41,13 @@ REPLAY_TIMEOUT_S = 5.0
 
 @dataclass(frozen=True, slots=True)
 class FeedEndpoints:
-    """Where a backend publishes (``events``) and replays (``replay``; None: no replay)."""
+    """Where a backend publishes (``events``) and replays (``replay``; None: no replay); ``bind``: the
+    feed binds ``events`` and the publisher connects to it (vLLM does for an endpoint without a
+    wildcard), else the feed connects."""
 
     events: str
     replay: str | None = None
+    bind: bool = False
 
 
 class KVEventFeed:
@@ -108,7 +111,10 @@ class KVEventFeed:
         while True:
             socket = self._socket(zmq.SUB)
             socket.setsockopt(zmq.SUBSCRIBE, b"")
-            socket.connect(self.endpoints.events)
+            if self.endpoints.bind:
+                socket.bind(self.endpoints.events)
+            else:
+                socket.connect(self.endpoints.events)
             try:
                 await self._receive(socket)
             finally:
@@ -123,7 +129,9 @@ class KVEventFeed:
                 async with asyncio.timeout(self.stale_s):
                     frames = await socket.recv_multipart()
             except TimeoutError:
-                if self._expected_since is not None and not self.fresh(time.monotonic()):
+                # bound, the publisher's side connects and so reconnects after a drop: nothing to redo
+                stale = self._expected_since is not None and not self.fresh(time.monotonic())
+                if stale and not self.endpoints.bind:
                     return
                 continue
             seq = kv_events.frame_seq(frames[1]) if len(frames) == 3 else None

@@ -33,7 +33,8 @@ class KVView:
         if endpoints is None:
             return cls(estimate)
         index = ResidentBlocks(settings.kv_block_size, 2 * blocks, "events")
-        return cls(estimate, KVEventFeed(FeedEndpoints(*endpoints), index, settings.kv_events_stale_s))
+        feed = FeedEndpoints(*endpoints, bind=settings.kv_events_bind)
+        return cls(estimate, KVEventFeed(feed, index, settings.kv_events_stale_s))
 
     def source(self, now: float) -> Source:
         """``events`` while the feed is fresh, else ``estimate``."""

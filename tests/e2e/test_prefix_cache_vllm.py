@@ -1,13 +1,13 @@
 """The gateway's prediction of a REAL vLLM's prefix cache (CPU build, tiny model, prefix caching on,
-KV events published on ZMQ with a replay socket): over a scripted multi-turn conversation, with an
-eviction forced by a long unrelated prompt on a pool of a few blocks, the cached tokens the gateway
-predicted from vLLM's own events match the ``cached_tokens`` vLLM reports on every turn, within one
-block.
+KV events published on ZMQ with a replay socket, all on loopback as the runtime profile has them:
+vLLM connects its publisher to the gateway's bound socket and binds its replay socket): over a
+scripted multi-turn conversation, with an eviction forced by a long unrelated prompt on a pool of a
+few blocks, the cached tokens the gateway predicted from vLLM's own events match the
+``cached_tokens`` vLLM reports on every turn, within one block.
 
-The pool is shrunk to :data:`POOL_BLOCKS` blocks of :data:`BLOCK` tokens (``--num-gpu-blocks-override``)
-(the least vLLM accepts for its 512-token context) so that a prompt of nearly 512 tokens evicts what came
-before it; ``--enable-prompt-tokens-details`` makes vLLM
-report ``cached_tokens``.
+The pool is shrunk to :data:`POOL_BLOCKS` blocks of :data:`BLOCK` tokens (``--num-gpu-blocks-override``,
+the least vLLM accepts for its 512-token context) so that a prompt of nearly 512 tokens evicts what
+came before it; ``--enable-prompt-tokens-details`` makes vLLM report ``cached_tokens``.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def vllm_with_events(vllm_factory, events) -> VLLMServer:
     config = {
         "enable_kv_cache_events": True,
         "publisher": "zmq",
-        "endpoint": publish.replace("127.0.0.1", "*"),
-        "replay_endpoint": replay.replace("127.0.0.1", "*"),
+        "endpoint": publish,  # no wildcard: vLLM connects to the gateway, which binds it on loopback
+        "replay_endpoint": replay,
     }
     return vllm_factory(
         [
@@ -56,7 +56,8 @@ def test_predicted_cached_tokens_match_what_vllm_reports_on_every_turn(
     publish, replay = events
     gateway = start_gateway(
         vllm_with_events.base_url, served_model=TINY_MODEL_NAME, slots=2, tokenize_min_bytes=0,
-        kv_events=publish, kv_events_replay=replay, kv_block_size=BLOCK, kv_budget_tokens=BLOCK * POOL_BLOCKS,
+        kv_events=publish, kv_events_replay=replay, kv_events_bind=True, kv_block_size=BLOCK,
+        kv_budget_tokens=BLOCK * POOL_BLOCKS,
         long_prompt_tokens=10_000,
     )  # fmt: skip
     key, admin = make_key("agent"), make_key("admin", scopes=["admin"])

@@ -106,3 +106,24 @@ async def test_a_flood_of_stored_blocks_keeps_the_index_bounded() -> None:
             await send(b"", kv_events.seq_frame(seq), payload(stored(1000 * seq, blocks=200)))
         await until(lambda: feed.batches == 50, "the flood")
         assert len(feed.index) == 100 and feed.gaps == 0
+
+
+async def test_a_bound_feed_takes_the_batches_of_a_publisher_that_connects_to_it() -> None:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    feed = KVEventFeed(FeedEndpoints(endpoint, bind=True), ResidentBlocks(BLOCK, 100, "events"), 10.0)
+    task = asyncio.create_task(feed.run())
+    publisher = zmq.asyncio.Context.instance().socket(zmq.PUB)
+    publisher.connect(endpoint)  # as vLLM does for an endpoint without a wildcard
+    try:
+        seq = 0
+        async with asyncio.timeout(10):
+            while feed.batches == 0:  # sent before the connection is up, a batch is dropped: a gap
+                await publisher.send_multipart((b"", kv_events.seq_frame(seq), payload(stored(1))))
+                await asyncio.sleep(0.05)
+                seq += 1
+        assert len(feed.index) == 1 and feed.last_seq == seq - 1
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        publisher.close(linger=0)
