@@ -110,6 +110,10 @@ class RuntimeProfile(BaseModel):
     default_thinking: str = Field("low", alias="DEFAULT_THINKING")
     kv_cache_dtype: str = Field("nvfp4_ds_mla", alias="KV_CACHE_DTYPE")
     block_size: int = Field(256, alias="BLOCK_SIZE")
+    #: Loopback ports of vLLM's KV cache events: the gateway binds the first (vLLM's publisher connects
+    #: to it), vLLM binds the second (replay).
+    kv_events_port: int = Field(5557, alias="KV_EVENTS_PORT")
+    kv_events_replay_port: int = Field(5558, alias="KV_EVENTS_REPLAY_PORT")
     moe_backend: str = Field("flashinfer_b12x", alias="MOE_BACKEND")
     tokenizer_mode: str = Field("deepseek_v4", alias="TOKENIZER_MODE")
     reasoning_parser: str = Field("deepseek_v4", alias="REASONING_PARSER")

@@ -62,6 +62,7 @@ def render(profile: RuntimeProfile, rank: int) -> tuple[list[str], dict[str, str
         "--gpu-memory-utilization", f"{profile.gpu_memory_utilization:g}",
         "--enable-prefix-caching", "--enable-prompt-tokens-details", "--async-scheduling",
         "--enable-chunked-prefill",
+        "--kv-events-config", json.dumps(kv_events_config(profile), separators=(",", ":")),
         "--speculative-config", speculative_config(profile),
         "--tokenizer-mode", profile.tokenizer_mode, "--distributed-executor-backend", "mp",
         "--moe-backend", profile.moe_backend,
@@ -80,6 +81,18 @@ def render(profile: RuntimeProfile, rank: int) -> tuple[list[str], dict[str, str
     if rank == 1:
         argv.append("--headless")
     return argv, render_env(profile)
+
+
+def kv_events_config(profile: RuntimeProfile) -> dict[str, object]:
+    """vLLM's ``--kv-events-config``: events on ZMQ, all on loopback. An endpoint without a wildcard
+    makes vLLM's publisher connect (to the gateway, which binds it: ``GATEWAY_KV_EVENTS_BIND``); the
+    replay endpoint vLLM binds as given (``vllm/distributed/kv_events.py``, ``ZmqEventPublisher``)."""
+    return {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://127.0.0.1:{profile.kv_events_port}",
+        "replay_endpoint": f"tcp://127.0.0.1:{profile.kv_events_replay_port}",
+    }
 
 
 def render_env(profile: RuntimeProfile) -> dict[str, str]:

@@ -474,6 +474,10 @@ class Settings(BaseSettings):
                 "long_prompt_tokens",
                 "express_slots",
                 "upstream_priority",
+                "kv_events",
+                "kv_events_replay",
+                "kv_events_bind",
+                "kv_block_size",
             ):
                 if name not in self.model_fields_set:
                     setattr(self, name, defaults[name])  # type: ignore[literal-required]

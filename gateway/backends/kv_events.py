@@ -111,10 +111,18 @@ class KVEventFeed:
         while True:
             socket = self._socket(zmq.SUB)
             socket.setsockopt(zmq.SUBSCRIBE, b"")
-            if self.endpoints.bind:
-                socket.bind(self.endpoints.events)
-            else:
-                socket.connect(self.endpoints.events)
+            try:
+                if self.endpoints.bind:
+                    socket.bind(self.endpoints.events)
+                else:
+                    socket.connect(self.endpoints.events)
+            except zmq.ZMQError as error:  # bound by another process (a gateway draining): wait for it
+                socket.close(linger=0)
+                log.warning(
+                    "KV events: %s: %s; trying again in %g s", self.endpoints.events, error, self.stale_s
+                )
+                await asyncio.sleep(self.stale_s)
+                continue
             try:
                 await self._receive(socket)
             finally:

@@ -75,9 +75,22 @@ def test_balanced_matches_the_recipe_canonical_profile(balanced_head: RuntimePro
     assert flags["model"] == "deepseek-ai/DeepSeek-V4-Flash-0731"
 
 
+#: What the profiles add to the report's command: vLLM's KV cache events, on loopback, for the gateway.
+ADDED = {
+    "--kv-events-config": {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": "tcp://127.0.0.1:5557",
+        "replay_endpoint": "tcp://127.0.0.1:5558",
+    }
+}
+
+
 def test_balanced_differs_from_the_report_only_where_intended(balanced_head: RuntimeProfile) -> None:
     report = argv_dict(shlex.split(REPORT_COMMAND))
     ours = argv_dict(render(balanced_head, 0)[0])
+    added = {flag: json.loads(str(ours.pop(flag))) for flag in set(ours) - set(report)}
+    assert added == ADDED
     assert set(ours) == set(report)
     differences = {flag: (report[flag], ours[flag]) for flag in ours if ours[flag] != report[flag]}
     assert differences == BALANCED_VS_REPORT
@@ -86,6 +99,7 @@ def test_balanced_differs_from_the_report_only_where_intended(balanced_head: Run
 def test_throughput_renders_the_report_command_on_loopback() -> None:
     ours = argv_dict(render(load_profile("throughput", HEAD_TEMPLATE), 0)[0])
     report = argv_dict(shlex.split(REPORT_COMMAND))
+    assert json.loads(str(ours.pop("--kv-events-config"))) == ADDED["--kv-events-config"]
     differences = {flag for flag in ours if ours[flag] != report[flag]}
     assert differences == {"--host", "--port", "--gpu-memory-utilization"}
     assert float(str(ours["--gpu-memory-utilization"])) == 0.80
@@ -120,6 +134,10 @@ def test_gateway_defaults() -> None:
         "long_prompt_tokens": 32_768,
         "express_slots": 1,
         "upstream_priority": False,
+        "kv_events": "tcp://127.0.0.1:5557",
+        "kv_events_replay": "tcp://127.0.0.1:5558",
+        "kv_events_bind": True,
+        "kv_block_size": 256,
     }
     throughput = load_profile("throughput", HEAD_TEMPLATE)  # its empty KV_CAPACITY_TOKENS wins
     defaults = gateway_defaults(throughput)

@@ -109,9 +109,13 @@ async def test_a_flood_of_stored_blocks_keeps_the_index_bounded() -> None:
 
 
 async def test_a_bound_feed_takes_the_batches_of_a_publisher_that_connects_to_it() -> None:
+    """...and a second gateway process binding the same port (a standby during an upgrade) waits for
+    it, running, instead of failing."""
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     feed = KVEventFeed(FeedEndpoints(endpoint, bind=True), ResidentBlocks(BLOCK, 100, "events"), 10.0)
     task = asyncio.create_task(feed.run())
+    standby = KVEventFeed(FeedEndpoints(endpoint, bind=True), ResidentBlocks(BLOCK, 100, "events"), 0.1)
+    waiting = asyncio.create_task(standby.run())
     publisher = zmq.asyncio.Context.instance().socket(zmq.PUB)
     publisher.connect(endpoint)  # as vLLM does for an endpoint without a wildcard
     try:
@@ -122,8 +126,10 @@ async def test_a_bound_feed_takes_the_batches_of_a_publisher_that_connects_to_it
                 await asyncio.sleep(0.05)
                 seq += 1
         assert len(feed.index) == 1 and feed.last_seq == seq - 1
+        assert not waiting.done() and standby.batches == 0
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for running in (task, waiting):
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
         publisher.close(linger=0)
