@@ -42,6 +42,30 @@ def wait_ready(url: str, server: subprocess.Popen[bytes], timeout_s: float = 30)
     raise RuntimeError("the gateway did not become ready")
 
 
+def show_prefix_cache(client: OpenAI) -> None:
+    """Two turns of one long conversation: the second finds the first's prompt in the backend's
+    prefix cache, as the gateway predicted from its KV events (docs/prefix-cache.md)."""
+    print("\nTwo turns of a long conversation (the second re-sends the first):")
+    conversation = [{"role": "user", "content": "Review this module line by line. " * 600}]
+    for turn in (1, 2):
+        answer = client.chat.completions.with_raw_response.create(
+            model="deepseek-v4-flash-0731",
+            messages=conversation,
+            max_tokens=16,
+            extra_headers={"x-gateway-telemetry": "1"},
+        ).parse()
+        seen = (answer.model_extra or {})["telemetry"]
+        print(
+            f"  turn {turn}: {seen['prompt_tokens']} prompt tokens, {seen['cached_tokens_predicted']} "
+            f"predicted cached by the gateway, {seen['cached_tokens']} cached by the backend, "
+            f"answered in {seen['e2e_s']:.2f} s"
+        )
+        conversation += [
+            {"role": "assistant", "content": answer.choices[0].message.content or ""},
+            {"role": "user", "content": "And the next one?"},
+        ]
+
+
 def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -80,7 +104,9 @@ def main() -> None:
                             print(f"\n[{name}] ", end="")
                             section = name
                         print(text, end="", flush=True)
-            print("\n\nRound trip OK. Stopping the gateway.")
+            print("\n\nRound trip OK.")
+            show_prefix_cache(client)
+            print("\nStopping the gateway.")
         except BaseException:
             log.flush()
             print("\n--- gateway log ---\n" + (Path(tmp) / "gateway.log").read_text(), file=sys.stderr)

@@ -35,6 +35,7 @@ CLIENT_FIELDS = (
     "prompt_tokens",
     "completion_tokens",
     "cached_tokens",
+    "cached_tokens_predicted",
 )
 
 
