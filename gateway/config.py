@@ -393,6 +393,12 @@ class Settings(BaseSettings):
         "without a wildcard (tcp://127.0.0.1:5557), connects its publisher there, so its events stay "
         "on loopback (one gateway process per endpoint)",
     )
+    session_hold_s: float = Field(
+        default=3.0,
+        ge=0,
+        description="When an agent session's turn ends, hold its prefix in the backend's cache this long "
+        "for its next turn: a request that would evict it waits, at most this long (0: no holds), s",
+    )
     kv_block_size: int = Field(
         default=256,
         ge=1,

@@ -29,18 +29,23 @@ class Reason(StrEnum):
     """Its key is at its ``max_concurrency``."""
     RESERVED = "reserved"
     """It would fit, but what it needs is kept for an older request passed over too often."""
+    HELD = "held"
+    """It would evict the cached prefix of an agent session whose next turn is due (a hold)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Need:
     """What one request holds while it runs: ``sequences`` slots, ``kv_tokens`` of the KV pool, and the
     long-prompt lane if ``long``; ``batch``: its class is batch (it waits behind every interactive
-    request; it holds nothing more)."""
+    request; it holds nothing more); ``session``: the agent session it is a turn of
+    (:mod:`gateway.proxy.sessions`), whose hold keeps its ``kv_tokens`` in the prefix cache after it
+    ends."""
 
     sequences: int = 1
     kv_tokens: int = 0
     long: bool = False
     batch: bool = False
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

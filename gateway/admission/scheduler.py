@@ -20,6 +20,18 @@ class. Batch work fills the slots interactive work leaves (under sustained inter
 waits: its queue timeout bounds that). The queue keeps room for keys with
 nothing waiting: a key that already waits may not take the last :attr:`Admission.reserve` places.
 
+Agent sessions: when a turn of a session (:attr:`Need.session`) ends, its prompt and output stay in
+the backend's prefix cache, and the agent's next turn — usually within a second — finds them there.
+For ``session_hold_s`` the gateway *holds* them: a request of another session that would need the
+pool those blocks take (running requests' KV + its own + what the held sessions' last turns held
+past the budget) waits (:attr:`Reason.HELD`) until the hold is used or over, and the held session's next turn
+is admitted first, most recently used session first (a turn sent after the hold began: requests of a
+session queued together take their turns as any others, so a flood of one conversation does not pass
+other keys). A waiter is held back for ``session_hold_s`` at most from when it joined, so no hold
+delays a request longer (a waiting one wins the slot the session's turn frees: the agent's next turn
+comes later); a key keeps at most :data:`HOLDS_PER_KEY` holds (a client sending a new session per
+request collects no more).
+
 No head-of-line blocking: when the request whose turn it is does not fit (a 900k-token prompt waiting
 for KV, a second long prompt waiting for the lane), the next one in turn order that fits runs instead.
 Each pass over a waiter counts; one passed ``bypass_limit`` times is *guarded*: from then on a request
@@ -44,6 +56,7 @@ import asyncio
 import math
 import time
 from collections import Counter, deque
+from dataclasses import dataclass
 
 from gateway.admission.capacity import Capacity, Held, Need, Reason
 from gateway.admission.errors import QueueFullError
@@ -55,6 +68,21 @@ from gateway.config import Settings
 ONE = Need()
 #: Weight of the newest hold time in the moving average behind ``Retry-After``.
 _EWMA_ALPHA = 0.2
+#: Most sessions one key has held at once; its oldest hold goes first.
+HOLDS_PER_KEY = 2
+#: Added to a hold's timer, s: the loop may run a timer a hair before the clock reads its deadline.
+_TIMER_SLACK_S = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class SessionHold:
+    """A session's cached prefix kept for its next turn: ``tokens`` of KV, ``key``'s, from ``since``
+    until ``until`` (monotonic s)."""
+
+    key: str
+    tokens: int
+    since: float
+    until: float
 
 
 class Admission(HeldLoad):
@@ -70,6 +98,8 @@ class Admission(HeldLoad):
         long_queue_timeout_s: the queue timeout of a long-prompt request (None: ``queue_timeout_s``);
             it may wait for another one's whole prefill.
         bypass_limit: passes after which a waiter is guarded (see the module doc).
+        session_hold_s: how long an agent session's cached prefix is held for its next turn, s (0:
+            never).
 
     ``in_use`` counts sequences holding slots, ``kv_reserved_tokens`` their KV, ``long_in_use`` the
     long requests running; ``grants`` counts every grant to a waiter so far; ``reserve`` is the queue
@@ -87,6 +117,7 @@ class Admission(HeldLoad):
         long_slots: int | None = None,
         long_queue_timeout_s: float | None = None,
         bypass_limit: int = 8,
+        session_hold_s: float = 0.0,
     ) -> None:
         if slots < 1:
             raise ValueError("slots must be >= 1")
@@ -114,6 +145,8 @@ class Admission(HeldLoad):
         self._batch = 0  # of them batch requests
         self._guarded: Waiter | None = None
         self._mean_hold_s = 10.0
+        self.session_hold_s = session_hold_s
+        self._holds: dict[str, SessionHold] = {}  # by session, the most recently used last
 
     @classmethod
     def configured(cls, settings: Settings) -> Admission:
@@ -127,6 +160,7 @@ class Admission(HeldLoad):
             long_slots=settings.slots - settings.express_slots,
             long_queue_timeout_s=settings.queue_timeout_long_s,
             bypass_limit=settings.bypass_limit,
+            session_hold_s=settings.session_hold_s,
         )
 
     def waiting_for(self) -> dict[str, int]:
@@ -143,7 +177,7 @@ class Admission(HeldLoad):
         requests wait for, and per key its requests in flight and waiting."""
         waiting = {key: len(queue) for key, queue in self._queues.items()}
         reasons = ((w.key, w.reason.value) for queue in self._queues.values() for w in queue if w.reason)
-        return status_view(self, self._active_per_key, waiting, reasons)
+        return {**status_view(self, self._active_per_key, waiting, reasons), "session_holds": self.holds()}
 
     def position(self, waiter: Waiter) -> int:
         """Estimated grants before ``waiter`` (1 = next), from its place in its key's queue and its key's
@@ -163,13 +197,16 @@ class Admission(HeldLoad):
         backend could hold (:meth:`Capacity.never_fits`)."""
         if (why := self.capacity.never_fits(need)) is not None:
             raise ValueError(why)
-        if not self._turns and self._key_free(key, max_concurrency) and self._fits(need):
+        now = time.monotonic()
+        if not self._turns and self._key_free(key, max_concurrency) and self._fits(need, now, now):
             return Lease(self, key, self._take(key, need), need)
         if (refusal := self._no_room(key)) is not None:
             raise refusal
         timeout = self.long_queue_timeout_s if need.long else self.queue_timeout_s
         future = asyncio.get_running_loop().create_future()
         waiter = Waiter(key, max(1, priority), max_concurrency, future, need, timeout)
+        if self._holds:  # held back at most session_hold_s: look again then
+            asyncio.get_running_loop().call_later(self.session_hold_s + _TIMER_SLACK_S, self._dispatch)
         self._queues.setdefault(key, deque()).append(waiter)
         self._waiting += 1
         self._batch += need.batch
@@ -250,8 +287,45 @@ class Admission(HeldLoad):
         entry = self.enqueue(key, priority, max_concurrency, need)
         return entry if isinstance(entry, Lease) else await self.wait(entry)
 
-    def _fits(self, need: Need) -> bool:
-        return self.capacity.blocker(self.held, need) is None
+    def _fits(self, need: Need, since: float, now: float) -> bool:
+        """Whether ``need``, waiting since ``since``, may run now: the capacity has room for it, and
+        it evicts no held session's prefix (or has waited ``session_hold_s`` already)."""
+        return self._blocker(need, since, now) is None
+
+    def _blocker(self, need: Need, since: float, now: float) -> Reason | None:
+        reason = self.capacity.blocker(self.held, need)
+        if reason is None and self._holds and now - since < self.session_hold_s:
+            kept = self._held_tokens(need.session, now)
+            if self.held.kv_tokens + need.kv_tokens + kept > self.capacity.kv_budget_tokens:
+                return Reason.HELD
+        return reason
+
+    def _held_tokens(self, session: str | None, now: float) -> int:
+        """KV tokens the live holds of sessions other than ``session`` keep (expired holds dropped)."""
+        for name in [name for name, hold in self._holds.items() if hold.until <= now]:
+            del self._holds[name]
+        return sum(hold.tokens for name, hold in self._holds.items() if name != session)
+
+    def _hold(self, key: str, need: Need) -> None:
+        """Hold the prefix a turn of ``need.session`` leaves, for its next turn; a key's oldest hold
+        goes past :data:`HOLDS_PER_KEY`."""
+        assert need.session is not None
+        self._holds.pop(need.session, None)
+        mine = [name for name, hold in self._holds.items() if hold.key == key]
+        for name in mine[: max(0, len(mine) - HOLDS_PER_KEY + 1)]:
+            del self._holds[name]
+        now = time.monotonic()
+        self._holds[need.session] = SessionHold(key, need.kv_tokens, now, now + self.session_hold_s)
+        asyncio.get_running_loop().call_later(self.session_hold_s + _TIMER_SLACK_S, self._dispatch)
+
+    def holds(self) -> list[dict[str, object]]:
+        """The live holds, most recently used first: session, key, tokens, seconds left."""
+        now = time.monotonic()
+        self._held_tokens(None, now)
+        return [
+            {"session": name, "key": hold.key, "tokens": hold.tokens, "left_s": round(hold.until - now, 3)}
+            for name, hold in reversed(self._holds.items())
+        ]
 
     def _key_free(self, key: str, max_concurrency: int | None) -> bool:
         return max_concurrency is None or self._active_per_key[key] < max_concurrency
@@ -277,12 +351,17 @@ class Admission(HeldLoad):
     def _dispatch(self) -> None:
         """Admit waiters while one fits: the guarded one first, then in weighted round-robin order
         (passing the ones that don't fit); then note what each one left waits for."""
+        now = time.monotonic()
         while self._waiting and self.held.sequences < self.slots:
+            resumed = self._resumed()
+            if resumed is not None:
+                self._admit(resumed)
+                continue
             guarded = self._guard()
             if (
                 guarded is not None
                 and self._key_free(guarded.key, guarded.max_concurrency)
-                and self._fits(guarded.need)
+                and self._fits(guarded.need, guarded.enqueued_at, now)
             ):
                 self._admit(guarded)
                 continue
@@ -292,6 +371,31 @@ class Admission(HeldLoad):
             self._admit(chosen)
         self._note_reasons()
 
+    def _resumed(self) -> Waiter | None:
+        """The waiting next turn of a held session that fits, the most recently used session first. A
+        next turn is one sent after the hold began (an agent's, after its last answer): requests of a
+        session queued together take their turns as any others."""
+        if not self._holds:
+            return None
+        now = time.monotonic()
+        self._held_tokens(None, now)
+        turns: dict[str, Waiter] = {}
+        for queue in self._queues.values():
+            for waiter in queue:
+                if waiter.need.session is not None:
+                    turns.setdefault(waiter.need.session, waiter)
+        for session, hold in reversed(self._holds.items()):
+            turn = turns.get(session)
+            if (
+                turn is not None
+                and turn.enqueued_at >= hold.since
+                and not turn.future.done()
+                and self._key_free(turn.key, turn.max_concurrency)
+                and self._fits(turn.need, turn.enqueued_at, now)
+            ):
+                return turn
+        return None
+
     def _pick(self, guarded: Waiter | None) -> Waiter | None:
         """The first waiter in turn order that fits (and spares ``guarded``), interactive ones before
         any batch one; each one passed that did not fit gets a pass (a batch waiter is not passed by
@@ -299,6 +403,7 @@ class Admission(HeldLoad):
         passed: list[Waiter] = []
         gone: list[Waiter] = []
         chosen: Waiter | None = None
+        now = time.monotonic()
         holders = self._holders.values()
         for batch in (False, True) if self._batch else (False,):
             for key in self._turns:
@@ -310,7 +415,7 @@ class Admission(HeldLoad):
                         continue
                     if waiter.future.done():  # cancelled (client gone, queue timeout), its task not yet run
                         gone.append(waiter)
-                    elif waiter is guarded or not self._fits(waiter.need):
+                    elif waiter is guarded or not self._fits(waiter.need, waiter.enqueued_at, now):
                         passed.append(waiter)
                     elif guarded is None or self.capacity.spares(
                         self.held, holders, guarded.need, waiter.need
@@ -373,7 +478,7 @@ class Admission(HeldLoad):
                 if not self._key_free(key, waiter.max_concurrency):
                     reason: Reason | None = Reason.KEY
                 else:
-                    reason = self.capacity.blocker(self.held, waiter.need)
+                    reason = self._blocker(waiter.need, waiter.enqueued_at, now)
                 if (
                     reason is None
                     and guarded is not None
@@ -389,6 +494,8 @@ class Admission(HeldLoad):
         self._next_grant += 1
         self._holders[grant] = need
         self.held = self.held.plus(need)
+        if need.session is not None:
+            self._holds.pop(need.session, None)  # its turn came: the prefix is this request's now
         self._active_per_key[key] += 1
         return grant
 
@@ -406,7 +513,10 @@ class Admission(HeldLoad):
         self._give_back(lease.key, lease.grant)
 
     def _give_back(self, key: str, grant: int) -> None:
-        self.held = self.held.minus(self._holders.pop(grant))
+        need = self._holders.pop(grant)
+        self.held = self.held.minus(need)
+        if need.session is not None and need.kv_tokens and self.session_hold_s > 0:
+            self._hold(key, need)
         self._active_per_key[key] -= 1
         if self._active_per_key[key] <= 0:
             del self._active_per_key[key]

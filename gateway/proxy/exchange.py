@@ -40,6 +40,7 @@ from gateway.proxy.billing import Billing
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.placement import Placement
 from gateway.proxy.prompt_size import estimate, prompt_size
+from gateway.proxy.sessions import session_of
 from gateway.storage.response_owners import Owner
 from gateway.telemetry.recorder import RequestRecorder
 
@@ -72,6 +73,7 @@ class Exchange:
         "_batch",
         "_translator",
         "_affinity",
+        "_session",
         "_stored_at",
         "_count",
         "_need",
@@ -122,6 +124,7 @@ class Exchange:
         self._batch = False
         self._translator: Translator | None = None
         self._affinity: str | None = None
+        self._session: str | None = None
         self._stored_at: Backend | None = None
         self._count: TokenCount | None = None
         self._need = Need()
@@ -233,6 +236,7 @@ class Exchange:
         self._max_wait_s, self._batch = ready.max_wait_s, ready.request_class == "batch"
         self._headers.update(ready.forwarded)
         self._affinity = affinity_key(body, self._asked.session)
+        self._session = session_of(self.principal.key_id, self._request_headers, body)
         # the count holds the prompt's tree: the exchange keeps it until the prompt is sized, the
         # request waits with its bytes only
         self._count, prepared = ready.prepared.count, replace(ready.prepared, count=None)
@@ -271,9 +275,10 @@ class Exchange:
         if size.token_ids is not None:
             match, source = backend.kv.match(size.token_ids, time.monotonic())
             cached = match.cached_tokens
-        self._need = need = replace(pipeline.need(prepared, size.tokens, cached), batch=self._batch)
+        need = pipeline.need(prepared, size.tokens, cached)
+        self._need = need = replace(need, batch=self._batch, session=self._session)
         self.recorder.sized(size.tokens, size.source, need.kv_tokens, need.long)
-        self.recorder.predicted(cached if source is not None else None, source)
+        self.recorder.predicted(cached if source is not None else None, source, self._session)
 
     async def enqueue(self) -> bool:
         """Admitted on the backend decided, or a place in its queue (429 ``queue_full``): True if

@@ -83,16 +83,15 @@ class Pipeline:
         return backend
 
     def need(self, prepared: Prepared, prompt_tokens: int, cached_tokens: int = 0) -> Need:
-        """What the request holds while it runs: its sequences, ``sequences x (prompt - cached +
-        output)`` KV tokens — the prefix the backend's cache holds (``cached_tokens``) is resident
-        already, the output budget capped at what the context leaves,
-        ``GATEWAY_KV_OUTPUT_RESERVE_TOKENS`` when it sets none — and the lane if what it must prefill
-        is long. 400 ``context_length_exceeded`` when the whole prompt and output are more than the
-        pool."""
+        """What the request holds while it runs: its sequences, ``sequences x (prompt + output)`` KV
+        tokens — the output budget capped at what the context leaves, ``GATEWAY_KV_OUTPUT_RESERVE_TOKENS``
+        when it sets none; the cached prefix counts too, as vLLM cannot evict blocks a running
+        sequence uses — and the lane if what it must prefill, the prompt less the prefix the backend's
+        cache holds (``cached_tokens``), is long. 400 ``context_length_exceeded`` when that is more than
+        the whole pool."""
         settings = self.settings
         room = max(0, settings.max_model_len - prompt_tokens)
         output = min(room, prepared.output_budget or settings.kv_output_reserve_tokens)
-        computed = prompt_tokens - cached_tokens
         whole = prepared.sequences * (prompt_tokens + output)
         if whole > settings.kv_budget_tokens:
             message = (
@@ -104,8 +103,8 @@ class Pipeline:
             raise GatewayError("context_length_exceeded", message, param=param)
         return Need(
             sequences=prepared.sequences,
-            kv_tokens=prepared.sequences * (computed + output),
-            long=computed >= settings.long_prompt_tokens,
+            kv_tokens=whole,
+            long=prompt_tokens - cached_tokens >= settings.long_prompt_tokens,
         )
 
     def wants_counters(self, backend: Backend) -> bool:

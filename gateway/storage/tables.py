@@ -134,6 +134,7 @@ class UsageRow(Base):
     request_class: Mapped[str | None] = mapped_column(String(16), nullable=True)
     cached_tokens_predicted: Mapped[int | None] = mapped_column(Integer, nullable=True)
     cache_source: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    session: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class ResponseOwnerRow(Base):

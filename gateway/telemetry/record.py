@@ -70,6 +70,8 @@ class RequestTelemetry:
     #: were not known (not counted by ``/tokenize``). Beside ``cached_tokens``, what vLLM reported.
     cached_tokens_predicted: int | None = None
     cache_source: str | None = None
+    #: The agent session it is a turn of: a digest scoped to the key (:mod:`gateway.proxy.sessions`).
+    session: str | None = None
     #: ``interactive`` or ``batch``: the request's class in the queue (x-priority, capped by its key's)
     request_class: str | None = None
     upstream_ttft_s: float | None = None

@@ -132,9 +132,11 @@ class RequestRecorder:
         record.prompt_size_tokens, record.prompt_size_source = tokens, source
         record.kv_tokens, record.lane = kv_tokens, "long" if long else "short"
 
-    def predicted(self, cached_tokens: int | None, source: str | None) -> None:
-        """The prompt tokens admission expected the backend's prefix cache to hold, and its source."""
-        self.record.cached_tokens_predicted, self.record.cache_source = cached_tokens, source
+    def predicted(self, cached_tokens: int | None, source: str | None, session: str | None) -> None:
+        """The prompt tokens admission expected the backend's prefix cache to hold, its source, and
+        the agent session the request is a turn of."""
+        record = self.record
+        record.cached_tokens_predicted, record.cache_source, record.session = cached_tokens, source, session
 
     def admitted(self, queue_wait_s: float, waited_for: dict[str, float]) -> None:
         """The request was admitted after waiting ``queue_wait_s`` seconds, split by what it waited for

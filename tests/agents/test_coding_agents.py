@@ -13,6 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.probes import scrape, wait_until
@@ -66,6 +67,7 @@ def test_claude_code_runs_a_tool_through_the_gateway(gateway, make_key, tmp_path
     assert (work / "out.txt").read_text() == "hello\n"
     assert '"is_error":false' in done.stdout and "Tool result:" in done.stdout, done.stdout
     answered_twice(gateway.url, "messages", "claude-code")
+    one_session(gateway.url, make_key("admin", scopes=["admin"]), "claude-code")
 
 
 def answered_twice(url: str, api: str, key: str) -> None:
@@ -74,6 +76,14 @@ def answered_twice(url: str, api: str, key: str) -> None:
     may be the agent's last act before it exits)."""
     name = f"gateway_requests_total{{api={api},key={key},model={MODEL},status=200}}"
     wait_until(lambda: scrape(url).get(name, 0) >= 2, timeout_s=10, what=f"two {api} requests counted")
+
+
+def one_session(url: str, admin: str, key: str) -> None:
+    """The agent's requests are turns of one session (recognised from what it sends: Claude Code's
+    ``X-Claude-Code-Session-Id``, Codex's ``session-id``)."""
+    rows = httpx.get(url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"}).json()["data"]
+    sessions = {row["session"] for row in rows if row["key_name"] == key}
+    assert len(sessions) == 1 and None not in sessions, sessions
 
 
 def test_codex_runs_a_tool_through_the_gateway(gateway, make_key, tmp_path: Path) -> None:
@@ -98,3 +108,4 @@ def test_codex_runs_a_tool_through_the_gateway(gateway, make_key, tmp_path: Path
     assert (work / "out.txt").read_text() == "hello\n"
     assert "Tool result:" in done.stdout, done.stdout + done.stderr
     answered_twice(gateway.url, "responses", "codex")
+    one_session(gateway.url, make_key("admin", scopes=["admin"]), "codex")

@@ -1,0 +1,97 @@
+"""Agent session holds (gateway/admission/scheduler.py): when a session's turn ends its prefix is held
+for its next turn — a request that would evict it waits, the session's next turn goes first, the
+wait is bounded by the hold, and a key collects no more than its share of holds."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.admission import Admission, Lease, Need, Reason, Waiter
+from gateway.admission.scheduler import HOLDS_PER_KEY
+
+HOLD_S = 0.3
+
+
+def admission(**kwargs: object) -> Admission:
+    """Two slots over a pool of 1,000 tokens, holds of :data:`HOLD_S`."""
+    options = {"slots": 2, "queue_max": 64, "queue_timeout_s": 10, "kv_budget_tokens": 1000,
+               "session_hold_s": HOLD_S, **kwargs}  # fmt: skip
+    return Admission(**options)  # type: ignore[arg-type]
+
+
+def turn(session: str, kv: int = 600) -> Need:
+    """A turn of ``session`` of ``kv`` tokens (prompt and output: what stays cached after it)."""
+    return Need(kv_tokens=kv, session=session)
+
+
+async def test_a_cold_request_waits_behind_the_held_sessions_next_turn() -> None:
+    gate = admission()
+    (await gate.acquire("agent", need=turn("s1"))).release()  # its 600 tokens held
+    assert [h["session"] for h in gate.holds()] == ["s1"]
+    cold = gate.enqueue("other", need=Need(kv_tokens=500))  # 500 + 600 > 1,000: would evict it
+    assert isinstance(cold, Waiter) and cold.reason is Reason.HELD
+    assert gate.status()["waiting_for"]["held"] == 1
+    small = await gate.acquire("other", need=Need(kv_tokens=300))  # fits beside the hold
+    small.release()
+    nxt = gate.enqueue("agent", need=turn("s1", kv=700))
+    assert nxt.future.done() if isinstance(nxt, Waiter) else True  # its own hold is no obstacle
+    nxt = nxt if isinstance(nxt, Lease) else await gate.wait(nxt)
+    assert gate.holds() == [] and not cold.future.done() and cold.reason is Reason.KV
+    granted = asyncio.create_task(gate.wait(cold))
+    nxt.release()  # held again: 700; the cold one waits on
+    await asyncio.sleep(0)
+    assert not granted.done() and gate.holds()[0]["tokens"] == 700
+    lease = await asyncio.wait_for(granted, 2)  # ... until it has waited HOLD_S
+    assert lease.queue_wait_s >= HOLD_S * 0.9 and "held" in lease.waited_for
+    lease.release()
+
+
+async def test_the_most_recently_used_sessions_turn_is_resumed_first() -> None:
+    gate = admission(slots=1)
+    for session in ("s1", "s2"):  # s2's turn ends last: the most recently used
+        (await gate.acquire(session, need=turn(session, kv=300))).release()
+    holder = await gate.acquire("x", need=Need(kv_tokens=10))
+    cold = gate.enqueue("c", need=Need(kv_tokens=10))
+    again_1 = gate.enqueue("s1", need=turn("s1", kv=300))
+    again_2 = gate.enqueue("s2", need=turn("s2", kv=300))
+    waiters = (cold, again_1, again_2)
+    assert all(isinstance(w, Waiter) for w in waiters)
+    holder.release()
+    assert [w.future.done() for w in waiters] == [False, False, True]  # type: ignore[union-attr]
+    order = [await gate.wait(again_2)]  # type: ignore[arg-type]
+    order[0].release()
+    assert [w.future.done() for w in waiters] == [False, True, True]  # type: ignore[union-attr]
+    (await gate.wait(again_1)).release()  # type: ignore[arg-type]
+    (await gate.wait(cold)).release()  # type: ignore[arg-type]
+
+
+async def test_a_key_holds_no_more_than_its_share_and_holds_expire() -> None:
+    gate = admission()
+    for n in range(HOLDS_PER_KEY + 3):  # a new session per request
+        (await gate.acquire("collector", need=turn(f"s{n}", kv=100))).release()
+    assert len(gate.holds()) == HOLDS_PER_KEY
+    await asyncio.sleep(HOLD_S * 1.2)
+    assert gate.holds() == [] and gate.kv_reserved_tokens == 0
+
+
+async def test_without_a_hold_setting_nothing_is_held() -> None:
+    gate = admission(session_hold_s=0.0)
+    (await gate.acquire("agent", need=turn("s1"))).release()
+    assert gate.holds() == [] and isinstance(gate.enqueue("other", need=Need(kv_tokens=900)), Lease)
+
+
+async def test_requests_of_one_session_queued_together_do_not_pass_other_keys() -> None:
+    gate = admission(slots=1)
+    holder = await gate.acquire("x", need=Need(kv_tokens=10))
+    waiting = [gate.enqueue("f", need=turn("s", kv=100)) for _ in range(3)]
+    waiting.append(gate.enqueue("o", need=Need(kv_tokens=100)))
+    order: list[str] = []
+    lease = holder
+    while waiting:  # each turn's end holds "s", but the flood's requests were queued before it
+        lease.release()
+        [granted] = [w for w in waiting if w.future.done()]  # type: ignore[union-attr]
+        waiting.remove(granted)
+        order.append(granted.key)
+        lease = await gate.wait(granted)  # type: ignore[arg-type]
+    lease.release()
+    assert order.index("o") <= 1  # within one turn of the flood, as without sessions
