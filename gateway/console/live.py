@@ -15,8 +15,10 @@ WINDOW_S = 300.0
 
 def figures(rows: Iterable[Mapping[str, Any]], now: datetime | None = None) -> dict[str, float | int | None]:
     """Over the rows that arrived in the last :data:`WINDOW_S` s: ``requests``, ``ttft_p50_s`` and
-    ``ttft_p95_s`` (nearest-rank), ``decode_tokens_per_s`` (mean of the requests'), and
-    ``acceptance_rate`` (accepted / drafted draft tokens, summed); None where no row has the figure."""
+    ``ttft_p95_s`` (nearest-rank), ``decode_tokens_per_s`` (mean of the requests'),
+    ``acceptance_rate`` (accepted / drafted draft tokens, summed), ``cache_hit_ratio`` (cached /
+    prompt tokens, summed) and ``cache_prediction_error_tokens`` (mean |predicted - reported cached
+    tokens| of the rows admission predicted: docs/prefix-cache.md); None where no row has the figure."""
     start = (now or datetime.now(UTC)) - timedelta(seconds=WINDOW_S)
     recent = [row for row in rows if _arrived(row) >= start]
     ttfts = sorted(row["ttft_s"] for row in recent if row.get("ttft_s") is not None)
@@ -26,12 +28,20 @@ def figures(rows: Iterable[Mapping[str, Any]], now: datetime | None = None) -> d
         spec = row.get("spec") or {}
         drafted += spec.get("draft_tokens") or 0
         accepted += spec.get("accepted_tokens") or 0
+    prompt = sum(row.get("prompt_tokens") or 0 for row in recent)
+    errors = [
+        abs(row["cached_tokens_predicted"] - (row.get("cached_tokens") or 0))
+        for row in recent
+        if row.get("cached_tokens_predicted") is not None
+    ]
     return {
         "requests": len(recent),
         "ttft_p50_s": _rank(ttfts, 0.50),
         "ttft_p95_s": _rank(ttfts, 0.95),
         "decode_tokens_per_s": statistics.fmean(speeds) if speeds else None,
         "acceptance_rate": accepted / drafted if drafted else None,
+        "cache_hit_ratio": sum(row.get("cached_tokens") or 0 for row in recent) / prompt if prompt else None,
+        "cache_prediction_error_tokens": statistics.fmean(errors) if errors else None,
     }
 
 

@@ -58,6 +58,8 @@ def test_every_page_renders_and_key_changes_are_the_admin_apis(start_sim, start_
         live = browser.get("/console/live.json").json()
         assert live["status"]["slots_total"] == 2 and live["figures"]["requests"] >= 1
         assert live["figures"]["ttft_p50_s"] is not None
+        assert "cache_hit_ratio" in live["figures"] and "session_holds" in live["status"]["backends"][0]
+        assert "Agent sessions held" in browser.get("/console").text
         exported = browser.get("/console/usage.csv", params={"group_by": "key"})
         rows = list(csv.DictReader(io.StringIO(exported.text)))
         assert exported.headers["content-type"].startswith("text/csv")

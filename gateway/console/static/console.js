@@ -37,6 +37,11 @@ function show(live, data) {
   set("decode", rate(f.decode_tokens_per_s));
   set("acceptance", percent(f.acceptance_rate));
   set("requests", String(f.requests));
+  set("cache_hits", percent(f.cache_hit_ratio));
+  const error = f.cache_prediction_error_tokens;
+  set("prediction", error === null || error === undefined ? "–" : `${number(Math.round(error))} tokens`);
+  rows(live.querySelector('[data-live="holds"]'), s.backends.flatMap((b) => (b.session_holds || []).map((h) =>
+    [h.key, h.session, number(h.tokens), seconds(h.left_s)])));
   const waits = Object.entries(s.waiting_for).filter(([, n]) => n).map(([r, n]) => `${n} for ${r}`);
   set("waiting_for", waits.length ? waits.join(", ") : "nothing");
   const why = (name) => Object.entries(s.waiting_by_key[name] || {}).map(([r, n]) => `${n} ${r}`).join(", ");

@@ -50,10 +50,18 @@ def test_live_figures_over_the_window() -> None:
     assert figures["requests"] == 20
     assert figures["ttft_p50_s"] == pytest.approx(1.0) and figures["ttft_p95_s"] == pytest.approx(1.9)
     assert figures["decode_tokens_per_s"] == 89.5 and figures["acceptance_rate"] == 0.7
+    assert figures["cache_hit_ratio"] is None and figures["cache_prediction_error_tokens"] is None
     assert live.figures([], now) == {
         "requests": 0, "ttft_p50_s": None, "ttft_p95_s": None, "decode_tokens_per_s": None,
-        "acceptance_rate": None,
+        "acceptance_rate": None, "cache_hit_ratio": None, "cache_prediction_error_tokens": None,
     }  # fmt: skip
+    at = now.isoformat()
+    turns = [  # (prompt, cached reported, cached predicted)
+        {"arrived_at": at, "prompt_tokens": p, "cached_tokens": c, "cached_tokens_predicted": guess}
+        for p, c, guess in ((1000, 768, 768), (1000, 0, 256), (2000, 0, None))
+    ]
+    cache = live.figures(turns, now)
+    assert cache["cache_hit_ratio"] == 768 / 4000 and cache["cache_prediction_error_tokens"] == 128
 
 
 def test_the_chart_escapes_its_labels() -> None:
