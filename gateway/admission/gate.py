@@ -169,3 +169,7 @@ class Gate(Load, Protocol):
     def status(self) -> dict[str, object]:
         """The ``/admin/status`` view (see :meth:`Admission.status`)."""
         ...
+
+    def holds(self) -> list[dict[str, object]]:
+        """The agent sessions whose prefix is held (see :meth:`Admission.holds`)."""
+        ...

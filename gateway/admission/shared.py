@@ -230,6 +230,10 @@ class SharedAdmission(HeldLoad):
         reasons = ((w.key, w.reason.value) for w in self._waiters.values() if w.reason and not w.settled)
         return status_view(self, self._in_flight, self._queued, reasons, shared=True, replica=self.replica)
 
+    def holds(self) -> list[dict[str, object]]:
+        """None: session holds are kept by a process's own admission (docs/prefix-cache.md)."""
+        return []
+
     # -- lease bookkeeping (LeaseOwner)
 
     def hold(self, lease: Lease) -> None:

@@ -151,6 +151,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             metrics.watch_backend(backend.name, backend.admission)
             metrics.watch_circuit(backend.name, backend.breaker)
             metrics.watch_prefix_cache(backend.name, backend.kv)
+            metrics.watch_holds(backend.name, backend.admission)
             backend.monitor.on_health = functools.partial(backends.mark, backend)
             monitors.append(asyncio.create_task(backend.monitor.run()))
             if backend.kv.feed is not None:

@@ -54,6 +54,16 @@ class Circuit(Protocol):
 CACHE_SOURCES = ("events", "estimate")
 
 
+class SessionHolds(Protocol):
+    """What the metrics read of a backend's admission: the agent sessions it holds."""
+
+    def holds(self) -> list[dict[str, object]]: ...
+
+
+def _held(admission: SessionHolds) -> int:
+    return len(admission.holds())
+
+
 class PrefixCacheView(Protocol):
     """What the metrics read of a backend's prefix cache view: its source now (:data:`CACHE_SOURCES`)."""
 
@@ -125,6 +135,12 @@ class GatewayMetrics:
             "1 for where admission's view of the backend's prefix cache comes from: events (its KV "
             "events, fresh) | estimate (what the gateway sent it: no events, or stale)",
             ("backend", "source"),
+            registry=registry,
+        )
+        self._session_holds = Gauge(
+            "gateway_backend_session_holds",
+            "Agent sessions whose prefix this backend's admission holds for their next turn",
+            ("backend",),
             registry=registry,
         )
         # by (model, key, api): bounded by the key table times the dialects
@@ -255,6 +271,10 @@ class GatewayMetrics:
         scrape."""
         for state in CIRCUIT_STATES:
             self._circuit.labels(name, state).set_function(functools.partial(_in_state, circuit, state))
+
+    def watch_holds(self, name: str, admission: SessionHolds) -> None:
+        """Read how many sessions backend ``name``'s admission holds at every scrape."""
+        self._session_holds.labels(name).set_function(functools.partial(_held, admission))
 
     def watch_prefix_cache(self, name: str, view: PrefixCacheView) -> None:
         """Read where backend ``name``'s prefix cache view comes from at every scrape."""

@@ -10,7 +10,7 @@ import threading
 import httpx
 import pytest
 
-from tests.support.probes import wait_until
+from tests.support.probes import scrape, wait_until
 
 MODEL = "deepseek-v4-flash-0731"
 #: ~5,700 simulated tokens.
@@ -79,6 +79,7 @@ def test_a_cold_request_waits_behind_the_held_sessions_next_turn(
     named = {"x-session-id": "task-7"}
     post(gateway, agent, HISTORY, **named)  # its turn ends: ~5,700 tokens held for 5 s
     assert [h["tokens"] > 5_000 for h in status(gateway, admin)["session_holds"]] == [True]
+    assert scrape(gateway.url)["gateway_backend_session_holds{backend=default}"] == 1
     cold: dict[str, httpx.Response] = {}
     waiting = threading.Thread(target=lambda: cold.setdefault("answer", post(gateway, cold_key, COLD)))
     waiting.start()
