@@ -38,14 +38,15 @@ class Need:
     """What one request holds while it runs: ``sequences`` slots, ``kv_tokens`` of the KV pool, and the
     long-prompt lane if ``long``; ``batch``: its class is batch (it waits behind every interactive
     request; it holds nothing more); ``session``: the agent session it is a turn of
-    (:mod:`gateway.proxy.sessions`), whose hold keeps its ``kv_tokens`` in the prefix cache after it
-    ends."""
+    (:mod:`gateway.proxy.sessions`), and ``footprint``: its prompt's tokens, which stay in the prefix
+    cache after it ends (what a hold of its session keeps)."""
 
     sequences: int = 1
     kv_tokens: int = 0
     long: bool = False
     batch: bool = False
     session: str | None = None
+    footprint: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,10 +27,11 @@ pool those blocks take (running requests' KV + its own + what the held sessions'
 past the budget) waits (:attr:`Reason.HELD`) until the hold is used or over, and the held session's next turn
 is admitted first, most recently used session first (a turn sent after the hold began: requests of a
 session queued together take their turns as any others, so a flood of one conversation does not pass
-other keys). A waiter is held back for ``session_hold_s`` at most from when it joined, so no hold
-delays a request longer (a waiting one wins the slot the session's turn frees: the agent's next turn
-comes later); a key keeps at most :data:`HOLDS_PER_KEY` holds (a client sending a new session per
-request collects no more).
+other keys). A waiter is held back for ``session_hold_s`` at most from when it joined, and once one
+has waited that long no turn is resumed ahead of the round robin: no hold delays a request by more
+than ``session_hold_s`` and a turn. A hold keeps the turn's prompt (its output is seldom reused), and
+a key keeps at most :data:`HOLDS_PER_KEY` holds (a client sending a new session per request collects
+no more); a grant given back unused holds nothing.
 
 No head-of-line blocking: when the request whose turn it is does not fit (a 900k-token prompt waiting
 for KV, a second long prompt waiting for the lane), the next one in turn order that fits runs instead.
@@ -266,7 +267,7 @@ class Admission(HeldLoad):
         waiter.settled = True
         waiter.note(None, time.monotonic())
         if waiter.grant is not None:
-            self._give_back(waiter.key, waiter.grant)  # granted in the tick it was given up: hand it on
+            self._give_back(waiter.key, waiter.grant, ran=False)  # granted in the tick it was given up
             return
         waiter.future.cancel()
         self._discard(waiter)
@@ -315,7 +316,7 @@ class Admission(HeldLoad):
         for name in mine[: max(0, len(mine) - HOLDS_PER_KEY + 1)]:
             del self._holds[name]
         now = time.monotonic()
-        self._holds[need.session] = SessionHold(key, need.kv_tokens, now, now + self.session_hold_s)
+        self._holds[need.session] = SessionHold(key, need.footprint, now, now + self.session_hold_s)
         asyncio.get_running_loop().call_later(self.session_hold_s + _TIMER_SLACK_S, self._dispatch)
 
     def holds(self) -> list[dict[str, object]]:
@@ -374,14 +375,17 @@ class Admission(HeldLoad):
     def _resumed(self) -> Waiter | None:
         """The waiting next turn of a held session that fits, the most recently used session first. A
         next turn is one sent after the hold began (an agent's, after its last answer): requests of a
-        session queued together take their turns as any others."""
-        if not self._holds:
+        session queued together take their turns as any others. None while a waiter is guarded or has
+        waited ``session_hold_s``: the round robin serves them first."""
+        if not self._holds or self._guarded is not None:
             return None
         now = time.monotonic()
         self._held_tokens(None, now)
         turns: dict[str, Waiter] = {}
         for queue in self._queues.values():
             for waiter in queue:
+                if now - waiter.enqueued_at >= self.session_hold_s and not waiter.future.done():
+                    return None  # one has waited a hold's length: no turn passes it any more
                 if waiter.need.session is not None:
                     turns.setdefault(waiter.need.session, waiter)
         for session, hold in reversed(self._holds.items()):
@@ -512,10 +516,10 @@ class Admission(HeldLoad):
         self._mean_hold_s += _EWMA_ALPHA * (held_s - self._mean_hold_s)
         self._give_back(lease.key, lease.grant)
 
-    def _give_back(self, key: str, grant: int) -> None:
+    def _give_back(self, key: str, grant: int, ran: bool = True) -> None:
         need = self._holders.pop(grant)
         self.held = self.held.minus(need)
-        if need.session is not None and need.kv_tokens and self.session_hold_s > 0:
+        if ran and need.session is not None and need.footprint and self.session_hold_s > 0:
             self._hold(key, need)
         self._active_per_key[key] -= 1
         if self._active_per_key[key] <= 0:

@@ -104,8 +104,10 @@ class ResidentBlocks:
         if event.medium not in DEVICE_MEDIUMS or event.group_idx not in (None, 0):
             return
         size = event.block_size
-        if size < 1 or len(event.token_ids) != size * len(event.block_hashes):
+        if not event.block_hashes or size < 1 or len(event.token_ids) != size * len(event.block_hashes):
             return  # not the shape vLLM sends: nothing of it can be trusted
+        if any(not 0 <= token < 2**32 for token in event.token_ids):
+            return  # not token ids
         self.block_size = size
         parent = ROOT if event.parent_block_hash is None else self._by_hash.get(event.parent_block_hash)
         if parent is None:
@@ -116,6 +118,9 @@ class ResidentBlocks:
             extra = extras[i] if i < len(extras) else None
             key = _digest(parent, event.token_ids[i * size : (i + 1) * size], extra)
             self._forget(self._by_hash.get(block_hash))
+            previous = self._hash_of.get(key)
+            if previous is not None:  # the same content under another hash of vLLM's: the newer names it
+                self._by_hash.pop(previous, None)
             self._by_hash[block_hash] = key
             self._hash_of[key] = block_hash
             self._add(key)

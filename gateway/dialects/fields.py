@@ -121,13 +121,10 @@ _COMPLETING = _SAMPLING | {
     "seed",
     "stop",
     "user",
-    "echo",
     "length_penalty",
     "spaces_between_special_tokens",
     "bad_words",
     "allowed_token_ids",
-    "truncate_prompt_tokens",
-    "truncation_side",
     "add_special_tokens",
     "response_format",
     "include_metrics",  # the gateway's own: vLLM's per-request metrics shown to the client
@@ -168,7 +165,7 @@ SERVED: Mapping[str, frozenset[str]] = {
         "documents",
     },
     # OpenAI, "Create completion"
-    "completions": _COMPLETING | {"prompt", "suffix"},
+    "completions": _COMPLETING | {"prompt", "suffix", "echo"},
     "responses": _SAMPLING
     | {
         # OpenAI, "Create a model response"
@@ -286,7 +283,7 @@ def _check_served(body: Mapping[str, Any], served: frozenset[str]) -> None:
         if name not in TEMPLATE_KWARGS:
             message = f"chat_template_kwargs may hold {', '.join(sorted(TEMPLATE_KWARGS))} only."
             raise GatewayError("unsupported_field", message, param=f"chat_template_kwargs.{name}")
-    if body.get("echo") is True and body.get("logprobs") and "prompt" in body:
+    if body.get("echo") is True and body.get("logprobs") is not None:
         message = "echo with logprobs asks for the prompt's log-probabilities; this key may not."
         raise GatewayError("unsupported_field", message, param="echo")
 

@@ -105,6 +105,7 @@ class Pipeline:
             sequences=prepared.sequences,
             kv_tokens=whole,
             long=prompt_tokens - cached_tokens >= settings.long_prompt_tokens,
+            footprint=prompt_tokens,
         )
 
     def wants_counters(self, backend: Backend) -> bool:

@@ -20,8 +20,8 @@ def admission(**kwargs: object) -> Admission:
 
 
 def turn(session: str, kv: int = 600) -> Need:
-    """A turn of ``session`` of ``kv`` tokens (prompt and output: what stays cached after it)."""
-    return Need(kv_tokens=kv, session=session)
+    """A turn of ``session`` of ``kv`` tokens, all of them prompt (what a hold keeps)."""
+    return Need(kv_tokens=kv, session=session, footprint=kv)
 
 
 async def test_a_cold_request_waits_behind_the_held_sessions_next_turn() -> None:
@@ -95,3 +95,35 @@ async def test_requests_of_one_session_queued_together_do_not_pass_other_keys() 
         lease = await gate.wait(granted)  # type: ignore[arg-type]
     lease.release()
     assert order.index("o") <= 1  # within one turn of the flood, as without sessions
+
+
+async def test_a_key_chaining_more_sessions_than_slots_does_not_starve_another() -> None:
+    """Key A runs three sessions on two slots, each next turn sent as its last one ends (within the
+    hold): a held session's turn is queued whenever a slot frees. Once V has waited a hold's length,
+    no resumed turn passes it."""
+    gate = admission(session_hold_s=0.5, queue_timeout_s=3)
+    tiny = {name: Need(kv_tokens=10, session=name, footprint=10) for name in ("s1", "s2", "s3")}
+    three = await gate.acquire("A", need=tiny["s3"])
+    running = [(await gate.acquire("A", need=tiny["s1"]), "s1")]
+    three.release()
+    running.append((await gate.acquire("A", need=tiny["s2"]), "s2"))
+    pending = {"s3": asyncio.create_task(gate.acquire("A", need=tiny["s3"]))}
+    await asyncio.sleep(0)
+    victim = asyncio.create_task(gate.acquire("V", need=Need(kv_tokens=10)))
+    for _ in range(30):  # 0.1 s turns
+        if victim.done():
+            break
+        await asyncio.sleep(0.1)
+        lease, session = running.pop(0)
+        lease.release()
+        await asyncio.sleep(0)
+        for name, task in list(pending.items()):
+            if task.done():
+                running.append((task.result(), name))
+                del pending[name]
+        pending[session] = asyncio.create_task(gate.acquire("A", need=tiny[session]))
+        await asyncio.sleep(0)
+    served = await asyncio.wait_for(victim, 1)
+    assert served.queue_wait_s <= 0.5 + 0.3  # the hold and a turn or two
+    for task in pending.values():
+        task.cancel()

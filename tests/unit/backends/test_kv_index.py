@@ -74,3 +74,24 @@ def test_memory_is_bounded_and_the_estimate_remembers_least_recently_used_first(
     index.remember(new)
     assert len(index) == 3 and index.match(new).cached_tokens == 2 * BLOCK
     assert index.match(old).cached_tokens == 0  # its first block went first
+
+
+def test_events_that_are_not_vllms_change_nothing() -> None:
+    index = ResidentBlocks(BLOCK, 10, "events")
+    tokens = [1] * BLOCK
+
+    def stored(name: object, ids: list[int], size: int = BLOCK, hashes: list | None = None) -> BlockStored:
+        return BlockStored(
+            block_hashes=[name] if hashes is None else hashes, parent_block_hash=None, token_ids=ids,
+            block_size=size, lora_id=None, medium="GPU", lora_name=None,
+        )  # fmt: skip
+
+    index.apply(batch(stored(b"a", tokens)))
+    index.apply(batch(stored(b"x", [], size=10**9, hashes=[]), stored(b"y", [-1] + tokens[1:])))
+    assert index.block_size == BLOCK and len(index) == 1 and index.match(tokens + [0]).cached_tokens == BLOCK
+    for n in range(100):  # the same content under ever new hashes: the newest names it, nothing piles up
+        index.apply(batch(stored(n, tokens)))
+    index.apply(batch(BlockRemoved(block_hashes=[98], medium="GPU")))  # an older name: still resident
+    assert index.match(tokens + [0]).cached_tokens == BLOCK and len(index) == 1
+    index.apply(batch(BlockRemoved(block_hashes=[99], medium="GPU")))
+    assert index.match(tokens + [0]).cached_tokens == 0
