@@ -35,20 +35,25 @@ def test_batch_waits_behind_interactive_and_reaches_vllm_as_priority(
     start_sim, start_gateway, make_key, tmp_path: Path
 ) -> None:
     trace = tmp_path / "trace.jsonl"
-    sim = start_sim(slots=1, decode_tps=400, scheduling_policy="priority", trace_file=str(trace))
-    gateway = start_gateway(sim.url, slots=1, upstream_priority=True)
+    sim = start_sim(slots=1, decode_tps=50, scheduling_policy="priority", trace_file=str(trace))
+    # no session holds: the order asserted is the classes', not a held agent turn's
+    gateway = start_gateway(sim.url, slots=1, upstream_priority=True, session_hold_s=0)
 
     def client(name: str, **key: object) -> openai.OpenAI:
         return openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key(name, **key), max_retries=0)
 
-    threads = [ask(client("holder"), 200)]
+    # keys are made before the holder starts, so its 200 tokens (4 s) outlast the queueing on a busy machine
+    holder, background, nightly, agent = (
+        client("holder"), client("background"), client("nightly", request_class="batch"), client("agent")
+    )  # fmt: skip
+    threads = [ask(holder, 200)]
     wait_until(lambda: scrape(gateway.url)["gateway_slots_in_use"] == 1, what="the slot held")
-    threads.append(ask(client("background"), 11, "batch"))
+    threads.append(ask(background, 11, "batch"))
     wait_until(lambda: scrape(gateway.url)["gateway_queue_depth"] == 1, what="the batch request waiting")
     # a batch key asking for interactive stays batch
-    threads.append(ask(client("nightly", request_class="batch"), 12, "interactive"))
+    threads.append(ask(nightly, 12, "interactive"))
     wait_until(lambda: scrape(gateway.url)["gateway_queue_depth"] == 2, what="two batch waiting")
-    threads.append(ask(client("agent"), 13))
+    threads.append(ask(agent, 13))
     wait_until(lambda: scrape(gateway.url)["gateway_queue_depth"] == 3, what="three waiting")
     for thread in threads:
         thread.join(60)
