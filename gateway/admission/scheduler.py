@@ -73,6 +73,8 @@ _EWMA_ALPHA = 0.2
 HOLDS_PER_KEY = 2
 #: Added to a hold's timer, s: the loop may run a timer a hair before the clock reads its deadline.
 _TIMER_SLACK_S = 0.005
+#: Grid the times a hold ends are rounded up to, s: a burst of requests shares one look again.
+_DUE_GRID_S = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +150,8 @@ class Admission(HeldLoad):
         self._mean_hold_s = 10.0
         self.session_hold_s = session_hold_s
         self._holds: dict[str, SessionHold] = {}  # by session, the most recently used last
+        self._due: deque[float] = deque()  # when a hold or a hold-back ends, soonest first
+        self._timer: asyncio.TimerHandle | None = None
 
     @classmethod
     def configured(cls, settings: Settings) -> Admission:
@@ -207,7 +211,7 @@ class Admission(HeldLoad):
         future = asyncio.get_running_loop().create_future()
         waiter = Waiter(key, max(1, priority), max_concurrency, future, need, timeout)
         if self._holds:  # held back at most session_hold_s: look again then
-            asyncio.get_running_loop().call_later(self.session_hold_s + _TIMER_SLACK_S, self._dispatch)
+            self._look_again(now + self.session_hold_s)
         self._queues.setdefault(key, deque()).append(waiter)
         self._waiting += 1
         self._batch += need.batch
@@ -317,7 +321,30 @@ class Admission(HeldLoad):
             del self._holds[name]
         now = time.monotonic()
         self._holds[need.session] = SessionHold(key, need.footprint, now, now + self.session_hold_s)
-        asyncio.get_running_loop().call_later(self.session_hold_s + _TIMER_SLACK_S, self._dispatch)
+        self._look_again(now + self.session_hold_s)
+
+    def _look_again(self, at: float) -> None:
+        """Dispatch again at ``at`` (monotonic s), rounded up to :data:`_DUE_GRID_S`. Every such time is
+        now + ``session_hold_s``, so they come in order: one timer, for the soonest, serves them all."""
+        at = math.ceil(at / _DUE_GRID_S) * _DUE_GRID_S
+        if self._due and self._due[-1] >= at:
+            return
+        self._due.append(at)
+        if self._timer is None:
+            self._arm(time.monotonic())
+
+    def _arm(self, now: float) -> None:
+        delay = max(0.0, self._due[0] - now) + _TIMER_SLACK_S
+        self._timer = asyncio.get_running_loop().call_later(delay, self._on_due)
+
+    def _on_due(self) -> None:
+        now = time.monotonic()
+        while self._due and self._due[0] <= now:
+            self._due.popleft()
+        self._timer = None
+        if self._due:
+            self._arm(now)
+        self._dispatch()
 
     def holds(self) -> list[dict[str, object]]:
         """The live holds, most recently used first: session, key, tokens, seconds left."""

@@ -127,3 +127,22 @@ async def test_a_key_chaining_more_sessions_than_slots_does_not_starve_another()
     assert served.queue_wait_s <= 0.5 + 0.3  # the hold and a turn or two
     for task in pending.values():
         task.cancel()
+
+
+async def test_a_held_back_waiter_is_admitted_when_its_own_wait_ends_though_the_hold_goes_on() -> None:
+    """The hold ends at 0.3 s, the waiter's hold-back at 0.4 s, the renewed hold at 0.5 s: the one
+    look-again timer runs at each in turn, and the waiter goes at 0.4 s."""
+    gate = admission()
+    (await gate.acquire("agent", need=turn("s1"))).release()
+    await asyncio.sleep(0.1)
+    cold = gate.enqueue("other", need=Need(kv_tokens=500))
+    extra = [gate.enqueue(f"burst{n}", need=Need(kv_tokens=500)) for n in range(50)]
+    assert isinstance(cold, Waiter) and cold.reason is Reason.HELD
+    await asyncio.sleep(0.1)
+    (await gate.acquire("agent", need=turn("s1"))).release()  # the session's next turn: held again
+    lease = await asyncio.wait_for(gate.wait(cold), 2)
+    assert HOLD_S * 0.9 <= lease.queue_wait_s < HOLD_S + 0.08
+    lease.release()
+    for waiter in extra:
+        assert isinstance(waiter, Waiter)
+        gate.abandon(waiter)
