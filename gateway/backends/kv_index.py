@@ -47,6 +47,32 @@ def _digest(parent: bytes, tokens: Sequence[int], extra: object = None) -> bytes
     return h.digest()
 
 
+class PromptBlocks:
+    """A prompt's ``token_ids`` and the content keys of its full blocks, computed once per block size:
+    admission matches them and the estimate remembers them once sent (a 1M-token prompt's keys take
+    tens of ms to compute, on the event loop)."""
+
+    __slots__ = ("token_ids", "_keys")
+
+    def __init__(self, token_ids: Sequence[int]) -> None:
+        self.token_ids = token_ids
+        self._keys: dict[int, list[bytes]] = {}
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def keys(self, block_size: int) -> list[bytes]:
+        """The content keys of the full blocks of ``block_size`` tokens, in order."""
+        keys = self._keys.get(block_size)
+        if keys is None:
+            keys, parent, ids = [], ROOT, self.token_ids
+            for start in range(0, len(ids) - block_size + 1, block_size):
+                parent = _digest(parent, ids[start : start + block_size])
+                keys.append(parent)
+            self._keys[block_size] = keys
+        return keys
+
+
 @dataclass(frozen=True, slots=True)
 class Match:
     """What the index holds of a prompt: ``cached_tokens`` of it, ``blocks`` of ``block_size``."""
@@ -140,28 +166,20 @@ class ResidentBlocks:
         if block_hash is not None:
             self._by_hash.pop(block_hash, None)
 
-    def _keys(self, token_ids: Sequence[int]) -> list[bytes]:
-        """The content keys of ``token_ids``' full blocks, in order."""
-        size, keys, parent = self.block_size, [], ROOT
-        for start in range(0, len(token_ids) - size + 1, size):
-            parent = _digest(parent, token_ids[start : start + size])
-            keys.append(parent)
-        return keys
-
-    def match(self, token_ids: Sequence[int]) -> Match:
-        """What of a prompt of ``token_ids`` the pool holds: its longest resident run of full blocks
-        from the start, at most ``len - 1`` tokens of it."""
+    def match(self, prompt: PromptBlocks) -> Match:
+        """What of ``prompt`` the pool holds: its longest resident run of full blocks from the start,
+        at most ``len - 1`` tokens of it."""
         blocks = 0
-        for key in self._keys(token_ids):
+        for key in prompt.keys(self.block_size):
             if key not in self._blocks:
                 break
             blocks += 1
-        usable = max(0, (len(token_ids) - 1) // self.block_size)
+        usable = max(0, (len(prompt) - 1) // self.block_size)
         blocks = min(blocks, usable)
         return Match(blocks * self.block_size, blocks, self.block_size)
 
-    def remember(self, token_ids: Sequence[int]) -> None:
-        """The estimate: a prompt of ``token_ids`` was computed, so its full blocks are resident (the
-        most recently used); the least recently used go past ``max_blocks``."""
-        for key in self._keys(token_ids):
+    def remember(self, prompt: PromptBlocks) -> None:
+        """The estimate: ``prompt`` was computed, so its full blocks are resident (the most recently
+        used); the least recently used go past ``max_blocks``."""
+        for key in prompt.keys(self.block_size):
             self._add(key)

@@ -4,11 +4,10 @@ they are fresh (:mod:`gateway.backends.kv_events`), else the estimate from what 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Literal
 
 from gateway.backends.kv_events import FeedEndpoints, KVEventFeed
-from gateway.backends.kv_index import Match, ResidentBlocks
+from gateway.backends.kv_index import Match, PromptBlocks, ResidentBlocks
 from gateway.config import Settings
 
 Source = Literal["events", "estimate"]
@@ -40,17 +39,17 @@ class KVView:
         """``events`` while the feed is fresh, else ``estimate``."""
         return "events" if self.feed is not None and self.feed.fresh(now) else "estimate"
 
-    def match(self, token_ids: Sequence[int], now: float) -> tuple[Match, Source]:
-        """What the pool holds of a prompt of ``token_ids``, and by which source."""
+    def match(self, prompt: PromptBlocks, now: float) -> tuple[Match, Source]:
+        """What the pool holds of ``prompt``, and by which source."""
         source = self.source(now)
         index = self.feed.index if source == "events" and self.feed is not None else self.estimate
-        return index.match(token_ids), source
+        return index.match(prompt), source
 
-    def sent(self, token_ids: Sequence[int], now: float) -> None:
-        """A prompt of ``token_ids`` went to the backend: its blocks will be resident (the estimate),
-        and its events are due (the feed's freshness)."""
-        self.estimate.remember(token_ids)
-        if self.feed is not None and len(token_ids) > self.estimate.block_size:
+    def sent(self, prompt: PromptBlocks, now: float) -> None:
+        """``prompt`` went to the backend: its blocks will be resident (the estimate), and its events
+        are due (the feed's freshness)."""
+        self.estimate.remember(prompt)
+        if self.feed is not None and len(prompt) > self.estimate.block_size:
             self.feed.expect(now)
 
     def status(self, now: float) -> dict[str, object]:

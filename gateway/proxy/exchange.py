@@ -30,6 +30,7 @@ from typing import Any
 from dspark_common import json_codec
 from gateway.admission import Need
 from gateway.auth.principal import Principal
+from gateway.backends.kv_index import PromptBlocks
 from gateway.backends.pool import Backend, affinity_key
 from gateway.dialects.base import Answer, Dialect, Prepared, Step, Translator
 from gateway.dialects.prompt_count import TokenCount
@@ -68,7 +69,7 @@ class Exchange:
         "_end",
         "_size",
         "_prompt_tokens",
-        "_prompt_ids",
+        "_prompt",
         "_max_wait_s",
         "_batch",
         "_translator",
@@ -119,7 +120,7 @@ class Exchange:
         self._end = "error"
         self._size = 0
         self._prompt_tokens = 0
-        self._prompt_ids: list[int] | None = None
+        self._prompt: PromptBlocks | None = None
         self._max_wait_s: float | None = None
         self._batch = False
         self._translator: Translator | None = None
@@ -270,10 +271,10 @@ class Exchange:
         if size.counts_prompts is not None:
             backend.learn(counts_prompts=size.counts_prompts)
         self._prompt_tokens = size.tokens
-        self._prompt_ids = size.token_ids
+        self._prompt = None if size.token_ids is None else PromptBlocks(size.token_ids)
         cached, source = 0, None
-        if size.token_ids is not None:
-            match, source = backend.kv.match(size.token_ids, time.monotonic())
+        if self._prompt is not None:
+            match, source = backend.kv.match(self._prompt, time.monotonic())
             cached = match.cached_tokens
         need = pipeline.need(prepared, size.tokens, cached)
         self._need = need = replace(need, batch=self._batch, session=self._session)
@@ -283,7 +284,7 @@ class Exchange:
     async def enqueue(self) -> bool:
         """Admitted on the backend decided, or a place in its queue (429 ``queue_full``): True if
         admitted (:meth:`~gateway.proxy.placement.Placement.enqueue`)."""
-        return await self.placement.enqueue(self._need, self._prompt_ids)
+        return await self.placement.enqueue(self._need, self._prompt)
 
     async def reserve(self, prepared: Prepared) -> dict[str, str]:
         """The request's cost reserved of its quotas and its key's tokens per minute (429 when they

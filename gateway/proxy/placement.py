@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from gateway.admission import Lease, Need, Waiter
 from gateway.auth.principal import Principal
 from gateway.backends.breaker import DOWN_STATUSES
+from gateway.backends.kv_index import PromptBlocks
 from gateway.backends.pool import Backend, BackendDown
 from gateway.backends.upstream import Unreachable, UpstreamResponse
 from gateway.dialects.base import Prepared
@@ -63,7 +64,7 @@ class Placement:
         "_stored_at",
         "_affinity",
         "_need",
-        "_prompt_ids",
+        "_prompt",
         "_left",
         "_waited_s",
         "_waited_for",
@@ -93,7 +94,7 @@ class Placement:
         self._stored_at: Backend | None = None  # the backend storing what it continues: its only one
         self._affinity: str | None = None
         self._need = Need()
-        self._prompt_ids: list[int] | None = None
+        self._prompt: PromptBlocks | None = None
         self._left: list[Backend] = []  # backends that went down while it waited for them
         self._waited_s = 0.0  # waited before, on backends it left
         self._waited_for: dict[str, float] = {}  # that wait, by reason
@@ -136,13 +137,13 @@ class Placement:
             elif self.waiter is not None and self.backend is not None:
                 self.backend.admission.abandon(self.waiter)
 
-    async def enqueue(self, need: Need, prompt_ids: list[int] | None = None) -> bool:
+    async def enqueue(self, need: Need, prompt: PromptBlocks | None = None) -> bool:
         """Be admitted with ``need`` on the backend decided (:meth:`decide`) now if the request fits and
         fairness allows, else take a place in the key's queue (429 ``queue_full``); True if admitted.
         A backend that went down since it was decided is a fail-over: decided again when another is
-        up. ``prompt_ids``: the prompt's token ids, told to the backend's KV view once it is sent."""
+        up. ``prompt``: the prompt's blocks, told to the backend's KV view once it is sent."""
         self._need = need
-        self._prompt_ids = prompt_ids
+        self._prompt = prompt
         return await self._enqueue()
 
     async def _enqueue(self) -> bool:
@@ -213,8 +214,8 @@ class Placement:
             try:
                 self.upstream = await self._send(backend, prepared)
                 prepared.translator.knowing(backend.traits.reasoning)
-                if self._prompt_ids is not None:
-                    backend.kv.sent(self._prompt_ids, time.monotonic())
+                if self._prompt is not None:
+                    backend.kv.sent(self._prompt, time.monotonic())
             except Unreachable:
                 if not self._fail_over(backend):
                     raise

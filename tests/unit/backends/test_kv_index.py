@@ -8,9 +8,14 @@ import random
 
 from dspark_common.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
 from dspark_sim.prefix_cache import PrefixCache
-from gateway.backends.kv_index import ResidentBlocks
+from gateway.backends.kv_index import PromptBlocks, ResidentBlocks
 
 BLOCK = 16
+
+
+def cached(index: ResidentBlocks, prompt: list[int]) -> int:
+    """The tokens of ``prompt`` the index predicts are cached."""
+    return index.match(PromptBlocks(prompt)).cached_tokens
 
 
 def batch(*events) -> KVEventBatch:
@@ -23,7 +28,7 @@ def test_the_prediction_is_what_the_cache_serves_through_stores_and_evictions() 
     stems = [[rng.randrange(1000, 2000) for _ in range(BLOCK * 6)] for _ in range(4)]
     for _ in range(200):
         prompt = rng.choice(stems)[: rng.randrange(1, BLOCK * 6)] + [rng.randrange(5)] * rng.randrange(40)
-        predicted = index.match(prompt).cached_tokens
+        predicted = cached(index, prompt)
         assert predicted == cache.lookup(prompt), prompt
         index.apply(batch(*cache.store(prompt, held_tokens=rng.randrange(0, BLOCK * 30))))
     assert index.block_size == BLOCK and len(index) == len(cache) and index.orphans == 0
@@ -34,11 +39,11 @@ def test_a_reset_a_removal_and_a_missed_parent() -> None:
     prompt = list(range(1000, 1000 + 4 * BLOCK)) + [1]
     [stored] = cache.store(prompt, 0)
     index.apply(batch(stored))
-    assert index.match(prompt).cached_tokens == 4 * BLOCK
+    assert cached(index, prompt) == 4 * BLOCK
     index.apply(batch(BlockRemoved(block_hashes=[stored.block_hashes[2]], medium="GPU")))
-    assert index.match(prompt).cached_tokens == 2 * BLOCK
+    assert cached(index, prompt) == 2 * BLOCK
     index.apply(batch(AllBlocksCleared()))
-    assert len(index) == 0 and index.match(prompt).cached_tokens == 0
+    assert len(index) == 0 and cached(index, prompt) == 0
     orphan = BlockStored(
         block_hashes=[b"child"], parent_block_hash=b"unknown", token_ids=[1] * BLOCK,
         block_size=BLOCK, lora_id=None, medium="GPU", lora_name=None,
@@ -64,16 +69,16 @@ def test_blocks_of_a_salt_another_medium_or_a_wrong_shape_match_no_plain_prompt(
             stored(b"group", group_idx=1),
         )
     )
-    assert index.match(tokens + [0]).cached_tokens == 0 and len(index) == 2  # the salted blocks only
+    assert cached(index, tokens + [0]) == 0 and len(index) == 2  # the salted blocks only
 
 
 def test_memory_is_bounded_and_the_estimate_remembers_least_recently_used_first() -> None:
     index = ResidentBlocks(BLOCK, max_blocks=3, source="estimate")
     old, new = [5] * (2 * BLOCK) + [0], [6] * (2 * BLOCK) + [0]
-    index.remember(old)
-    index.remember(new)
-    assert len(index) == 3 and index.match(new).cached_tokens == 2 * BLOCK
-    assert index.match(old).cached_tokens == 0  # its first block went first
+    index.remember(PromptBlocks(old))
+    index.remember(PromptBlocks(new))
+    assert len(index) == 3 and cached(index, new) == 2 * BLOCK
+    assert cached(index, old) == 0  # its first block went first
 
 
 def test_events_that_are_not_vllms_change_nothing() -> None:
@@ -88,10 +93,20 @@ def test_events_that_are_not_vllms_change_nothing() -> None:
 
     index.apply(batch(stored(b"a", tokens)))
     index.apply(batch(stored(b"x", [], size=10**9, hashes=[]), stored(b"y", [-1] + tokens[1:])))
-    assert index.block_size == BLOCK and len(index) == 1 and index.match(tokens + [0]).cached_tokens == BLOCK
+    assert index.block_size == BLOCK and len(index) == 1 and cached(index, tokens + [0]) == BLOCK
     for n in range(100):  # the same content under ever new hashes: the newest names it, nothing piles up
         index.apply(batch(stored(n, tokens)))
     index.apply(batch(BlockRemoved(block_hashes=[98], medium="GPU")))  # an older name: still resident
-    assert index.match(tokens + [0]).cached_tokens == BLOCK and len(index) == 1
+    assert cached(index, tokens + [0]) == BLOCK and len(index) == 1
     index.apply(batch(BlockRemoved(block_hashes=[99], medium="GPU")))
-    assert index.match(tokens + [0]).cached_tokens == 0
+    assert cached(index, tokens + [0]) == 0
+
+
+def test_a_prompts_blocks_are_computed_once_per_block_size() -> None:
+    prompt = PromptBlocks(list(range(5 * BLOCK + 3)))
+    keys = prompt.keys(BLOCK)
+    assert len(keys) == 5 and prompt.keys(BLOCK) is keys  # match, then remember: one computation
+    assert len(prompt.keys(2 * BLOCK)) == 2 and prompt.keys(2 * BLOCK)[0] != keys[1]
+    index = ResidentBlocks(BLOCK, 100, "estimate")
+    index.remember(prompt)
+    assert index.match(prompt).cached_tokens == 5 * BLOCK
