@@ -377,6 +377,12 @@ class Settings(BaseSettings):
         description="Prompts of this many tokens or more to compute (those the backend's prefix cache "
         "holds not counted) are long: they take the long-prompt lane (profile: 8 x MAX_NUM_BATCHED_TOKENS)",
     )
+    prefix_caching: bool = Field(
+        default=True,
+        description="The backends keep a prefix cache (vLLM --enable-prefix-caching, its V1 default): a "
+        "request is sized by the prompt tokens left to compute and agent sessions are held. false "
+        "(--no-enable-prefix-caching): every prompt is sized whole and no session is held",
+    )
     kv_events: str | None = Field(
         default=None,
         description="Where each backend publishes its KV cache events (vLLM --kv-events-config "

@@ -165,7 +165,7 @@ class Admission(HeldLoad):
             long_slots=settings.slots - settings.express_slots,
             long_queue_timeout_s=settings.queue_timeout_long_s,
             bypass_limit=settings.bypass_limit,
-            session_hold_s=settings.session_hold_s,
+            session_hold_s=settings.session_hold_s if settings.prefix_caching else 0.0,
         )
 
     def waiting_for(self) -> dict[str, int]:

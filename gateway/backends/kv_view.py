@@ -1,6 +1,7 @@
 """What admission believes a backend's KV pool holds of a prompt: the index its KV events keep while
 they are fresh (:mod:`gateway.backends.kv_events`), else the estimate from what the gateway sent it
-(:meth:`~gateway.backends.kv_index.ResidentBlocks.remember`), and which of the two answered."""
+(:meth:`~gateway.backends.kv_index.ResidentBlocks.remember`), and which of the two answered (``off``:
+the backends keep no prefix cache, ``GATEWAY_PREFIX_CACHING=false``)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,19 @@ from gateway.backends.kv_events import FeedEndpoints, KVEventFeed
 from gateway.backends.kv_index import Match, PromptBlocks, ResidentBlocks
 from gateway.config import Settings
 
-Source = Literal["events", "estimate"]
+Source = Literal["events", "estimate", "off"]
 
 
 class KVView:
     """One backend's prefix cache as the gateway knows it: ``feed`` (None: it publishes no events)
-    and the ``estimate``, always kept."""
+    and the ``estimate``, always kept; ``enabled`` False: the backend keeps none."""
 
-    def __init__(self, estimate: ResidentBlocks, feed: KVEventFeed | None = None) -> None:
+    def __init__(
+        self, estimate: ResidentBlocks, feed: KVEventFeed | None = None, enabled: bool = True
+    ) -> None:
         self.estimate = estimate
         self.feed = feed
+        self.enabled = enabled
 
     @classmethod
     def configured(cls, settings: Settings, backend: str) -> KVView:
@@ -29,14 +33,16 @@ class KVView:
         blocks = max(1, settings.kv_budget_tokens // settings.kv_block_size)
         estimate = ResidentBlocks(settings.kv_block_size, blocks, "estimate")
         endpoints = settings.kv_feeds.get(backend)
-        if endpoints is None:
-            return cls(estimate)
+        if endpoints is None or not settings.prefix_caching:
+            return cls(estimate, enabled=settings.prefix_caching)
         index = ResidentBlocks(settings.kv_block_size, 2 * blocks, "events")
         feed = FeedEndpoints(*endpoints, bind=settings.kv_events_bind)
         return cls(estimate, KVEventFeed(feed, index, settings.kv_events_stale_s))
 
     def source(self, now: float) -> Source:
-        """``events`` while the feed is fresh, else ``estimate``."""
+        """``events`` while the feed is fresh, else ``estimate``; ``off`` when the backend keeps none."""
+        if not self.enabled:
+            return "off"
         return "events" if self.feed is not None and self.feed.fresh(now) else "estimate"
 
     def match(self, prompt: PromptBlocks, now: float) -> tuple[Match, Source]:

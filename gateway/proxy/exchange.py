@@ -271,7 +271,8 @@ class Exchange:
         if size.counts_prompts is not None:
             backend.learn(counts_prompts=size.counts_prompts)
         self._prompt_tokens = size.tokens
-        self._prompt = None if size.token_ids is None else PromptBlocks(size.token_ids)
+        if size.token_ids is not None and backend.kv.enabled:
+            self._prompt = PromptBlocks(size.token_ids)
         cached, source = 0, None
         if self._prompt is not None:
             match, source = backend.kv.match(self._prompt, time.monotonic())

@@ -51,7 +51,7 @@ class Circuit(Protocol):
 
 
 #: Where admission's view of a backend's prefix cache comes from (``gateway_backend_prefix_cache_source``).
-CACHE_SOURCES = ("events", "estimate")
+CACHE_SOURCES = ("events", "estimate", "off")
 
 
 class SessionHolds(Protocol):

@@ -118,3 +118,20 @@ def test_without_events_the_cache_is_estimated_from_what_was_sent(
     assert second["cached_tokens_predicted"] == second["cached_tokens"] > 0
     view = prefix_cache(gateway, admin)
     assert view["source"] == "estimate" and view["estimate_blocks"] > 0 and "events" not in view
+
+
+def test_a_backend_without_a_prefix_cache_is_sized_whole_and_holds_no_session(
+    start_sim, start_gateway, make_key, admin
+) -> None:
+    events, replay = endpoints()
+    sim = start_sim(block_size=BLOCK, prefix_caching=False)
+    gateway = start_gateway(sim.url, prefix_caching=False, kv_events=events, kv_events_replay=replay, **SIZED)
+    key = make_key("agent")
+    turn(gateway, key, admin, follow_up(0))
+    second = turn(gateway, key, admin, follow_up(1))
+    assert second["cached_tokens"] == 0 and second["cached_tokens_predicted"] is None
+    assert second["cache_source"] is None and second["lane"] == "long"
+    backend = status(gateway, admin)["backends"][0]
+    assert backend["prefix_cache"]["source"] == "off" and "events" not in backend["prefix_cache"]
+    assert backend["session_holds"] == []
+    assert scrape(gateway.url)["gateway_backend_prefix_cache_source{backend=default,source=off}"] == 1
