@@ -16,6 +16,7 @@ from dspark_sim.prefix_cache import PrefixCache
 from dspark_sim.tokens import chat_ids
 from tests.sim.helpers import MODEL
 from tests.support.servers import free_port
+from tests.support.sim_process import SimProcess
 
 BLOCK = 16
 
@@ -108,3 +109,20 @@ def test_a_second_turn_hits_the_cache_and_the_events_say_so(new_sim) -> None:
     assert replayed == [(0, [stored]), (1, [more])]
     subscriber.close(linger=0)
     asked.close(linger=0)
+
+
+def test_the_command_line_takes_the_event_endpoints(tmp_path) -> None:
+    """``python -m dspark_sim`` turns every SimConfig field into a flag, those defaulting to None too."""
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    flags = ("--block-size", str(BLOCK), "--kv-events-endpoint", endpoint, "--tokenize-tps", "1e6")
+    sim = SimProcess(tmp_path / "sim.log", *flags).start()
+    try:
+        subscriber = _subscriber(endpoint)
+        time.sleep(0.3)
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "word " * 200}], "max_tokens": 2}
+        assert httpx.post(f"{sim.url}/v1/chat/completions", json=body, timeout=30).status_code == 200
+        [stored] = kv_events.decode(subscriber.recv_multipart()[2]).events
+        assert isinstance(stored, BlockStored) and stored.block_size == BLOCK
+        subscriber.close(linger=0)
+    finally:
+        sim.kill()
