@@ -124,8 +124,12 @@ class SimEngine:
                         yield emitted
                 except Preempted:
                     seq.preempted = False  # waiting again (or already rescheduled): recompute
+                    if self.cache is not None:
+                        self.cache.release(id(seq))
         finally:
             scheduler.release(seq)
+            if self.cache is not None:
+                self.cache.release(id(seq))
             complete = seq.generated >= seq.output_tokens
             self._observer.on_finish(seq, seq.finish_reason if complete else "abort")
 
@@ -136,7 +140,7 @@ class SimEngine:
         config, scheduler, cache = self.config, self.scheduler, self.cache
         left = seq.prompt_tokens + seq.generated
         if cache is not None and seq.prompt_ids is not None:
-            cached = cache.lookup(seq.prompt_ids)
+            cached = cache.lookup(seq.prompt_ids, id(seq))
             if seq.generated == 0:
                 seq.cached_tokens = cached
             scheduler.grow(seq, cached)
@@ -151,7 +155,7 @@ class SimEngine:
         finally:
             seq.prefilling = False
         if cache is not None and seq.prompt_ids is not None:
-            self._publish(cache.store(seq.prompt_ids, scheduler.kv_tokens))
+            self._publish(cache.store(seq.prompt_ids, scheduler.kv_tokens, id(seq)))
 
     def _publish(self, events: list[KVCacheEvent]) -> None:
         if events and self._events is not None:

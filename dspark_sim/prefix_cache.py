@@ -5,8 +5,12 @@ block's (SHA-256 over the parent's hash and the block's ids, vLLM's default algo
 a request reuses the longest resident run of its blocks from the start, but computes at least its
 last token (vLLM V1 ``KVCacheManager.get_computed_blocks``), so at most ``len - 1`` tokens are hits.
 Blocks a prefill computed become resident, the most recently used; the pool holds
-``pool_blocks`` blocks in all, and what running sequences hold is not free to cache: past that, the
-least recently used resident blocks are evicted (vLLM's free-block queue, evicting from its head).
+``pool_blocks`` blocks in all. A running sequence's cached blocks are pinned to it (its ``owner``
+id): they are its KV, counted once however many sequences share them, and never evicted while it
+runs (vLLM frees a block to the free-block queue only when no request references it). What running
+sequences hold beyond their pinned blocks (partial blocks, generated tokens, a prefill under way) is
+not free to cache either: past the pool, the least recently used unpinned blocks are evicted (vLLM's
+free-block queue, evicting from its head).
 
 Only prompt blocks are cached: vLLM caches generated blocks too, but a next turn re-tokenises the
 answer's text through the chat template, which seldom gives the generated ids back.
@@ -18,7 +22,9 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import hashlib
+import itertools
 from array import array
+from collections import Counter
 from collections.abc import Sequence
 
 from dspark_common.kv_events import AllBlocksCleared, BlockHash, BlockRemoved, BlockStored, KVCacheEvent
@@ -34,6 +40,9 @@ class PrefixCache:
         self.block_size = block_size
         self.pool_blocks = pool_blocks
         self._resident: dict[BlockHash, None] = {}  # block hashes, least recently used first
+        self._pins: Counter[BlockHash] = Counter()  # running sequences using each block
+        self._owned: dict[int, list[BlockHash]] = {}  # owner -> the blocks it pins
+        self._pinned_tokens = 0  # sum over owners of their pinned blocks' tokens
 
     def __len__(self) -> int:
         return len(self._resident)
@@ -45,21 +54,40 @@ class PrefixCache:
             hashes.append(parent)
         return hashes
 
-    def lookup(self, ids: Sequence[int]) -> int:
-        """Tokens of a prompt of ``ids`` served from the cache (touched: now the most recently used)."""
+    def lookup(self, ids: Sequence[int], owner: int | None = None) -> int:
+        """Tokens of a prompt of ``ids`` served from the cache (touched: now the most recently used;
+        pinned to ``owner``, a sequence about to run on them)."""
         usable = max(0, (len(ids) - 1) // self.block_size)
-        hit = 0
+        hits: list[BlockHash] = []
         for block_hash in self._hashes(ids)[:usable]:
             if block_hash not in self._resident:
                 break
             self._resident.pop(block_hash)
             self._resident[block_hash] = None
-            hit += 1
-        return hit * self.block_size
+            hits.append(block_hash)
+        if owner is not None:
+            self._pin(owner, hits)
+        return len(hits) * self.block_size
 
-    def store(self, ids: Sequence[int], held_tokens: int) -> list[KVCacheEvent]:
-        """A prefill of ``ids`` finished: its full blocks are resident; then :meth:`trim` to what
-        ``held_tokens`` (running sequences' KV) leave free. The events, in order."""
+    def _pin(self, owner: int, hashes: list[BlockHash]) -> None:
+        self.release(owner)
+        self._owned[owner] = hashes
+        self._pins.update(hashes)
+        self._pinned_tokens += len(hashes) * self.block_size
+
+    def release(self, owner: int) -> None:
+        """``owner`` stopped running (finished, aborted or preempted): its blocks are free to evict."""
+        hashes = self._owned.pop(owner, [])
+        self._pins.subtract(hashes)
+        self._pinned_tokens -= len(hashes) * self.block_size
+        for block_hash in hashes:
+            if self._pins[block_hash] <= 0:
+                del self._pins[block_hash]
+
+    def store(self, ids: Sequence[int], held_tokens: int, owner: int | None = None) -> list[KVCacheEvent]:
+        """A prefill of ``ids`` finished: its full blocks are resident (pinned to ``owner``, the
+        sequence now decoding on them); then :meth:`trim` to what running sequences' KV,
+        ``held_tokens`` in all, leave free. The events, in order."""
         hashes = self._hashes(ids)
         events: list[KVCacheEvent] = []
         new = [i for i, block_hash in enumerate(hashes) if block_hash not in self._resident]
@@ -79,17 +107,21 @@ class PrefixCache:
                     lora_name=None,
                 )
             )
+        if owner is not None:
+            self._pin(owner, hashes)
         return events + self.trim(held_tokens)
 
     def trim(self, held_tokens: int) -> list[KVCacheEvent]:
-        """Evict the least recently used blocks past what ``held_tokens`` of running sequences leave
-        of the pool; the removal, if any."""
-        room = max(0, self.pool_blocks - held_tokens // self.block_size)
-        gone: list[BlockHash] = []
-        while len(self._resident) > room:
-            block_hash = next(iter(self._resident))
+        """Evict the least recently used unpinned blocks past what ``held_tokens`` of running
+        sequences (their pinned blocks among them) leave of the pool; the removal, if any."""
+        outside = max(0, held_tokens - self._pinned_tokens) // self.block_size
+        excess = len(self._resident) - max(0, self.pool_blocks - outside)
+        if excess <= 0:
+            return []
+        free = (block_hash for block_hash in self._resident if block_hash not in self._pins)
+        gone = list(itertools.islice(free, excess))
+        for block_hash in gone:
             del self._resident[block_hash]
-            gone.append(block_hash)
         return [BlockRemoved(block_hashes=gone, medium=MEDIUM)] if gone else []
 
     def clear(self) -> list[KVCacheEvent]:

@@ -50,6 +50,21 @@ def test_the_least_recently_used_blocks_go_when_running_sequences_need_the_pool(
     assert cache.trim(held_tokens=0) == [] and isinstance(cache.clear()[0], AllBlocksCleared)
 
 
+def test_a_running_sequences_blocks_count_once_and_stay_until_it_ends() -> None:
+    cache = PrefixCache(BLOCK, pool_blocks=10)
+    other, mine = [5] * (4 * BLOCK), [6] * (5 * BLOCK) + [0]
+    cache.store(other, 0)
+    assert cache.lookup(mine, owner=1) == 0
+    assert cache.store(mine, held_tokens=5 * BLOCK + 3, owner=1)[1:] == []  # its KV is its blocks: no eviction
+    assert len(cache) == 9
+    [removed] = cache.trim(held_tokens=5 * BLOCK + 9 * BLOCK)  # another sequence needs 9 blocks
+    assert isinstance(removed, BlockRemoved) and len(removed.block_hashes) == 4  # the unpinned ones only
+    assert cache.lookup(mine + [1]) == 5 * BLOCK
+    cache.release(1)
+    [removed] = cache.trim(held_tokens=9 * BLOCK)
+    assert len(removed.block_hashes) == 4 and len(cache) == 1
+
+
 def test_chat_ids_are_prefix_stable() -> None:
     turn = [("system", "Be brief."), ("user", "x" * 5000)]
     later = chat_ids([*turn, ("assistant", "ok"), ("user", "more")])
