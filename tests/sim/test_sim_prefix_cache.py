@@ -55,7 +55,8 @@ def test_a_running_sequences_blocks_count_once_and_stay_until_it_ends() -> None:
     other, mine = [5] * (4 * BLOCK), [6] * (5 * BLOCK) + [0]
     cache.store(other, 0)
     assert cache.lookup(mine, owner=1) == 0
-    assert cache.store(mine, held_tokens=5 * BLOCK + 3, owner=1)[1:] == []  # its KV is its blocks: no eviction
+    # its KV is its blocks: no eviction
+    assert cache.store(mine, held_tokens=5 * BLOCK + 3, owner=1)[1:] == []
     assert len(cache) == 9
     [removed] = cache.trim(held_tokens=5 * BLOCK + 9 * BLOCK)  # another sequence needs 9 blocks
     assert isinstance(removed, BlockRemoved) and len(removed.block_hashes) == 4  # the unpinned ones only
