@@ -527,8 +527,20 @@ class Admission(HeldLoad):
         self.held = self.held.plus(need)
         if need.session is not None:
             self._holds.pop(need.session, None)  # its turn came: the prefix is this request's now
+        if self._holds:
+            self._evict_holds()
         self._active_per_key[key] += 1
         return grant
+
+    def _evict_holds(self) -> None:
+        """Drop the holds the running requests leave no room for, least recently used first: vLLM
+        evicts those blocks first (its free-block queue), and a hold counted past the pool would hold
+        back every later request, however small."""
+        kept = sum(hold.tokens for hold in self._holds.values())
+        for name in list(self._holds):
+            if self.held.kv_tokens + kept <= self.capacity.kv_budget_tokens:
+                return
+            kept -= self._holds.pop(name).tokens
 
     def hold(self, lease: Lease) -> None:
         """Lease bookkeeping: ``lease`` is held (the others it overlaps are marked)."""

@@ -146,3 +146,18 @@ async def test_a_held_back_waiter_is_admitted_when_its_own_wait_ends_though_the_
     for waiter in extra:
         assert isinstance(waiter, Waiter)
         gate.abandon(waiter)
+
+
+async def test_a_request_admitted_past_a_hold_ends_it_so_later_small_ones_are_not_held() -> None:
+    gate = admission()
+    (await gate.acquire("agent", need=turn("s1"))).release()
+    await asyncio.sleep(0.1)
+    cold = gate.enqueue("other", need=Need(kv_tokens=500))
+    await asyncio.sleep(0.1)
+    (await gate.acquire("agent", need=turn("s1"))).release()  # held until 0.5 s
+    lease = await asyncio.wait_for(gate.wait(cold), 2)  # at 0.4 s: 500 running, the 600 held evicted
+    assert gate.holds() == []
+    small = gate.enqueue("third", need=Need(kv_tokens=100))
+    assert isinstance(small, Lease)
+    small.release()
+    lease.release()
