@@ -24,11 +24,14 @@ Agent sessions: when a turn of a session (:attr:`Need.session`) ends, its prompt
 the backend's prefix cache, and the agent's next turn — usually within a second — finds them there.
 For ``session_hold_s`` the gateway *holds* them: a request of another session that would need the
 pool those blocks take (running requests' KV + its own + what the held sessions' last turns held
-past the budget) waits (:attr:`Reason.HELD`) until the hold is used or over, and the held session's next turn
-is admitted first, most recently used session first (a turn sent after the hold began: requests of a
-session queued together take their turns as any others, so a flood of one conversation does not pass
-other keys). A waiter is held back for ``session_hold_s`` at most from when it joined, and once one
-has waited that long no turn is resumed ahead of the round robin: no hold delays a request by more
+past the budget) waits (:attr:`Reason.HELD`) until the hold is used or over; while one waits so, the held
+session's next turn is admitted first, most recently used session first, so the hold ends soon (a
+turn sent after the hold began: requests of a session queued together take their turns as any
+others, so a flood of one conversation does not pass other keys). With nobody held back, a session's
+turn takes its place in the round robin: requests that fit beside the holds are not delayed by them.
+A request admitted past the holds ends those the pool has no more room for, least recently used
+first. A waiter is held back for ``session_hold_s`` at most from when it joined, and once one has
+waited that long no turn is resumed ahead of the round robin: no hold delays a request by more
 than ``session_hold_s`` and a turn. A hold keeps the turn's prompt (its output is seldom reused), and
 a key keeps at most :data:`HOLDS_PER_KEY` holds (a client sending a new session per request collects
 no more); a grant given back unused holds nothing.
@@ -400,21 +403,29 @@ class Admission(HeldLoad):
         self._note_reasons()
 
     def _resumed(self) -> Waiter | None:
-        """The waiting next turn of a held session that fits, the most recently used session first. A
-        next turn is one sent after the hold began (an agent's, after its last answer): requests of a
+        """The waiting next turn of a held session that fits, the most recently used session first,
+        while a waiter is held back by the holds (:attr:`Reason.HELD`). A next
+        turn is one sent after the hold began (an agent's, after its last answer): requests of a
         session queued together take their turns as any others. None while a waiter is guarded or has
         waited ``session_hold_s``: the round robin serves them first."""
         if not self._holds or self._guarded is not None:
             return None
         now = time.monotonic()
-        self._held_tokens(None, now)
+        kept = self._held_tokens(None, now)
+        room = self.capacity.kv_budget_tokens - self.held.kv_tokens - kept
         turns: dict[str, Waiter] = {}
+        held_back = False
         for queue in self._queues.values():
             for waiter in queue:
                 if now - waiter.enqueued_at >= self.session_hold_s and not waiter.future.done():
                     return None  # one has waited a hold's length: no turn passes it any more
-                if waiter.need.session is not None:
-                    turns.setdefault(waiter.need.session, waiter)
+                need = waiter.need
+                if need.session is not None:
+                    turns.setdefault(need.session, waiter)
+                if not held_back and need.kv_tokens > room:  # past the holds: is it the holds that stop it?
+                    held_back = self._blocker(need, waiter.enqueued_at, now) is Reason.HELD
+        if not held_back:
+            return None
         for session, hold in reversed(self._holds.items()):
             turn = turns.get(session)
             if (

@@ -51,7 +51,7 @@ async def test_the_most_recently_used_sessions_turn_is_resumed_first() -> None:
     for session in ("s1", "s2"):  # s2's turn ends last: the most recently used
         (await gate.acquire(session, need=turn(session, kv=300))).release()
     holder = await gate.acquire("x", need=Need(kv_tokens=10))
-    cold = gate.enqueue("c", need=Need(kv_tokens=10))
+    cold = gate.enqueue("c", need=Need(kv_tokens=500))  # 500 beside 2 x 300 held: it would evict
     again_1 = gate.enqueue("s1", need=turn("s1", kv=300))
     again_2 = gate.enqueue("s2", need=turn("s2", kv=300))
     waiters = (cold, again_1, again_2)
@@ -63,6 +63,18 @@ async def test_the_most_recently_used_sessions_turn_is_resumed_first() -> None:
     assert [w.future.done() for w in waiters] == [False, True, True]  # type: ignore[union-attr]
     (await gate.wait(again_1)).release()  # type: ignore[arg-type]
     (await gate.wait(cold)).release()  # type: ignore[arg-type]
+
+
+async def test_a_request_that_fits_beside_the_holds_keeps_its_turn() -> None:
+    gate = admission(slots=1)
+    (await gate.acquire("s1", need=turn("s1", kv=300))).release()
+    holder = await gate.acquire("x", need=Need(kv_tokens=10))
+    small = gate.enqueue("c", need=Need(kv_tokens=100))
+    again = gate.enqueue("s1", need=turn("s1", kv=300))
+    holder.release()  # nobody is held back: the round robin, not the session, goes first
+    assert isinstance(small, Waiter) and small.future.done() and not again.future.done()  # type: ignore[union-attr]
+    (await gate.wait(small)).release()
+    (await gate.wait(again)).release()  # type: ignore[arg-type]
 
 
 async def test_a_key_holds_no_more_than_its_share_and_holds_expire() -> None:
