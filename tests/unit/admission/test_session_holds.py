@@ -173,3 +173,15 @@ async def test_a_request_admitted_past_a_hold_ends_it_so_later_small_ones_are_no
     assert isinstance(small, Lease)
     small.release()
     lease.release()
+
+
+async def test_holds_past_the_pool_are_dropped_least_recently_used_first() -> None:
+    gate = admission()
+    cold = await gate.acquire("other", need=Need(kv_tokens=500))
+    (await gate.acquire("a", need=turn("s1", kv=400))).release()
+    (await gate.acquire("b", need=turn("s2", kv=300))).release()  # 500 + 400 + 300 > 1,000: s1 goes
+    assert [h["session"] for h in gate.holds()] == ["s2"]
+    small = gate.enqueue("c", need=Need(kv_tokens=100))
+    assert isinstance(small, Lease)
+    small.release()
+    cold.release()
