@@ -10,6 +10,11 @@ Routing (:meth:`Backends.route`), among the backends up (all of them if none is)
 - else the least loaded: fewest (sequences held + requests waiting) per slot, then least KV reserved
   per budget, then the name.
 
+Once the prompt is counted (its token ids known), :meth:`Backends.longest_prefix` may move it to the
+backend whose prefix cache holds the longest run of its blocks, if that one is within a request per
+slot of the least loaded (:data:`PREFIX_LOAD_SLACK`): a conversation that lost its affinity, or never
+had one, goes back to its cache.
+
 A backend is *down* when its ``/metrics`` did not answer at the last poll: new requests go elsewhere
 and its waiting ones are failed with :class:`BackendDown`, which the exchange takes as "queue again
 on another" (:meth:`Backends.mark`).
@@ -29,6 +34,7 @@ from gateway.admission import Capacity, Gate, Reason
 from gateway.admission.gate import status_view
 from gateway.backends.breaker import Breaker
 from gateway.backends.counting import CountGate
+from gateway.backends.kv_index import PromptBlocks
 from gateway.backends.kv_view import KVView
 from gateway.backends.traits import UpstreamTraits
 from gateway.backends.upstream import Upstream
@@ -138,6 +144,11 @@ def affinity_key(body: Mapping[str, Any], session: str | None = None) -> str | N
     return None
 
 
+#: How much busier than the least loaded (requests per slot) a backend holding a longer prefix may be
+#: and still be chosen for it: one more request a slot, about one turn's wait.
+PREFIX_LOAD_SLACK = 1.0
+
+
 class Backends:
     """All backend pairs (at least one), in configuration order. Also the gateway-wide load that the
     unlabelled ``gateway_slots_*`` / ``gateway_queue_*`` / ``gateway_kv_*`` series show: sums over
@@ -161,6 +172,25 @@ class Backends:
             home = max(candidates, key=lambda b: hashlib.sha256(f"{affinity}|{b.name}".encode()).digest())
             return Placed(home, "affinity")
         return Placed(min(candidates, key=lambda b: (*b.load(), b.name)), "least_loaded")
+
+    def longest_prefix(
+        self, prompt: PromptBlocks, decided: Backend, exclude: Iterable[Backend], now: float
+    ) -> Backend:
+        """The backend among those up (not in ``exclude``) whose prefix cache holds the most of
+        ``prompt``, if it holds more than ``decided`` does and its load (:meth:`Backend.load`) is
+        within :data:`PREFIX_LOAD_SLACK` of the least loaded's; else ``decided``."""
+        gone = set(exclude)
+        candidates = [b for b in self.all if b.up and b not in gone and b.kv.enabled]
+        if len(candidates) < 2:
+            return decided
+        bound = min(b.load()[0] for b in candidates) + PREFIX_LOAD_SLACK
+        best, most = decided, decided.kv.match(prompt, now)[0].cached_tokens
+        for backend in candidates:
+            if backend is not decided and backend.load()[0] <= bound:
+                cached = backend.kv.match(prompt, now)[0].cached_tokens
+                if cached > most:
+                    best, most = backend, cached
+        return best
 
     def first_up(self) -> Backend:
         """A backend to ask what any of them answers alike (``/tokenize``, ``/v1/models``, ``/ready``)."""

@@ -119,6 +119,22 @@ class Placement:
         backend.placed()
         return backend
 
+    def prefer_cached(self, prompt: PromptBlocks) -> Backend:
+        """Once the prompt is counted: move to the backend holding the longest prefix of ``prompt``
+        (:meth:`~gateway.backends.pool.Backends.longest_prefix`), unless the request continues a
+        stored response (it runs where that is stored). The backend it runs on."""
+        backend = self.backend
+        assert backend is not None
+        if self._stored_at is not None:
+            return backend
+        best = self._pipeline.backends.longest_prefix(prompt, backend, self._left, time.monotonic())
+        if best is not backend:
+            self.backend = best
+            self._uncount()
+            self._counted = best
+            best.placed()
+        return best
+
     def _uncount(self) -> None:
         if self._counted is not None:
             self._counted.unplaced()

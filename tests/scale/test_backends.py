@@ -77,6 +77,28 @@ def test_a_conversation_keeps_its_backend(two_backends, start_gateway, make_key,
     assert sorted([len(traced(tmp_path, "a")), len(traced(tmp_path, "b"))]) == [0, 6]
 
 
+def test_a_conversation_without_affinity_goes_back_to_the_backend_holding_its_prefix(
+    two_backends, start_gateway, make_key, tmp_path
+):
+    """No session affinity: the least loaded is "a" (a tie, by name), but "b" holds the first turn's
+    prompt in its prefix cache, so the second turn runs there and is served from it."""
+    a, b = two_backends
+    gateway = start_gateway(f"a={a.url},b={b.url}", slots=1, tokenize_min_bytes=1, backend_poll_s=0.2)
+    key = make_key("agent")
+    history = [{"role": "user", "content": "read the whole repository " * 400}]
+    with ThreadPoolExecutor(1) as pool:
+        busy = pool.submit(chat, gateway.url, key, 300)  # 1.5 s on "a"
+        wait_until(lambda: scrape(gateway.url)["gateway_backend_slots_in_use{backend=a}"] == 1, what="a busy")
+        first = chat(gateway.url, key, 2, messages=history)
+        assert first.status_code == 200 and busy.result().status_code == 200
+    more = [{"role": "assistant", "content": "done"}, {"role": "user", "content": "now fix the bug"}]
+    second = chat(gateway.url, key, 2, messages=history + more)
+    assert second.status_code == 200, second.text
+    wait_until(lambda: len(traced(tmp_path, "b")) == 2, what="both turns on b")
+    assert second.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 1000
+    assert [t["output_tokens"] for t in traced(tmp_path, "a")] == [300]
+
+
 def test_a_backend_killed_mid_run_loses_nothing_silently_and_leaks_no_slot(
     two_backends, start_gateway, make_key, tmp_path
 ):
