@@ -213,7 +213,7 @@ class Admission(HeldLoad):
         timeout = self.long_queue_timeout_s if need.long else self.queue_timeout_s
         future = asyncio.get_running_loop().create_future()
         waiter = Waiter(key, max(1, priority), max_concurrency, future, need, timeout)
-        if self._holds:  # held back at most session_hold_s: look again then
+        if self.session_hold_s > 0:  # held back (by holds now or to come) at most that long: look again then
             self._look_again(now + self.session_hold_s)
         self._queues.setdefault(key, deque()).append(waiter)
         self._waiting += 1

@@ -185,3 +185,18 @@ async def test_holds_past_the_pool_are_dropped_least_recently_used_first() -> No
     assert isinstance(small, Lease)
     small.release()
     cold.release()
+
+
+async def test_a_waiter_queued_before_any_hold_goes_when_its_own_hold_back_ends() -> None:
+    """Queued at 0 for KV; at 0.2 s a session's turn ends (held until 0.5 s) as the KV frees: the
+    waiter is held back until 0.3 s, a hold's length after it joined, not until the hold ends."""
+    gate = admission()
+    running = await gate.acquire("x", need=Need(kv_tokens=600))
+    big = gate.enqueue("other", need=Need(kv_tokens=800))
+    await asyncio.sleep(0.2)
+    (await gate.acquire("agent", need=turn("s1", kv=300))).release()  # fits beside the 600: held now
+    running.release()
+    assert isinstance(big, Waiter) and big.reason is Reason.HELD
+    lease = await asyncio.wait_for(gate.wait(big), 2)
+    assert HOLD_S * 0.9 <= lease.queue_wait_s < HOLD_S + 0.08
+    lease.release()
