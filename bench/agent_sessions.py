@@ -275,6 +275,11 @@ def jain(values: list[float]) -> float:
     return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
 
 
+def spread(values: list[float]) -> dict[str, float]:
+    """p50, p95 and max of ``values`` (NaN when empty)."""
+    return {"p50": pct(values, 50), "p95": pct(values, 95), "max": max(values, default=float("nan"))}
+
+
 def figures(run: Run, makespan: float) -> dict[str, Any]:
     by_kind: dict[str, list[Done]] = defaultdict(list)
     by_key: dict[str, list[Done]] = defaultdict(list)
@@ -287,14 +292,22 @@ def figures(run: Run, makespan: float) -> dict[str, Any]:
     progress = {key: sum(map(alone_s, ds)) / sum(d.e2e_s for d in ds) for key, ds in by_key.items()}
     return {
         "agent_turns": len(turns),
-        "agent_turn_ttft_s": {"p50": pct(turns, 50), "p95": pct(turns, 95), "max": max(turns)},
-        "agent_first_ttft_s": {"p50": pct(firsts, 50), "max": max(firsts)},
+        "agent_turn_ttft_s": {
+            "p50": pct(turns, 50),
+            "p95": pct(turns, 95),
+            "max": max(turns, default=float("nan")),
+        },
+        "agent_first_ttft_s": spread(firsts),
         "recomputed_prefill_tokens": sum(
             max(0, d.previous_prompt - d.cached_tokens) for d in by_kind["agent"]
         ),
         "prefill_computed_tokens": sum(d.prompt_tokens - d.cached_tokens for d in run.done),
         "short_requests": len(shorts),
-        "short_ttft_s": {"p50": pct(shorts, 50), "p95": pct(shorts, 95), "max": max(shorts)},
+        "short_ttft_s": {
+            "p50": pct(shorts, 50),
+            "p95": pct(shorts, 95),
+            "max": max(shorts, default=float("nan")),
+        },
         "docs": len(by_kind["doc"]),
         "doc_e2e_s_max": max((d.e2e_s for d in by_kind["doc"]), default=float("nan")),
         "output_tokens_per_s": sum(d.output_tokens for d in run.done) / makespan,

@@ -174,22 +174,37 @@ class Backends:
         return Placed(min(candidates, key=lambda b: (*b.load(), b.name)), "least_loaded")
 
     def longest_prefix(
-        self, prompt: PromptBlocks, decided: Backend, exclude: Iterable[Backend], now: float
+        self,
+        prompt: PromptBlocks,
+        decided: Backend,
+        exclude: Iterable[Backend],
+        now: float,
+        key: str,
+        max_wait_s: float | None = None,
     ) -> Backend:
         """The backend among those up (not in ``exclude``) whose prefix cache holds the most of
-        ``prompt``, if it holds more than ``decided`` does and its load (:meth:`Backend.load`) is
-        within :data:`PREFIX_LOAD_SLACK` of the least loaded's; else ``decided``."""
+        ``prompt``, if it holds more than ``decided`` does, has queue room for ``key`` (and an expected
+        wait within ``max_wait_s``) and its load (:meth:`Backend.load`, not counting this request on
+        ``decided``) is within :data:`PREFIX_LOAD_SLACK` of the least loaded's; else ``decided``
+        (also when ``decided`` went down meanwhile: the fail-over decides then)."""
         gone = set(exclude)
         candidates = [b for b in self.all if b.up and b not in gone and b.kv.enabled]
-        if len(candidates) < 2:
+        if len(candidates) < 2 or decided not in candidates:
             return decided
-        bound = min(b.load()[0] for b in candidates) + PREFIX_LOAD_SLACK
+        loads = {b: b.load()[0] - (1 / b.admission.slots if b is decided else 0.0) for b in candidates}
+        bound = min(loads.values()) + PREFIX_LOAD_SLACK
         best, most = decided, decided.kv.match(prompt, now)[0].cached_tokens
         for backend in candidates:
-            if backend is not decided and backend.load()[0] <= bound:
-                cached = backend.kv.match(prompt, now)[0].cached_tokens
-                if cached > most:
-                    best, most = backend, cached
+            if backend is decided or loads[backend] > bound:
+                continue
+            admission = backend.admission
+            if admission.queue_refusal(key) is not None or (
+                max_wait_s is not None and admission.expected_wait_s(key) > max_wait_s
+            ):
+                continue
+            cached = backend.kv.match(prompt, now)[0].cached_tokens
+            if cached > most:
+                best, most = backend, cached
         return best
 
     def first_up(self) -> Backend:

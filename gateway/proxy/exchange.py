@@ -275,11 +275,7 @@ class Exchange:
             self._prompt = PromptBlocks(size.token_ids)
         cached, source = 0, None
         if self._prompt is not None:
-            moved = placement.prefer_cached(self._prompt)
-            if moved is not backend:
-                backend = moved
-                if self._max_wait_s is not None:
-                    too_long(backend.admission.expected_wait_s(self.principal.name), self._max_wait_s)
+            backend = placement.prefer_cached(self._prompt, self._max_wait_s)
             match, source = backend.kv.match(self._prompt, time.monotonic())
             cached = match.cached_tokens
         need = pipeline.need(prepared, size.tokens, cached)

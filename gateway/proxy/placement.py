@@ -44,11 +44,12 @@ async def let_waiter_send() -> None:
 
 
 class Placement:
-    """One request's backend, slot and upstream response. The backend is decided once
-    (:meth:`decide`) and serves the request's sizing, queue room,
-    admission and upstream alike; only a fail-over decides again, away from the backends that
-    failed it. ``recorder`` is told when the request is admitted (and how long it waited, on every
-    backend it queued for)."""
+    """One request's backend, slot and upstream response. The backend is decided (:meth:`decide`)
+    before the request is sized, and counts its prompt; once counted, the request may move to the
+    backend holding the longest prefix of it (:meth:`prefer_cached`), which then serves its
+    admission and upstream; only a fail-over decides again, away from the backends that failed it.
+    ``recorder`` is told when the request is admitted (and how long it waited, on every backend it
+    queued for)."""
 
     __slots__ = (
         "_pipeline",
@@ -119,15 +120,17 @@ class Placement:
         backend.placed()
         return backend
 
-    def prefer_cached(self, prompt: PromptBlocks) -> Backend:
+    def prefer_cached(self, prompt: PromptBlocks, max_wait_s: float | None = None) -> Backend:
         """Once the prompt is counted: move to the backend holding the longest prefix of ``prompt``
-        (:meth:`~gateway.backends.pool.Backends.longest_prefix`), unless the request continues a
-        stored response (it runs where that is stored). The backend it runs on."""
+        (:meth:`~gateway.backends.pool.Backends.longest_prefix`; one whose expected wait is within
+        ``max_wait_s``), unless the request continues a stored response (it runs where that is
+        stored). The backend it runs on."""
         backend = self.backend
         assert backend is not None
         if self._stored_at is not None:
             return backend
-        best = self._pipeline.backends.longest_prefix(prompt, backend, self._left, time.monotonic())
+        backends, now = self._pipeline.backends, time.monotonic()
+        best = backends.longest_prefix(prompt, backend, self._left, now, self._principal.name, max_wait_s)
         if best is not backend:
             self.backend = best
             self._uncount()

@@ -4,11 +4,13 @@ backend by rendezvous hashing, a backend that is down skipped, and its waiters f
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
-from gateway.admission import Admission, Lease, Need
+from gateway.admission import Admission, Lease, Need, Waiter
 from gateway.backends.counting import CountGate
+from gateway.backends.kv_index import PromptBlocks
 from gateway.backends.kv_view import KVView
 from gateway.backends.monitor import BackendMonitor
 from gateway.backends.pool import Backend, BackendDown, Backends, affinity_key
@@ -20,15 +22,38 @@ from tests.support.fake_upstream import FakeUpstream
 ESTIMATED = KVView.configured(Settings(), "default")
 
 
-def pool(*names: str, slots: int = 1, affinity: bool = True) -> Backends:
+def pool(*names: str, slots: int = 1, affinity: bool = True, own_views: bool = False) -> Backends:
+    """Backends ``names``; ``own_views``: each with a prefix cache view of its own."""
     backends = []
     for name in names:
         upstream = FakeUpstream()
         monitor = BackendMonitor(upstream, GatewayMetrics(), 3600, name)
+        kv = KVView.configured(Settings(), name) if own_views else ESTIMATED
         backends.append(
-            Backend(name, upstream, Admission(slots, 8, 30.0), monitor, CountGate(upstream, 2, 1), ESTIMATED)
+            Backend(name, upstream, Admission(slots, 8, 30.0), monitor, CountGate(upstream, 2, 1), kv)
         )
     return Backends(backends, affinity=affinity)
+
+
+async def test_a_counted_prompt_moves_to_the_backend_holding_its_prefix_within_its_bounds() -> None:
+    backends = pool("a", "b", slots=2, own_views=True)
+    a, b = backends.by_name["a"], backends.by_name["b"]
+    prompt, now = PromptBlocks(list(range(1000))), time.monotonic()
+    b.kv.sent(prompt, now)  # b computed it: 3 blocks of 256
+    a.placed()  # decided on a (the least loaded by name), counted there
+    assert backends.longest_prefix(prompt, a, [], now, "k") is b
+    running = [b.admission.enqueue("x"), b.admission.enqueue("y")]  # b full: 1 a slot busier than a
+    assert backends.longest_prefix(prompt, a, [], now, "k") is b
+    assert backends.longest_prefix(prompt, a, [], now, "k", max_wait_s=0.5) is a  # b would keep it waiting
+    waiter = b.admission.enqueue("z")  # 1.5 a slot: past the slack
+    assert backends.longest_prefix(prompt, a, [], now, "k") is a
+    backends.mark(a, False)
+    assert backends.longest_prefix(prompt, a, [], now, "k") is a  # gone down: the fail-over decides
+    assert isinstance(waiter, Waiter)
+    b.admission.abandon(waiter)
+    for lease in running:
+        assert isinstance(lease, Lease)
+        lease.release()
 
 
 async def test_the_least_loaded_backend_takes_the_request() -> None:
