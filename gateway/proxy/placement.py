@@ -113,7 +113,11 @@ class Placement:
 
     def _decide(self) -> Backend:
         """:meth:`decide` again (a fail-over), among the backends that have not failed the request."""
-        backend = self._stored_at or self._pipeline.backends.route(self._affinity, self._left).backend
+        routed = self._stored_at or self._pipeline.backends.route(self._affinity, self._left).backend
+        return self._place(routed)
+
+    def _place(self, backend: Backend) -> Backend:
+        """Run on ``backend``, counted there (and no longer where it was) until admission answers."""
         self.backend = backend
         self._uncount()
         self._counted = backend
@@ -131,12 +135,7 @@ class Placement:
             return backend
         backends, now = self._pipeline.backends, time.monotonic()
         best = backends.longest_prefix(prompt, backend, self._left, now, self._principal.name, max_wait_s)
-        if best is not backend:
-            self.backend = best
-            self._uncount()
-            self._counted = best
-            best.placed()
-        return best
+        return backend if best is backend else self._place(best)
 
     def _uncount(self) -> None:
         if self._counted is not None:
