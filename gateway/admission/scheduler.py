@@ -309,9 +309,10 @@ class Admission(HeldLoad):
         return reason
 
     def _held_tokens(self, session: str | None, now: float) -> int:
-        """KV tokens the live holds of sessions other than ``session`` keep (expired holds dropped)."""
-        for name in [name for name, hold in self._holds.items() if hold.until <= now]:
-            del self._holds[name]
+        """KV tokens the live holds of sessions other than ``session`` keep (expired holds dropped: the
+        oldest first, as every hold lasts ``session_hold_s`` from its place at the end)."""
+        while self._holds and next(iter(self._holds.values())).until <= now:
+            del self._holds[next(iter(self._holds))]
         return sum(hold.tokens for name, hold in self._holds.items() if name != session)
 
     def _hold(self, key: str, need: Need) -> None:
