@@ -325,9 +325,7 @@ class Admission(HeldLoad):
             del self._holds[name]
         now = time.monotonic()
         self._holds[need.session] = SessionHold(key, need.footprint, now, now + self.session_hold_s)
-        self._evict_holds()
-        if self._holds:
-            self._look_again(now + self.session_hold_s)
+        self._look_again(now + self.session_hold_s)
 
     def _look_again(self, at: float) -> None:
         """Dispatch again at ``at`` (monotonic s), rounded up to :data:`_DUE_GRID_S`. Every such time is
@@ -547,9 +545,10 @@ class Admission(HeldLoad):
         return grant
 
     def _evict_holds(self) -> None:
-        """Drop the holds the running requests leave no room for, least recently used first (a new
-        one too, when even it does not fit): vLLM evicts those blocks first (its free-block queue),
-        and a hold counted past the pool would hold back every later request, however small."""
+        """Drop the holds the running requests leave no room for, least recently used first: vLLM
+        evicts those blocks first (its free-block queue), and a hold counted past the pool would hold
+        back every later request, however small. Run at every grant, it keeps running KV + holds
+        within the pool: a hold made when a turn ends keeps no more than the turn gave back."""
         kept = sum(hold.tokens for hold in self._holds.values())
         for name in list(self._holds):
             if self.held.kv_tokens + kept <= self.capacity.kv_budget_tokens:
