@@ -2,11 +2,12 @@
 FIFO, the scheduler before prefix-cache-aware admission, and the scheduler now, the same load, in one
 run.
 
-Scale: the deployment at 1/10 in tokens and 5x in speed (as :mod:`bench.kv_mix`): a KV pool of
-137,258 tokens (1,372,579 / 10), context 104,858, prefill 8,205 tokens/s (the recipe's 159,979 uncached
-tokens in 97.50 s, x5) shared by the sequences prefilling at once, decode 450 tokens/s a sequence,
-blocks of 32 tokens (256 / 8), the long-prompt threshold 3,277 tokens (32,768 / 10). The simulator
-keeps a prefix cache (vLLM's, LRU eviction of free blocks) in every arm.
+Scale: the deployment at 1/10 in tokens and 5x in speed (as :mod:`bench.kv_mix`): a KV pool of 137,258
+tokens (1,372,579 / 10), context 104,858, prefill 8,205 tokens/s (the recipe's 159,979 uncached tokens
+in 97.50 s, x5) shared by the sequences prefilling at once, decode 450 tokens/s a sequence, blocks of 32
+tokens (256 / 8), the long-prompt threshold 3,277 tokens (32,768 / 10), prompts of bodies from 1,638
+bytes counted by the backend (16,384 / 10). The simulator keeps a prefix cache (vLLM's, LRU eviction of
+free blocks) in every arm.
 
 Load, the same in every arm (``--seed``):
 
@@ -64,13 +65,18 @@ from bench.common import MODEL, BenchError, make_keys, pct, simulator_and_gatewa
 from bench.sse_counter import TEXT
 from tests.support.servers import free_port
 
-POOL, CONTEXT, BLOCK, LONG = 137_258, 104_858, 32, 3_277
+POOL, CONTEXT, BLOCK, LONG, TOKENIZE_MIN_BYTES = 137_258, 104_858, 32, 3_277, 1_638
 PREFILL_TPS, DECODE_TPS, TTFT_BASE_S = 8_205.0, 450.0, 0.02
 SIM_ARGS = [
     "--kv-cache-tokens", str(POOL), "--max-model-len", str(CONTEXT), "--prefill-tps", str(PREFILL_TPS),
     "--decode-tps", str(DECODE_TPS), "--ttft-base-s", str(TTFT_BASE_S), "--block-size", str(BLOCK),
 ]  # fmt: skip
-SIZED = {"kv_budget_tokens": POOL, "max_model_len": CONTEXT, "long_prompt_tokens": LONG}
+SIZED = {
+    "kv_budget_tokens": POOL,
+    "max_model_len": CONTEXT,
+    "long_prompt_tokens": LONG,
+    "tokenize_min_bytes": TOKENIZE_MIN_BYTES,
+}
 ARMS: dict[str, dict[str, object]] = {
     "fifo": {
         "kv_budget_tokens": 10**9,

@@ -1,16 +1,18 @@
 """The simulated engine's prefix cache, as vLLM V1 keeps one (``--enable-prefix-caching``).
 
-A prompt's full blocks of ``block_size`` ids are each keyed by a hash chained from the previous
-block's (SHA-256 over the parent's hash and the block's ids, vLLM's default algorithm in shape);
-a request reuses the longest resident run of its blocks from the start, but computes at least its
-last token (vLLM V1 ``KVCacheManager.get_computed_blocks``), so at most ``len - 1`` tokens are hits.
-Blocks a prefill computed become resident, the most recently used; the pool holds
-``pool_blocks`` blocks in all. A running sequence's cached blocks are pinned to it (its ``owner``
-id): they are its KV, counted once however many sequences share them, and never evicted while it
-runs (vLLM frees a block to the free-block queue only when no request references it). What running
-sequences hold beyond their pinned blocks (partial blocks, generated tokens, a prefill under way) is
-not free to cache either: past the pool, the least recently used unpinned blocks are evicted (vLLM's
-free-block queue, evicting from its head).
+A prompt's full blocks of ``block_size`` ids are each keyed by a hash chained from the previous block's
+(SHA-256 over the parent's hash and the block's ids, vLLM's default algorithm in shape); a request
+reuses the longest resident run of its blocks from the start, but computes at least its last token (vLLM
+V1 ``KVCacheManager.get_computed_blocks``), so at most ``len - 1`` tokens are hits. Blocks a prefill
+computed become resident, the most recently used, a prompt's last block before its first: vLLM frees a
+request's blocks in reverse order (``SingleTypeKVCacheManager.free``) "so that the tail blocks are
+evicted first", and an eviction cuts a cached prefix short rather than losing all of it from its first
+block. The pool holds ``pool_blocks`` blocks in all. A running sequence's cached blocks are pinned to it
+(its ``owner`` id): they are its KV, counted once however many sequences share them, and never evicted
+while it runs (vLLM frees a block to the free-block queue only when no request references it). What
+running sequences hold beyond their pinned blocks (partial blocks, generated tokens, a prefill under
+way) is not free to cache either: past the pool, the least recently used unpinned blocks are evicted
+(vLLM's free-block queue, evicting from its head).
 
 Only prompt blocks are cached: vLLM caches generated blocks too, but a next turn re-tokenises the
 answer's text through the chat template, which seldom gives the generated ids back.
@@ -62,12 +64,17 @@ class PrefixCache:
         for block_hash in self._hashes(ids)[:usable]:
             if block_hash not in self._resident:
                 break
-            self._resident.pop(block_hash)
-            self._resident[block_hash] = None
             hits.append(block_hash)
+        self._touch(hits)
         if owner is not None:
             self._pin(owner, hits)
         return len(hits) * self.block_size
+
+    def _touch(self, hashes: list[BlockHash]) -> None:
+        """Make ``hashes``, a prompt's blocks in order, the most recently used, tail first."""
+        for block_hash in reversed(hashes):
+            self._resident.pop(block_hash, None)
+            self._resident[block_hash] = None
 
     def _pin(self, owner: int, hashes: list[BlockHash]) -> None:
         self.release(owner)
@@ -91,9 +98,7 @@ class PrefixCache:
         hashes = self._hashes(ids)
         events: list[KVCacheEvent] = []
         new = [i for i, block_hash in enumerate(hashes) if block_hash not in self._resident]
-        for block_hash in hashes:
-            self._resident.pop(block_hash, None)
-            self._resident[block_hash] = None
+        self._touch(hashes)
         if new:
             first, size = new[0], self.block_size
             events.append(

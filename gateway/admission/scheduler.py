@@ -20,21 +20,24 @@ class. Batch work fills the slots interactive work leaves (under sustained inter
 waits: its queue timeout bounds that). The queue keeps room for keys with
 nothing waiting: a key that already waits may not take the last :attr:`Admission.reserve` places.
 
-Agent sessions: when a turn of a session (:attr:`Need.session`) ends, its prompt and output stay in
-the backend's prefix cache, and the agent's next turn — usually within a second — finds them there.
-For ``session_hold_s`` the gateway *holds* them: a request of another session that would need the
-pool those blocks take (running requests' KV + its own + what the held sessions' last turns held
-past the budget) waits (:attr:`Reason.HELD`) until the hold is used or over; while one waits so, the held
-session's next turn is admitted first, most recently used session first, so the hold ends soon (a
-turn sent after the hold began: requests of a session queued together take their turns as any
-others, so a flood of one conversation does not pass other keys). With nobody held back, a session's
-turn takes its place in the round robin: requests that fit beside the holds are not delayed by them.
-A request admitted past the holds ends those the pool has no more room for, least recently used
-first. A waiter is held back for ``session_hold_s`` at most from when it joined, and once one has
-waited that long no turn is resumed ahead of the round robin: no hold delays a request by more
-than ``session_hold_s`` and a turn. A hold keeps the turn's prompt (its output is seldom reused), and
-a key keeps at most :data:`HOLDS_PER_KEY` holds (a client sending a new session per request collects
-no more); a grant given back unused holds nothing.
+Agent sessions: when a turn of a session (:attr:`Need.session`) ends, its prompt and output stay in the
+backend's prefix cache, and the agent's next turn — usually within a second — finds them there. For
+``session_hold_s`` the gateway *holds* them: a cold long prompt (:attr:`Need.long`, its uncached tokens
+past the long-prompt threshold) of another session that would need the pool those blocks take (running
+requests' KV + its own + what the held sessions' last turns held past the budget) waits
+(:attr:`Reason.HELD`) until the hold is used or over; a shorter request is never held back, as what it
+could evict is short too (vLLM evicts a freed prefix from its last block, so a held session loses no
+more than that request's tokens and recomputes them in a fraction of the hold); while one waits so, the
+held session's next turn is admitted first, most recently used session first, so the hold ends soon (a
+turn sent after the hold began: requests of a session queued together take their turns as any others, so
+a flood of one conversation does not pass other keys). With nobody held back, a session's turn takes its
+place in the round robin: requests that fit beside the holds are not delayed by them. A request admitted
+past the holds cuts those the pool has no more room for, least recently used first, from their ends. A
+waiter is held back for ``session_hold_s`` at most from when it joined, and once one has waited that
+long no turn is resumed ahead of the round robin: no hold delays a request by more than
+``session_hold_s`` and a turn. A hold keeps the turn's prompt (its output is seldom reused), and a key
+keeps at most :data:`HOLDS_PER_KEY` holds (a client sending a new session per request collects no more);
+a grant given back unused holds nothing.
 
 No head-of-line blocking: when the request whose turn it is does not fit (a 900k-token prompt waiting
 for KV, a second long prompt waiting for the lane), the next one in turn order that fits runs instead.
@@ -60,7 +63,7 @@ import asyncio
 import math
 import time
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway.admission.capacity import Capacity, Held, Need, Reason
 from gateway.admission.errors import QueueFullError
@@ -213,7 +216,7 @@ class Admission(HeldLoad):
         timeout = self.long_queue_timeout_s if need.long else self.queue_timeout_s
         future = asyncio.get_running_loop().create_future()
         waiter = Waiter(key, max(1, priority), max_concurrency, future, need, timeout)
-        if self.session_hold_s > 0:  # held back (by holds now or to come) at most that long: look again then
+        if need.long and self.session_hold_s > 0:  # held back (by holds now or to come) that long at most
             self._look_again(now + self.session_hold_s)
         self._queues.setdefault(key, deque()).append(waiter)
         self._waiting += 1
@@ -302,7 +305,7 @@ class Admission(HeldLoad):
 
     def _blocker(self, need: Need, since: float, now: float) -> Reason | None:
         reason = self.capacity.blocker(self.held, need)
-        if reason is None and self._holds and now - since < self.session_hold_s:
+        if reason is None and need.long and self._holds and now - since < self.session_hold_s:
             kept = self._held_tokens(need.session, now)
             if self.held.kv_tokens + need.kv_tokens + kept > self.capacity.kv_budget_tokens:
                 return Reason.HELD
@@ -545,15 +548,20 @@ class Admission(HeldLoad):
         return grant
 
     def _evict_holds(self) -> None:
-        """Drop the holds the running requests leave no room for, least recently used first: vLLM
-        evicts those blocks first (its free-block queue), and a hold counted past the pool would hold
-        back every later request, however small. Run at every grant, it keeps running KV + holds
-        within the pool: a hold made when a turn ends keeps no more than the turn gave back."""
+        """Cut the holds the running requests leave no room for, least recently used first, each from
+        its end: vLLM evicts those blocks first (its free-block queue, a freed prefix's last block
+        first), and a hold counted past the pool would hold back every later cold prompt. Run at
+        every grant, it keeps running KV + holds within the pool: a hold made when a turn ends keeps
+        no more than the turn gave back."""
         kept = sum(hold.tokens for hold in self._holds.values())
-        for name in list(self._holds):
-            if self.held.kv_tokens + kept <= self.capacity.kv_budget_tokens:
+        over = self.held.kv_tokens + kept - self.capacity.kv_budget_tokens
+        for name, hold in list(self._holds.items()):
+            if over <= 0:
                 return
-            kept -= self._holds.pop(name).tokens
+            if hold.tokens > over:
+                self._holds[name] = replace(hold, tokens=hold.tokens - int(over))
+                return
+            over -= self._holds.pop(name).tokens
 
     def hold(self, lease: Lease) -> None:
         """Lease bookkeeping: ``lease`` is held (the others it overlaps are marked)."""

@@ -180,6 +180,7 @@ class ResidentBlocks:
 
     def remember(self, prompt: PromptBlocks) -> None:
         """The estimate: ``prompt`` was computed, so its full blocks are resident (the most recently
-        used); the least recently used go past ``max_blocks``."""
-        for key in prompt.keys(self.block_size):
+        used, its last block before its first, as vLLM frees them: an eviction cuts the prefix
+        short); the least recently used go past ``max_blocks``."""
+        for key in reversed(prompt.keys(self.block_size)):
             self._add(key)

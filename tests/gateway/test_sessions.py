@@ -73,7 +73,7 @@ def test_a_cold_request_waits_behind_the_held_sessions_next_turn(
         kv_budget_tokens=10_000,
         tokenize_min_bytes=1,
         session_hold_s=5,
-        long_prompt_tokens=100_000,
+        long_prompt_tokens=4_000,  # the cold prompt is long; the agent's next turn, mostly cached, is not
     )
     agent, cold_key = make_key("agent"), make_key("cold")
     named = {"x-session-id": "task-7"}

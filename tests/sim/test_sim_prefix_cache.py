@@ -50,6 +50,17 @@ def test_the_least_recently_used_blocks_go_when_running_sequences_need_the_pool(
     assert cache.trim(held_tokens=0) == [] and isinstance(cache.clear()[0], AllBlocksCleared)
 
 
+def test_an_eviction_takes_a_prefix_from_its_last_block() -> None:
+    """vLLM frees a request's blocks last block first: an eviction shortens a cached prefix, it does not
+    lose it from its first block."""
+    cache = PrefixCache(BLOCK, pool_blocks=10)
+    prompt = list(range(100, 100 + 6 * BLOCK))
+    cache.store(prompt, 0)
+    [removed] = cache.trim(held_tokens=6 * BLOCK)  # 4 blocks left free: 2 of the 6 go
+    assert isinstance(removed, BlockRemoved) and len(removed.block_hashes) == 2
+    assert cache.lookup(prompt + [0]) == 4 * BLOCK
+
+
 def test_a_running_sequences_blocks_count_once_and_stay_until_it_ends() -> None:
     cache = PrefixCache(BLOCK, pool_blocks=10)
     other, mine = [5] * (4 * BLOCK), [6] * (5 * BLOCK) + [0]

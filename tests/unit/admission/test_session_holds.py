@@ -24,15 +24,23 @@ def turn(session: str, kv: int = 600) -> Need:
     return Need(kv_tokens=kv, session=session, footprint=kv)
 
 
+def cold_prompt(kv: int = 500) -> Need:
+    """A cold long prompt of ``kv`` tokens (uncached past the long-prompt threshold): held back by holds."""
+    return Need(kv_tokens=kv, long=True)
+
+
 async def test_a_cold_request_waits_behind_the_held_sessions_next_turn() -> None:
     gate = admission()
     (await gate.acquire("agent", need=turn("s1"))).release()  # its 600 tokens held
     assert [h["session"] for h in gate.holds()] == ["s1"]
-    cold = gate.enqueue("other", need=Need(kv_tokens=500))  # 500 + 600 > 1,000: would evict it
+    cold = gate.enqueue("other", need=cold_prompt())  # 500 + 600 > 1,000: would evict it
     assert isinstance(cold, Waiter) and cold.reason is Reason.HELD
     assert gate.status()["waiting_for"]["held"] == 1
     small = await gate.acquire("other", need=Need(kv_tokens=300))  # fits beside the hold
     small.release()
+    short = await gate.acquire("other", need=Need(kv_tokens=450))  # not long: never held back
+    assert gate.holds()[0]["tokens"] == 550  # it evicts the hold's last 50 tokens, as vLLM would
+    short.release()
     nxt = gate.enqueue("agent", need=turn("s1", kv=700))
     assert nxt.future.done() if isinstance(nxt, Waiter) else True  # its own hold is no obstacle
     nxt = nxt if isinstance(nxt, Lease) else await gate.wait(nxt)
@@ -51,7 +59,7 @@ async def test_the_most_recently_used_sessions_turn_is_resumed_first() -> None:
     for session in ("s1", "s2"):  # s2's turn ends last: the most recently used
         (await gate.acquire(session, need=turn(session, kv=300))).release()
     holder = await gate.acquire("x", need=Need(kv_tokens=10))
-    cold = gate.enqueue("c", need=Need(kv_tokens=500))  # 500 beside 2 x 300 held: it would evict
+    cold = gate.enqueue("c", need=cold_prompt())  # 500 beside 2 x 300 held: it would evict
     again_1 = gate.enqueue("s1", need=turn("s1", kv=300))
     again_2 = gate.enqueue("s2", need=turn("s2", kv=300))
     waiters = (cold, again_1, again_2)
@@ -89,7 +97,7 @@ async def test_a_key_holds_no_more_than_its_share_and_holds_expire() -> None:
 async def test_without_a_hold_setting_nothing_is_held() -> None:
     gate = admission(session_hold_s=0.0)
     (await gate.acquire("agent", need=turn("s1"))).release()
-    assert gate.holds() == [] and isinstance(gate.enqueue("other", need=Need(kv_tokens=900)), Lease)
+    assert gate.holds() == [] and isinstance(gate.enqueue("other", need=cold_prompt(900)), Lease)
 
 
 async def test_requests_of_one_session_queued_together_do_not_pass_other_keys() -> None:
@@ -147,8 +155,8 @@ async def test_a_held_back_waiter_is_admitted_when_its_own_wait_ends_though_the_
     gate = admission()
     (await gate.acquire("agent", need=turn("s1"))).release()
     await asyncio.sleep(0.1)
-    cold = gate.enqueue("other", need=Need(kv_tokens=500))
-    extra = [gate.enqueue(f"burst{n}", need=Need(kv_tokens=500)) for n in range(50)]
+    cold = gate.enqueue("other", need=cold_prompt())
+    extra = [gate.enqueue(f"burst{n}", need=cold_prompt()) for n in range(50)]
     assert isinstance(cold, Waiter) and cold.reason is Reason.HELD
     await asyncio.sleep(0.1)
     (await gate.acquire("agent", need=turn("s1"))).release()  # the session's next turn: held again
@@ -160,29 +168,30 @@ async def test_a_held_back_waiter_is_admitted_when_its_own_wait_ends_though_the_
         gate.abandon(waiter)
 
 
-async def test_a_request_admitted_past_a_hold_ends_it_so_later_small_ones_are_not_held() -> None:
+async def test_a_request_admitted_past_a_hold_cuts_it_to_what_the_pool_has_left() -> None:
     gate = admission()
     (await gate.acquire("agent", need=turn("s1"))).release()
     await asyncio.sleep(0.1)
-    cold = gate.enqueue("other", need=Need(kv_tokens=500))
+    cold = gate.enqueue("other", need=cold_prompt())
     await asyncio.sleep(0.1)
     (await gate.acquire("agent", need=turn("s1"))).release()  # held until 0.5 s
-    lease = await asyncio.wait_for(gate.wait(cold), 2)  # at 0.4 s: 500 running, the 600 held evicted
-    assert gate.holds() == []
+    lease = await asyncio.wait_for(gate.wait(cold), 2)  # at 0.4 s: 500 running, 100 of the 600 evicted
+    assert [h["tokens"] for h in gate.holds()] == [500]
     small = gate.enqueue("third", need=Need(kv_tokens=100))
-    assert isinstance(small, Lease)
+    assert isinstance(small, Lease) and [h["tokens"] for h in gate.holds()] == [400]
     small.release()
     lease.release()
 
 
-async def test_holds_past_the_pool_are_dropped_least_recently_used_first() -> None:
+async def test_holds_past_the_pool_are_cut_least_recently_used_first() -> None:
     gate = admission()
     cold = await gate.acquire("other", need=Need(kv_tokens=500))
     (await gate.acquire("a", need=turn("s1", kv=400))).release()
-    (await gate.acquire("b", need=turn("s2", kv=300))).release()  # 500 + 400 + 300 > 1,000: s1 goes
-    assert [h["session"] for h in gate.holds()] == ["s2"]
-    small = gate.enqueue("c", need=Need(kv_tokens=100))
-    assert isinstance(small, Lease)
+    (await gate.acquire("b", need=turn("s2", kv=300))).release()  # 500 + 400 + 300 > 1,000: s1 is cut
+    assert [(h["session"], h["tokens"]) for h in gate.holds()] == [("s2", 300), ("s1", 200)]
+    small = gate.enqueue("c", need=Need(kv_tokens=250))
+    assert isinstance(small, Lease) and [h["session"] for h in gate.holds()] == ["s2"]  # s1 gone, s2 cut
+    assert gate.holds()[0]["tokens"] == 250
     small.release()
     cold.release()
 
@@ -192,7 +201,7 @@ async def test_a_waiter_queued_before_any_hold_goes_when_its_own_hold_back_ends(
     waiter is held back until 0.3 s, a hold's length after it joined, not until the hold ends."""
     gate = admission()
     running = await gate.acquire("x", need=Need(kv_tokens=600))
-    big = gate.enqueue("other", need=Need(kv_tokens=800))
+    big = gate.enqueue("other", need=cold_prompt(800))
     await asyncio.sleep(0.2)
     (await gate.acquire("agent", need=turn("s1", kv=300))).release()  # fits beside the 600: held now
     running.release()

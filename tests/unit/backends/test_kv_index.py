@@ -78,7 +78,7 @@ def test_memory_is_bounded_and_the_estimate_remembers_least_recently_used_first(
     index.remember(PromptBlocks(old))
     index.remember(PromptBlocks(new))
     assert len(index) == 3 and cached(index, new) == 2 * BLOCK
-    assert cached(index, old) == 0  # its first block went first
+    assert cached(index, old) == BLOCK  # its last block went first, as vLLM frees them: its first serves
 
 
 def test_events_that_are_not_vllms_change_nothing() -> None:
