@@ -33,7 +33,9 @@ Arms (a fresh simulator and gateway each):
 Figures per arm: agent follow-up turns' TTFT (sent -> first event with text) p50 / p95 and the
 first turns' apart; prefill tokens recomputed (a follow-up turn's previous prompt, computed before,
 less what the cache served it: ``usage.prompt_tokens_details.cached_tokens``) and all prefill computed
-(prompt - cached, every request); short chats' TTFT p50 / p95; throughput (output tokens / s over the
+(prompt - cached, every request); short chats' TTFT p50 / p95, and p95 of those sent while a cold
+prompt waited or prefilled (from its sending to its first token: the one slot its lane leaves is
+all the agents' turns and the short chats have then); throughput (output tokens / s over the
 makespan); fairness: Jain's index (Jain, Chiu & Hawe 1984, (sum x)^2 / (n sum x^2)) over keys of
 x = the key's time alone / time taken (sum over its requests of the simulator's no-queue
 end-to-end time, ``ttft_base + computed / prefill_tps + output / decode_tps``, over the measured one).
@@ -152,11 +154,13 @@ def plan(seed: int, agents: int, turns: int, doc_every: float, doc_tokens: int) 
 
 @dataclass
 class Done:
-    """One answered request: its key, kind (``agent``, ``agent-first``, ``doc``, ``short``), TTFT and
-    end-to-end s, usage, and for an agent turn the tokens of its previous prompt."""
+    """One answered request: its key, kind (``agent``, ``agent-first``, ``doc``, ``short``), when it
+    was sent (s from the run's start), TTFT and end-to-end s, usage, and for an agent turn the tokens
+    of its previous prompt."""
 
     key: str
     kind: str
+    sent_s: float
     ttft_s: float
     e2e_s: float
     prompt_tokens: int
@@ -219,15 +223,14 @@ async def run_arm(workdir: Path, arm: str, load: Plan) -> tuple[Run, float]:
             async def one(
                 key: str, kind: str, body: dict[str, Any], previous: int = 0, **headers: str
             ) -> int:
+                sent = time.perf_counter() - began
                 try:
                     ttft, e2e, usage = await stream(client, url, secrets[key], body, headers)
                 except (BenchError, httpx.HTTPError) as exc:
                     run.failures.append(f"{kind} {key}: {exc}")
                     return 0
-                prompt = usage["prompt_tokens"]
-                run.done.append(
-                    Done(key, kind, ttft, e2e, prompt, cached_of(usage), usage["completion_tokens"], previous)
-                )
+                prompt, output = usage["prompt_tokens"], usage["completion_tokens"]
+                run.done.append(Done(key, kind, sent, ttft, e2e, prompt, cached_of(usage), output, previous))
                 return prompt
 
             async def agent(script: Agent) -> None:
@@ -295,6 +298,8 @@ def figures(run: Run, makespan: float) -> dict[str, Any]:
     turns = [d.ttft_s for d in by_kind["agent"]]
     firsts = [d.ttft_s for d in by_kind["agent-first"]]
     shorts = [d.ttft_s for d in by_kind["short"]]
+    cold = [(d.sent_s, d.sent_s + d.ttft_s) for d in by_kind["doc"]]
+    during = [d.ttft_s for d in by_kind["short"] if any(a <= d.sent_s < b for a, b in cold)]
     progress = {key: sum(map(alone_s, ds)) / sum(d.e2e_s for d in ds) for key, ds in by_key.items()}
     return {
         "agent_turns": len(turns),
@@ -314,6 +319,8 @@ def figures(run: Run, makespan: float) -> dict[str, Any]:
             "p95": pct(shorts, 95),
             "max": max(shorts, default=float("nan")),
         },
+        "short_sent_during_cold_prompt": len(during),
+        "short_ttft_during_cold_prompt_s": spread(during),
         "docs": len(by_kind["doc"]),
         "doc_e2e_s_max": max((d.e2e_s for d in by_kind["doc"]), default=float("nan")),
         "output_tokens_per_s": sum(d.output_tokens for d in run.done) / makespan,
@@ -356,7 +363,9 @@ def main() -> None:
             f"{f['agent_turn_ttft_s']['p95']:.3f} s ({f['agent_turns']}); recomputed prefill "
             f"{f['recomputed_prefill_tokens']:,} tokens (all prefill {f['prefill_computed_tokens']:,}); "
             "short TTFT "
-            f"p50 {f['short_ttft_s']['p50']:.3f} s p95 {f['short_ttft_s']['p95']:.3f} s; "
+            f"p50 {f['short_ttft_s']['p50']:.3f} s p95 {f['short_ttft_s']['p95']:.3f} s "
+            f"(p95 {f['short_ttft_during_cold_prompt_s']['p95']:.3f} s for the "
+            f"{f['short_sent_during_cold_prompt']} sent while a cold prompt waited or prefilled); "
             f"{f['output_tokens_per_s']:.0f} output tokens/s over {f['makespan_s']:.1f} s; "
             f"Jain {f['jain_over_keys']:.3f}; failures {len(f['failures'])}"
         )
