@@ -27,13 +27,21 @@ ASYNC_DRIVERS = {
 }
 
 
-def default_database_url() -> str:
-    """SQLite file under ``$XDG_DATA_HOME/dspark-gateway`` (``~/.local/share`` when unset).
+def data_dir() -> Path:
+    """``$XDG_DATA_HOME/dspark-gateway`` (``~/.local/share`` when unset): where the gateway keeps its
+    data by default, so the CLI and a running server on the same machine and user find the same files
+    without configuration."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "dspark-gateway"
 
-    The CLI and a running server on the same machine and user find the same file without configuration.
-    """
-    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "dspark-gateway"
-    return f"sqlite+aiosqlite:///{base / 'gateway.db'}"
+
+def default_database_url() -> str:
+    """SQLite file ``gateway.db`` in :func:`data_dir`."""
+    return f"sqlite+aiosqlite:///{data_dir() / 'gateway.db'}"
+
+
+def default_files_dir() -> Path:
+    """``files`` in :func:`data_dir`."""
+    return data_dir() / "files"
 
 
 def async_database_url(value: str) -> str:
@@ -156,6 +164,15 @@ class Settings(BaseSettings):
     database_url: str = Field(
         default_factory=default_database_url,
         description="SQLAlchemy URL or SQLite file path of keys, ledger and audit (async_database_url)",
+    )
+    files_dir: Path = Field(
+        default_factory=default_files_dir,
+        description="Where uploaded files' content is kept (the Files API); replicas share one directory",
+    )
+    files_max_bytes: int = Field(
+        default=200 * 1024 * 1024,
+        ge=1,
+        description="Largest uploaded file, bytes (OpenAI's bound of a batch input: 200 MB); more -> 413",
     )
     key_cache_ttl_s: float = Field(
         default=1.0, ge=0, description="How long a key lookup is reused; bounds how late a revoke lands"

@@ -41,6 +41,7 @@ from gateway.limits.quota import Quotas, QuotaWeights
 from gateway.limits.rate import RateLimiter, storage_for
 from gateway.proxy.pipeline import Pipeline
 from gateway.storage.db import open_engine
+from gateway.storage.files import FileStore
 from gateway.storage.response_owners import ResponseOwners
 from gateway.telemetry import GatewayMetrics
 from gateway.telemetry.ledger import UsageLedger
@@ -168,6 +169,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         )
         limits_storage = storage_for(settings.limits_storage)
         owners = ResponseOwners(engine)
+        app.state.files = FileStore(engine, settings.files_dir, settings.files_max_bytes)
         app.state.pipeline = pipeline = Pipeline(
             backends,
             settings,

@@ -16,6 +16,7 @@ in OpenAI shape, so vLLM's ``/tokenize``, ``/invocations``, ``/pause``, its ``/m
 ``POST /v1/messages``                    key     proxied, stream and non-stream (dialect: Anthropic)
 ``POST /v1/messages/count_tokens``       key     the prompt's tokens (no slot)
 ``GET  /v1/models``, ``/v1/models/{id}`` key     the upstream's list, filtered by the key, and aliases
+``/v1/files`` (CRUD, ``/content``)       key     uploads for batches, the uploading key's only
 ``GET  /v1/key``                         key     the caller's own key (:mod:`gateway.http.own_key`)
 ``/admin/keys`` (CRUD, rotate)           admin   API keys (:mod:`gateway.admin.keys`)
 ``/admin/groups`` (CRUD)                 admin   groups of keys (:mod:`gateway.admin.groups`)
@@ -48,7 +49,7 @@ from gateway.dialects.openai.completions import COMPLETIONS
 from gateway.dialects.openai.dialect import OPENAI
 from gateway.dialects.openai.models import ChatCompletionRequest, CompletionRequest
 from gateway.dialects.responses import RESPONSES, ResponsesRequest
-from gateway.http import health, inference, metrics_route, own_key, stored
+from gateway.http import files, health, inference, metrics_route, own_key, stored
 from gateway.http.auth import admin_for, principal_for, public_limit
 from gateway.http.openapi import DOCS_ASSETS, documented
 
@@ -84,6 +85,7 @@ class Route:
 _KEYS, _ADMIN, _OPENAI, _ANTHROPIC = ("admin: keys",), ("admin",), ("openai",), ("anthropic",)
 _GROUPS = ("admin: groups",)
 _RESPONSE = "/v1/responses/{response_id}"
+_FILE = "/v1/files/{file_id}"
 ROUTES = (
     Route("POST", CHAT.route, inference.InferenceRoute(CHAT), "Create a chat completion (OpenAI-compatible)",
           dialect=CHAT, openapi_extra=documented(ChatCompletionRequest, streams=True), tags=_OPENAI),
@@ -105,6 +107,12 @@ ROUTES = (
           dialect=COUNT_TOKENS, openapi_extra=documented(CountTokensRequest), tags=_ANTHROPIC),
     Route("GET", "/v1/models", inference.list_models, "List the models this key may use", tags=_OPENAI),
     Route("GET", "/v1/models/{model_id}", inference.get_model, "One model this key may use", tags=_OPENAI),
+    Route("POST", "/v1/files", files.create_file, "Upload a file (multipart; purpose batch)",
+          openapi_extra=files.UPLOAD_FORM, tags=_OPENAI),
+    Route("GET", "/v1/files", files.list_files, "List this key's files", tags=_OPENAI),
+    Route("GET", _FILE, files.get_file, "A file this key uploaded", tags=_OPENAI),
+    Route("GET", _FILE + "/content", files.file_content, "A file's content", tags=_OPENAI),
+    Route("DELETE", _FILE, files.delete_file, "Delete a file this key uploaded", tags=_OPENAI),
     Route("GET", "/v1/key", own_key.own_key, "The caller's own key: limits, quota left, expiry, models",
           tags=_OPENAI),
     Route("POST", "/admin/keys", keys.create_key, "Create a key (the secret is returned once)",

@@ -3,12 +3,13 @@ time between its pieces.
 
 Only called after authentication (a FastAPI body parameter would be read and parsed before the
 route's dependencies, letting anyone make the gateway read bodies): the inference exchange and the
-admin handlers read their bodies here.
+admin handlers read their bodies here, and uploads their pieces (:func:`body_pieces`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,13 +23,14 @@ from gateway.errors import GatewayError
 
 @dataclass(frozen=True, slots=True)
 class BodyBounds:
-    """How much of a body, in what shape, how fast: ``max_bytes``; ``limits`` (its JSON shape); at most
+    """How much of a body, in what shape, how fast: ``max_bytes``; ``limits`` (its JSON shape; None for
+    a body that is not JSON, an upload: :func:`body_pieces` reads it); at most
     ``idle_timeout_s`` between two pieces; and, once it has taken that long, at least
     ``min_rate_bytes_s`` on average (a client dripping a byte every few seconds would otherwise hold
     a connection and its buffers for hours)."""
 
     max_bytes: int
-    limits: JsonLimits
+    limits: JsonLimits | None
     idle_timeout_s: float
     min_rate_bytes_s: float
 
@@ -36,16 +38,30 @@ class BodyBounds:
 async def read_json(request: Request, bounds: BodyBounds) -> tuple[dict[str, Any], int]:
     """The body parsed (a JSON object) and its size in bytes.
 
-    Raises :class:`GatewayError` 413 ``request_too_large`` as soon as it passes ``max_bytes``, 413
-    ``request_too_complex`` / 400 as soon as its shape passes ``limits``, 408 ``request_timeout`` when
-    it stalls or trickles (:class:`BodyBounds`), 400 when it is not a JSON object;
+    Raises what :func:`body_pieces` raises, 413 ``request_too_complex`` / 400 as soon as its shape
+    passes ``limits``, 400 when it is not a JSON object.
+    """
+    scanner = ShapeScanner(bounds.limits) if bounds.limits is not None else None
+    parts, size = [], 0
+    async for part in body_pieces(request, bounds):
+        size += len(part)
+        if scanner is not None:
+            scanner.feed(part)
+        parts.append(part)
+    return parse_object(b"".join(parts)), size
+
+
+async def body_pieces(request: Request, bounds: BodyBounds) -> AsyncIterator[bytes]:
+    """The body's pieces as they arrive, within ``bounds`` (its shape is the caller's to check).
+
+    Raises :class:`GatewayError` 413 ``request_too_large`` as soon as it passes ``max_bytes`` (or
+    declares more), 408 ``request_timeout`` when it stalls or trickles (:class:`BodyBounds`);
     :class:`~dspark_common.asgi.ClientDisconnectedError` when the client leaves before it arrived.
     """
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > bounds.max_bytes:
         raise _too_large(bounds.max_bytes)
-    scanner = ShapeScanner(bounds.limits)
-    parts, size = [], 0
+    size = 0
     pieces = request.stream().__aiter__()
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -55,7 +71,7 @@ async def read_json(request: Request, bounds: BodyBounds) -> tuple[dict[str, Any
                 async with asyncio.timeout(bounds.idle_timeout_s):
                     part = await anext(pieces)
             except StopAsyncIteration:
-                break
+                return
             except TimeoutError:
                 message = f"No part of the request body arrived for {bounds.idle_timeout_s:g} s."
                 raise GatewayError("request_timeout", message) from None
@@ -66,14 +82,12 @@ async def read_json(request: Request, bounds: BodyBounds) -> tuple[dict[str, Any
             if elapsed > bounds.idle_timeout_s and size < bounds.min_rate_bytes_s * elapsed:
                 message = f"The request body arrives slower than {bounds.min_rate_bytes_s:g} bytes/s."
                 raise GatewayError("request_timeout", message)
-            scanner.feed(part)
-            parts.append(part)
+            yield part
     except ClientDisconnect:
         raise ClientDisconnectedError() from None
-    return parse_object(b"".join(parts)), size
 
 
-def body_bounds(settings: Settings, max_bytes: int, limits: JsonLimits) -> BodyBounds:
+def body_bounds(settings: Settings, max_bytes: int, limits: JsonLimits | None) -> BodyBounds:
     """The :class:`BodyBounds` of a route's bodies: its size and shape bounds, the settings' pace."""
     return BodyBounds(max_bytes, limits, settings.body_idle_timeout_s, settings.body_min_rate_bytes_s)
 

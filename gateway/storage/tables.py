@@ -1,5 +1,5 @@
-"""The gateway's tables: API keys and their groups, the audit trail, the usage ledger and stored
-responses' owners, on one declarative base.
+"""The gateway's tables: API keys and their groups, the audit trail, the usage ledger, stored
+responses' owners and uploaded files, on one declarative base.
 
 Read and written by :mod:`gateway.auth.store`, :mod:`gateway.auth.audit` and
 :mod:`gateway.telemetry.ledger`. This is the schema at the newest migration
@@ -147,3 +147,19 @@ class ResponseOwnerRow(Base):
     key_id: Mapped[str] = mapped_column(String(40), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     backend: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+
+class FileRow(Base):
+    """A file a key uploaded (the OpenAI Files API, ``purpose`` ``batch``): its name, size in bytes and
+    lines, and when; its content is in the files directory under its ``id``
+    (:mod:`gateway.storage.files`). Only that key may read or delete it."""
+
+    __tablename__ = "files"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(40), index=True)
+    filename: Mapped[str] = mapped_column(String(255))
+    purpose: Mapped[str] = mapped_column(String(32))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    lines: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)

@@ -1,0 +1,157 @@
+"""The OpenAI Files API, for batch input and output: ``POST /v1/files`` (a multipart upload, ``purpose``
+``batch``), ``GET /v1/files``, ``GET`` / ``DELETE /v1/files/{file_id}``, ``GET
+/v1/files/{file_id}/content``.
+
+An upload is streamed to the files directory as it arrives (:mod:`gateway.body.multipart`,
+:mod:`gateway.storage.files`): at most ``GATEWAY_FILES_MAX_BYTES`` (OpenAI's 200 MB for a batch input
+file), else 413 as soon as it passes. A file belongs to the key that uploaded it: every other key
+gets the 404 of a file that never existed, as for stored responses. Errors are OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, cast
+
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse
+
+from gateway.auth.principal import Principal
+from gateway.body.multipart import FormReader, PartData, PartEnd, PartStart
+from gateway.body.read import body_bounds, body_pieces
+from gateway.errors import GatewayError
+from gateway.storage.files import FileStore, StoredFile, Upload
+
+#: The purposes files are kept for: what the gateway does with files (its batches).
+PURPOSES = ("batch",)
+#: Bytes of a multipart body besides the file's content: boundaries, part headers, the purpose field.
+FORM_OVERHEAD_BYTES = 64 * 1024
+#: Longest value of a plain form field (``purpose``), bytes.
+MAX_FIELD_BYTES = 1024
+#: The upload's form, as the API docs show it (the handler reads the body itself, after authentication).
+UPLOAD_FORM = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file", "purpose"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary"},
+                        "purpose": {"type": "string", "enum": list(PURPOSES)},
+                    },
+                }
+            }
+        },
+    }
+}
+#: Most files one list answers with (OpenAI's bound of ``limit``), and its default.
+MAX_LIST = 10_000
+
+
+def _files(request: Request) -> tuple[FileStore, Principal]:
+    return request.app.state.files, request.state.principal
+
+
+async def create_file(request: Request) -> JSONResponse:
+    """``POST /v1/files``: the form's ``file`` kept as the caller's, with its ``purpose``; the file object."""
+    store, principal = _files(request)
+    reader = FormReader(request.headers.get("content-type", ""))
+    bounds = body_bounds(request.app.state.settings, store.max_bytes + FORM_OVERHEAD_BYTES, None)
+    upload: Upload | None = None
+    filename, fields, part = "", dict[str, bytearray](), None
+    try:
+        async for piece in body_pieces(request, bounds):
+            for event in reader.feed(piece):
+                if isinstance(event, PartStart):
+                    part = event.name
+                    if part == "file":
+                        if upload is not None:
+                            raise GatewayError("invalid_request", "Send one file per upload.", param="file")
+                        upload, filename = await store.upload(), event.filename or "file"
+                    else:
+                        fields[part] = bytearray()
+                elif isinstance(event, PartData):
+                    if part == "file" and upload is not None:
+                        await upload.write(event.data)
+                    elif part is not None:
+                        fields[part] += event.data
+                        if len(fields[part]) > MAX_FIELD_BYTES:
+                            message = f"The form field '{part}' is longer than {MAX_FIELD_BYTES} bytes."
+                            raise GatewayError("invalid_request", message, param=part)
+                elif isinstance(event, PartEnd):
+                    part = None
+        reader.close()
+        purpose = fields.get("purpose", bytearray()).decode("utf-8", "replace")
+        if upload is None:
+            raise GatewayError("invalid_request", "Missing required parameter: 'file'.", param="file")
+        if purpose not in PURPOSES:
+            message = f"'purpose' must be one of {', '.join(PURPOSES)}: this gateway keeps files for batches."
+            raise GatewayError("invalid_value", message, param="purpose")
+        stored = await store.commit(upload, principal.key_id, filename, purpose)
+    except BaseException:
+        if upload is not None:
+            await store.discard(upload)
+        raise
+    return JSONResponse(stored.as_openai())
+
+
+async def list_files(request: Request) -> JSONResponse:
+    """``GET /v1/files``: the caller's files, newest first (``order``, ``limit``, ``after``, ``purpose``
+    as OpenAI's): ``{"object": "list", "data", "first_id", "last_id", "has_more"}``."""
+    store, principal = _files(request)
+    query = request.query_params
+    purpose = query.get("purpose") or None
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise GatewayError("invalid_value", "'order' must be asc or desc.", param="order")
+    raw = query.get("limit", str(MAX_LIST))
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIST:
+        raise GatewayError("invalid_value", f"'limit' must be an integer in 1..{MAX_LIST}.", param="limit")
+    after = None
+    if "after" in query:
+        after = await store.get(principal.key_id, query["after"])
+        if after is None:
+            raise GatewayError("invalid_value", f"No such File object: {query['after']}", param="after")
+    files, more = await store.page(
+        principal.key_id, purpose, after, int(raw), cast(Literal["asc", "desc"], order)
+    )
+    return JSONResponse(
+        {
+            "object": "list",
+            "data": [f.as_openai() for f in files],
+            "first_id": files[0].id if files else None,
+            "last_id": files[-1].id if files else None,
+            "has_more": more,
+        }
+    )
+
+
+async def _owned(request: Request) -> tuple[FileStore, StoredFile]:
+    """The store and the path's file, once it is the caller's (else 404, as for an id never made)."""
+    store, principal = _files(request)
+    file_id = request.path_params["file_id"]
+    stored = await store.get(principal.key_id, file_id)
+    if stored is None:
+        raise GatewayError("not_found", f"No such File object: {file_id}", param="file_id")
+    return store, stored
+
+
+async def get_file(request: Request) -> JSONResponse:
+    """``GET /v1/files/{file_id}``: the file object."""
+    _, stored = await _owned(request)
+    return JSONResponse(stored.as_openai())
+
+
+async def file_content(request: Request) -> FileResponse:
+    """``GET /v1/files/{file_id}/content``: the file's bytes, streamed from the files directory."""
+    store, stored = await _owned(request)
+    path = store.content(stored)
+    return FileResponse(path, media_type="application/octet-stream", filename=stored.filename)
+
+
+async def delete_file(request: Request) -> JSONResponse:
+    """``DELETE /v1/files/{file_id}``: the file gone: ``{"id", "object": "file", "deleted": true}``."""
+    store, stored = await _owned(request)
+    await store.delete(stored.key_id, stored.id)
+    return JSONResponse({"id": stored.id, "object": "file", "deleted": True})
