@@ -174,6 +174,12 @@ class Settings(BaseSettings):
         ge=1,
         description="Largest uploaded file, bytes (OpenAI's bound of a batch input: 200 MB); more -> 413",
     )
+    batch_lease_ttl_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a replica's claim on a batch lasts unrenewed (renewed every third of it); "
+        "a replica that dies leaves its batches to another this long after",
+    )
     key_cache_ttl_s: float = Field(
         default=1.0, ge=0, description="How long a key lookup is reused; bounds how late a revoke lands"
     )

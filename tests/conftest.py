@@ -104,6 +104,12 @@ def make_key(database_url: str) -> Callable[..., str]:
 
 
 @pytest.fixture
+def admin(make_key: Callable[..., str]) -> str:
+    """A plaintext key with the ``admin`` scope."""
+    return make_key("admin", scopes=["admin"])
+
+
+@pytest.fixture
 def revoke_key(database_url: str) -> Callable[[str], Any]:
     """``revoke_key(name)``: revoke in the same database, as another process would."""
     return lambda name: _on_store(database_url, lambda s: s.revoke(name))

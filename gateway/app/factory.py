@@ -29,6 +29,7 @@ from gateway.backends.kv_view import KVView
 from gateway.backends.monitor import BackendMonitor
 from gateway.backends.pool import Backend, Backends
 from gateway.backends.upstream import Upstream
+from gateway.batch.runner import BatchRunner
 from gateway.config import Settings
 from gateway.http.drain import Drain
 from gateway.http.edge import EdgeMiddleware
@@ -40,6 +41,7 @@ from gateway.http.throttle import AddressThrottle
 from gateway.limits.quota import Quotas, QuotaWeights
 from gateway.limits.rate import RateLimiter, storage_for
 from gateway.proxy.pipeline import Pipeline
+from gateway.storage.batches import BatchStore
 from gateway.storage.db import open_engine
 from gateway.storage.files import FileStore
 from gateway.storage.response_owners import ResponseOwners
@@ -184,9 +186,19 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         app.state.throttle = AddressThrottle(
             limits_storage, settings.auth_failures_per_minute, settings.public_requests_per_minute
         )
+        app.state.batches = batches = BatchStore(engine)
+        app.state.batch_runner = runner = BatchRunner(
+            app, pipeline, batches, app.state.files, store, settings.batch_lease_ttl_s
+        )
+        running_batches = asyncio.create_task(runner.run())
         try:
             yield
         finally:
+            # first the batch lines: each one's exchange gives its slot back and records its usage, and
+            # the batch's lease is given back for whoever starts next
+            running_batches.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running_batches
             # uvicorn cancels requests still running past its shutdown timeout and starts this shutdown
             # at once: let their exchanges release slots and queue their usage rows first.
             if not await drain.wait_idle(_CLEAN_UP_S):

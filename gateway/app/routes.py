@@ -17,6 +17,7 @@ in OpenAI shape, so vLLM's ``/tokenize``, ``/invocations``, ``/pause``, its ``/m
 ``POST /v1/messages/count_tokens``       key     the prompt's tokens (no slot)
 ``GET  /v1/models``, ``/v1/models/{id}`` key     the upstream's list, filtered by the key, and aliases
 ``/v1/files`` (CRUD, ``/content``)       key     uploads for batches, the uploading key's only
+``/v1/batches`` (create, read, cancel)   key     batches run in idle slots, the creating key's only
 ``GET  /v1/key``                         key     the caller's own key (:mod:`gateway.http.own_key`)
 ``/admin/keys`` (CRUD, rotate)           admin   API keys (:mod:`gateway.admin.keys`)
 ``/admin/groups`` (CRUD)                 admin   groups of keys (:mod:`gateway.admin.groups`)
@@ -49,7 +50,7 @@ from gateway.dialects.openai.completions import COMPLETIONS
 from gateway.dialects.openai.dialect import OPENAI
 from gateway.dialects.openai.models import ChatCompletionRequest, CompletionRequest
 from gateway.dialects.responses import RESPONSES, ResponsesRequest
-from gateway.http import files, health, inference, metrics_route, own_key, stored
+from gateway.http import batches, files, health, inference, metrics_route, own_key, stored
 from gateway.http.auth import admin_for, principal_for, public_limit
 from gateway.http.openapi import DOCS_ASSETS, documented
 
@@ -86,6 +87,7 @@ _KEYS, _ADMIN, _OPENAI, _ANTHROPIC = ("admin: keys",), ("admin",), ("openai",), 
 _GROUPS = ("admin: groups",)
 _RESPONSE = "/v1/responses/{response_id}"
 _FILE = "/v1/files/{file_id}"
+_BATCH = "/v1/batches/{batch_id}"
 ROUTES = (
     Route("POST", CHAT.route, inference.InferenceRoute(CHAT), "Create a chat completion (OpenAI-compatible)",
           dialect=CHAT, openapi_extra=documented(ChatCompletionRequest, streams=True), tags=_OPENAI),
@@ -113,6 +115,11 @@ ROUTES = (
     Route("GET", _FILE, files.get_file, "A file this key uploaded", tags=_OPENAI),
     Route("GET", _FILE + "/content", files.file_content, "A file's content", tags=_OPENAI),
     Route("DELETE", _FILE, files.delete_file, "Delete a file this key uploaded", tags=_OPENAI),
+    Route("POST", "/v1/batches", batches.create_batch, "Create a batch of requests from an uploaded file",
+          tags=_OPENAI),
+    Route("GET", "/v1/batches", batches.list_batches, "List this key's batches", tags=_OPENAI),
+    Route("GET", _BATCH, batches.get_batch, "A batch this key made", tags=_OPENAI),
+    Route("POST", _BATCH + "/cancel", batches.cancel_batch, "Cancel a batch this key made", tags=_OPENAI),
     Route("GET", "/v1/key", own_key.own_key, "The caller's own key: limits, quota left, expiry, models",
           tags=_OPENAI),
     Route("POST", "/admin/keys", keys.create_key, "Create a key (the secret is returned once)",

@@ -13,6 +13,7 @@ import asyncio
 import os
 import secrets
 import tempfile
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +27,8 @@ from gateway.storage.tables import FileRow, utc
 
 #: How a file id begins (OpenAI's shape: ``file-`` and random characters).
 FILE_ID_PREFIX = "file-"
+#: Bytes read at a time from a file's content.
+READ_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +60,10 @@ class StoredFile:
 
 
 class Upload:
-    """One upload under way, into ``path`` (open as ``handle``): at most ``max_bytes``, its bytes and
-    lines counted as they come."""
+    """One upload under way, into ``path`` (open as ``handle``): at most ``max_bytes`` (None: no bound,
+    a file the gateway writes), its bytes and lines counted as they come."""
 
-    def __init__(self, path: Path, handle: IO[bytes], max_bytes: int) -> None:
+    def __init__(self, path: Path, handle: IO[bytes], max_bytes: int | None) -> None:
         self.path = path
         self._handle = handle
         self._max_bytes = max_bytes
@@ -78,7 +81,7 @@ class Upload:
         if not data:
             return
         self.bytes += len(data)
-        if self.bytes > self._max_bytes:
+        if self._max_bytes is not None and self.bytes > self._max_bytes:
             raise GatewayError("request_too_large", f"The file is larger than {self._max_bytes} bytes.")
         self._newlines += data.count(b"\n")
         self._ends_with_newline = data.endswith(b"\n")
@@ -100,8 +103,24 @@ class FileStore:
         """Where ``stored``'s content is."""
         return self.directory / stored.id
 
-    async def upload(self) -> Upload:
-        """A new upload: a temporary file in the directory (made if missing)."""
+    async def lines(self, stored: StoredFile, max_line_bytes: int) -> AsyncIterator[bytes]:
+        """``stored``'s lines, each without its newline, read :data:`READ_BYTES` at a time off the loop;
+        a line longer than ``max_line_bytes`` is cut to ``max_line_bytes + 1`` (its reader refuses it)."""
+        with await asyncio.to_thread(open, self.content(stored), "rb") as handle:
+            line = bytearray()
+            while block := await asyncio.to_thread(handle.read, READ_BYTES):
+                *ends, tail = block.split(b"\n")
+                for piece in ends:
+                    line += piece[: max(0, max_line_bytes + 1 - len(line))]
+                    yield bytes(line)
+                    line.clear()
+                line += tail[: max(0, max_line_bytes + 1 - len(line))]
+            if line:
+                yield bytes(line)
+
+    async def upload(self, bounded: bool = True) -> Upload:
+        """A new upload: a temporary file in the directory (made if missing), at most ``max_bytes``
+        unless not ``bounded`` (a batch's results)."""
 
         def open_temporary() -> tuple[Path, IO[bytes]]:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -109,18 +128,22 @@ class FileStore:
             return Path(name), os.fdopen(descriptor, "wb")
 
         path, handle = await asyncio.to_thread(open_temporary)
-        return Upload(path, handle, self.max_bytes)
+        return Upload(path, handle, self.max_bytes if bounded else None)
 
     async def discard(self, upload: Upload) -> None:
         """Give up ``upload``: its temporary file removed."""
         await upload.close()
         await asyncio.to_thread(upload.path.unlink, missing_ok=True)
 
-    async def commit(self, upload: Upload, key_id: str, filename: str, purpose: str) -> StoredFile:
-        """``upload``, whole, becomes ``key_id``'s file ``filename``: renamed to its new id, recorded."""
+    async def commit(
+        self, upload: Upload, key_id: str, filename: str, purpose: str, file_id: str | None = None
+    ) -> StoredFile:
+        """``upload``, whole, becomes ``key_id``'s file ``filename``: renamed to its id, recorded. A
+        ``file_id`` given (a batch's result file, written again after a restart) replaces that file;
+        else the id is new."""
         await upload.close()
         stored = StoredFile(
-            FILE_ID_PREFIX + secrets.token_hex(12),
+            file_id or FILE_ID_PREFIX + secrets.token_hex(12),
             key_id,
             filename[:255],
             purpose,
@@ -131,6 +154,8 @@ class FileStore:
         await asyncio.to_thread(os.replace, upload.path, self.content(stored))
         try:
             async with self._engine.begin() as conn:
+                if file_id is not None:
+                    await conn.execute(delete(FileRow).where(FileRow.id == file_id))
                 await conn.execute(
                     insert(FileRow).values(
                         id=stored.id,

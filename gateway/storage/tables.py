@@ -1,5 +1,5 @@
 """The gateway's tables: API keys and their groups, the audit trail, the usage ledger, stored
-responses' owners and uploaded files, on one declarative base.
+responses' owners, uploaded files and batches, on one declarative base.
 
 Read and written by :mod:`gateway.auth.store`, :mod:`gateway.auth.audit` and
 :mod:`gateway.telemetry.ledger`. This is the schema at the newest migration
@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -163,3 +163,52 @@ class FileRow(Base):
     bytes: Mapped[int] = mapped_column(BigInteger)
     lines: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
+class BatchRow(Base):
+    """A batch (the OpenAI Batch API): ``key_id``'s lines of ``input_file_id`` for ``endpoint``, its
+    status and times as OpenAI's, its request counts and result files; and who runs it: ``holder``
+    (a gateway process) until ``lease_until``, under ``fence`` (raised at every claim: a result written
+    under an older fence is refused, :mod:`gateway.storage.batches`)."""
+
+    __tablename__ = "batches"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    key_id: Mapped[str] = mapped_column(String(40), index=True)
+    endpoint: Mapped[str] = mapped_column(String(64))
+    input_file_id: Mapped[str] = mapped_column(String(40))
+    completion_window: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    metadata_: Mapped[dict[str, str] | None] = mapped_column("metadata", JSON, nullable=True)
+    errors: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    completed: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)
+    output_file_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    error_file_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    in_progress_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finalizing_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    expired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    cancelling_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    holder: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    fence: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class BatchLineRow(Base):
+    """One answered line of a batch: its 0-based ``line`` of the input file, ``custom_id``, ``ok``
+    (a 2xx answer: the output file; else the error file) and ``result``, the result file's JSON line.
+    Written once per line (the primary key), under the batch's current fence."""
+
+    __tablename__ = "batch_lines"
+
+    batch_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    line: Mapped[int] = mapped_column(Integer, primary_key=True)
+    custom_id: Mapped[str] = mapped_column(String(512))
+    ok: Mapped[bool] = mapped_column(Boolean)
+    result: Mapped[str] = mapped_column(Text)

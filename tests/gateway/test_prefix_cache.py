@@ -7,7 +7,6 @@ gateway started later learns the same from the replay socket; one with no events
 from __future__ import annotations
 
 import httpx
-import pytest
 
 from tests.support.probes import scrape, wait_until
 from tests.support.servers import free_port
@@ -21,11 +20,6 @@ SIZED = {"tokenize_min_bytes": 1, "long_prompt_tokens": 3_000, "kv_block_size": 
 
 def endpoints() -> tuple[str, str]:
     return f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-
-
-@pytest.fixture
-def admin(make_key) -> str:
-    return make_key("admin", scopes=["admin"])
 
 
 def status(gateway, admin: str) -> dict:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 
 import httpx
-import pytest
 
 from tests.support.probes import scrape, wait_until
 
@@ -17,11 +16,6 @@ MODEL = "deepseek-v4-flash-0731"
 HISTORY = [{"role": "user", "content": "summarise the design notes " * 850}]
 #: ~5,000 tokens of something else: with the held ~5,700 it would not fit a 10,000-token pool.
 COLD = [{"role": "user", "content": "translate this manual please " * 700}]
-
-
-@pytest.fixture
-def admin(make_key) -> str:
-    return make_key("admin", scopes=["admin"])
 
 
 def post(gateway, key: str, messages: list[dict], **headers: str) -> httpx.Response:

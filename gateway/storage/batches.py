@@ -1,0 +1,290 @@
+"""Batches (the OpenAI Batch API) in the gateway's database: each batch's status, times and counts
+(table ``batches``), each answered line (``batch_lines``), and the lease of the process running it.
+
+One process runs a batch at a time, however many replicas share the database: it *claims* a batch
+whose lease is free or lapsed (:meth:`BatchStore.claim`), which raises the batch's ``fence``, and
+renews the lease while it runs. Every write it makes for the batch — a line's result, a status — is
+conditional on the fence it claimed: a process that lost its lease (stalled past it, or partitioned
+away) and carries on has every write refused (:class:`LeaseLost`), so a batch another process took
+over is never written by two. A line's result is written once (its primary key): a line answered
+again after a restart or a take-over is not recorded twice, and the counts move in the same
+transaction as the line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.storage.tables import BatchLineRow, BatchRow, utc
+
+#: How a batch id begins (OpenAI's shape).
+BATCH_ID_PREFIX = "batch_"
+#: Statuses a batch ends in.
+TERMINAL = ("completed", "failed", "expired", "cancelled")
+#: Statuses of a batch some process has work to do for.
+ACTIVE = ("validating", "in_progress", "finalizing", "cancelling")
+#: OpenAI's times, each set when the batch reaches its status.
+_TIMES = {
+    "in_progress": "in_progress_at",
+    "finalizing": "finalizing_at",
+    "completed": "completed_at",
+    "failed": "failed_at",
+    "expired": "expired_at",
+    "cancelling": "cancelling_at",
+    "cancelled": "cancelled_at",
+}
+
+
+class LeaseLost(Exception):
+    """The batch's lease is another process's now (or its fence moved on): stop working on it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One batch as stored (:class:`~gateway.storage.tables.BatchRow`'s columns, times aware)."""
+
+    id: str
+    key_id: str
+    endpoint: str
+    input_file_id: str
+    completion_window: str
+    status: str
+    metadata: dict[str, str] | None
+    errors: list[dict[str, Any]] | None
+    total: int
+    completed: int
+    failed: int
+    output_file_id: str | None
+    error_file_id: str | None
+    created_at: datetime
+    expires_at: datetime
+    times: dict[str, datetime | None]
+
+    def as_openai(self) -> dict[str, Any]:
+        """OpenAI's batch object (API reference, "The batch object"; times in Unix seconds)."""
+
+        def unix(value: datetime | None) -> int | None:
+            return int(value.timestamp()) if value is not None else None
+
+        return {
+            "id": self.id,
+            "object": "batch",
+            "endpoint": self.endpoint,
+            "errors": {"object": "list", "data": self.errors} if self.errors else None,
+            "input_file_id": self.input_file_id,
+            "completion_window": self.completion_window,
+            "status": self.status,
+            "output_file_id": self.output_file_id,
+            "error_file_id": self.error_file_id,
+            "created_at": unix(self.created_at),
+            "expires_at": unix(self.expires_at),
+            **{column: unix(value) for column, value in self.times.items()},
+            "request_counts": {"total": self.total, "completed": self.completed, "failed": self.failed},
+            "metadata": self.metadata,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLease:
+    """``holder``'s claim on batch ``batch_id`` under ``fence``."""
+
+    batch_id: str
+    holder: str
+    fence: int
+
+
+class BatchStore:
+    """Batches on ``engine``."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    async def create(
+        self,
+        key_id: str,
+        endpoint: str,
+        input_file_id: str,
+        window: timedelta,
+        window_text: str,
+        metadata: dict[str, str] | None,
+    ) -> Batch:
+        """A new batch of ``key_id``, ``validating``, to end within ``window`` from now."""
+        now = datetime.now(UTC)
+        batch_id = BATCH_ID_PREFIX + secrets.token_hex(12)
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                insert(BatchRow).values(
+                    id=batch_id,
+                    key_id=key_id,
+                    endpoint=endpoint,
+                    input_file_id=input_file_id,
+                    completion_window=window_text,
+                    status="validating",
+                    metadata_=metadata,
+                    total=0,
+                    completed=0,
+                    failed=0,
+                    created_at=now,
+                    expires_at=now + window,
+                    fence=0,
+                )
+            )
+        batch = await self.get(batch_id)
+        assert batch is not None
+        return batch
+
+    async def get(self, batch_id: str, key_id: str | None = None) -> Batch | None:
+        """Batch ``batch_id`` (``key_id``'s only, when given), or None."""
+        query = select(BatchRow).where(BatchRow.id == batch_id)
+        if key_id is not None:
+            query = query.where(BatchRow.key_id == key_id)
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return _batch(row) if row is not None else None
+
+    async def page(self, key_id: str, after: Batch | None, limit: int) -> tuple[list[Batch], bool]:
+        """``key_id``'s batches newest first, ``limit`` of them from just past ``after``; and whether
+        more follow."""
+        query = select(BatchRow).where(BatchRow.key_id == key_id)
+        if after is not None:
+            at, ident = BatchRow.created_at, BatchRow.id
+            query = query.where(or_(at < after.created_at, and_(at == after.created_at, ident < after.id)))
+        query = query.order_by(BatchRow.created_at.desc(), BatchRow.id.desc()).limit(limit + 1)
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [_batch(row) for row in rows[:limit]], len(rows) > limit
+
+    async def cancel(self, batch: Batch) -> Batch:
+        """Ask ``batch`` to stop: ``cancelling`` (its runner ends it ``cancelled``, keeping what it
+        answered); a batch past running is left as it is."""
+        if batch.status in ("validating", "in_progress"):
+            now = datetime.now(UTC)
+            async with self._engine.begin() as conn:
+                await conn.execute(
+                    update(BatchRow)
+                    .where(BatchRow.id == batch.id, BatchRow.status.in_(("validating", "in_progress")))
+                    .values(status="cancelling", cancelling_at=now)
+                )
+        again = await self.get(batch.id)
+        assert again is not None
+        return again
+
+    async def claim(self, holder: str, ttl_s: float) -> BatchLease | None:
+        """The oldest active batch whose lease is free or lapsed, now ``holder``'s for ``ttl_s``
+        under a new fence; None when there is none."""
+        now = datetime.now(UTC)
+        free = or_(BatchRow.lease_until.is_(None), BatchRow.lease_until < now)
+        async with self._engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(BatchRow.id, BatchRow.fence)
+                    .where(BatchRow.status.in_(ACTIVE), free)
+                    .order_by(BatchRow.created_at)
+                    .limit(8)
+                )
+            ).all()
+        for batch_id, fence in rows:
+            async with self._engine.begin() as conn:
+                taken = await conn.execute(
+                    update(BatchRow)
+                    .where(BatchRow.id == batch_id, BatchRow.fence == fence, free)
+                    .values(holder=holder, lease_until=now + timedelta(seconds=ttl_s), fence=fence + 1)
+                )
+            if taken.rowcount == 1:
+                return BatchLease(batch_id, holder, fence + 1)
+        return None
+
+    async def renew(self, lease: BatchLease, ttl_s: float) -> None:
+        """Keep ``lease`` for ``ttl_s`` more. Raises :class:`LeaseLost`."""
+        until = datetime.now(UTC) + timedelta(seconds=ttl_s)
+        await self._fenced(lease, lease_until=until)
+
+    async def release(self, lease: BatchLease) -> None:
+        """Give ``lease`` up (the batch ended, or the process stops): another may claim it at once."""
+        with contextlib.suppress(LeaseLost):
+            await self._fenced(lease, lease_until=None, holder=None)
+
+    async def move(self, lease: BatchLease, status: str, **values: Any) -> None:
+        """The batch to ``status`` (its time set), with ``values`` (columns). Raises :class:`LeaseLost`."""
+        moment = {_TIMES[status]: datetime.now(UTC)} if status in _TIMES else {}
+        await self._fenced(lease, status=status, **moment, **values)
+
+    async def record(self, lease: BatchLease, line: int, custom_id: str, ok: bool, result: str) -> bool:
+        """Line ``line``'s result, once: False if it was recorded before (nothing changes). The
+        batch's counts move with it. Raises :class:`LeaseLost`."""
+        try:
+            async with self._engine.begin() as conn:
+                counted = await conn.execute(
+                    update(BatchRow)
+                    .where(BatchRow.id == lease.batch_id, BatchRow.fence == lease.fence)
+                    .values(completed=BatchRow.completed + int(ok), failed=BatchRow.failed + int(not ok))
+                )
+                if counted.rowcount != 1:
+                    raise LeaseLost(lease.batch_id)
+                await conn.execute(
+                    insert(BatchLineRow).values(
+                        batch_id=lease.batch_id, line=line, custom_id=custom_id, ok=ok, result=result
+                    )
+                )
+        except IntegrityError:  # answered before: the transaction, counts included, is undone
+            return False
+        return True
+
+    async def answered(self, batch_id: str) -> set[int]:
+        """The lines of ``batch_id`` recorded so far."""
+        async with self._engine.connect() as conn:
+            rows = await conn.execute(select(BatchLineRow.line).where(BatchLineRow.batch_id == batch_id))
+            return {line for (line,) in rows}
+
+    async def results(self, batch_id: str, ok: bool) -> AsyncIterator[str]:
+        """The result lines of ``batch_id`` that went ``ok`` (or not), in input order."""
+        query = (
+            select(BatchLineRow.result)
+            .where(BatchLineRow.batch_id == batch_id, BatchLineRow.ok == ok)
+            .order_by(BatchLineRow.line)
+        )
+        async with self._engine.connect() as conn:
+            for (result,) in await conn.execute(query):
+                yield result
+
+    async def _fenced(self, lease: BatchLease, **values: Any) -> None:
+        async with self._engine.begin() as conn:
+            changed = await conn.execute(
+                update(BatchRow)
+                .where(BatchRow.id == lease.batch_id, BatchRow.fence == lease.fence)
+                .values(**values)
+            )
+        if changed.rowcount != 1:
+            raise LeaseLost(lease.batch_id)
+
+
+def _batch(row: Any) -> Batch:
+    created, expires = utc(row.created_at), utc(row.expires_at)
+    assert created is not None and expires is not None
+    return Batch(
+        row.id,
+        row.key_id,
+        row.endpoint,
+        row.input_file_id,
+        row.completion_window,
+        row.status,
+        row.metadata,
+        row.errors,
+        row.total,
+        row.completed,
+        row.failed,
+        row.output_file_id,
+        row.error_file_id,
+        created,
+        expires,
+        {column: utc(getattr(row, column)) for column in _TIMES.values()},
+    )

@@ -1,0 +1,150 @@
+"""The OpenAI Batch API (gateway/http/batches.py, gateway/batch/), with the official ``openai`` SDK as
+the client of a real gateway in front of the simulator: a batch's lines run through the request path
+as its key's batch requests and are answered once each, in OpenAI's output and error file shapes; a
+bad input file fails the batch before any line runs, with OpenAI's errors; a cancelled batch keeps
+what it answered; another key sees none of it."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+MODEL = "deepseek-v4-flash-0731"
+CHAT = "/v1/chat/completions"
+
+
+def line(custom_id: str, url: str = "/v1/chat/completions", **body: Any) -> bytes:
+    request = {"model": MODEL, "messages": [{"role": "user", "content": f"Say {custom_id}."}],
+               "max_tokens": 8, **body}  # fmt: skip
+    item = {"custom_id": custom_id, "method": "POST", "url": url, "body": request}
+    return json.dumps(item).encode() + b"\n"
+
+
+def client(gateway: Any, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+
+
+def create(sdk: openai.OpenAI, file_id: str, endpoint: str = CHAT, window: str = "24h") -> Any:
+    """``sdk.batches.create``, its endpoint and window unchecked (the gateway is to refuse bad ones)."""
+    return sdk.batches.create(input_file_id=file_id, endpoint=endpoint, completion_window=window)  # type: ignore[arg-type]
+
+
+def until_ended(sdk: openai.OpenAI, batch_id: str, timeout_s: float = 60) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        batch = sdk.batches.retrieve(batch_id)
+        if batch.status in ("completed", "failed", "expired", "cancelled"):
+            return batch
+        time.sleep(0.1)
+    raise AssertionError(f"batch {batch_id} still {batch.status}")
+
+
+def results(sdk: openai.OpenAI, file_id: str | None) -> dict[str, dict[str, Any]]:
+    if file_id is None:
+        return {}
+    rows = [json.loads(row) for row in sdk.files.content(file_id).text.splitlines()]
+    by_id = {row["custom_id"]: row for row in rows}
+    assert len(by_id) == len(rows), "a custom_id answered twice"
+    return by_id
+
+
+def test_a_batch_runs_every_line_once_as_its_keys_requests(
+    start_sim, start_gateway, make_key, admin, tmp_path: Path
+) -> None:
+    gateway = start_gateway(start_sim().url, files_dir=tmp_path / "files")
+    owner = make_key("owner", models=(MODEL,))
+    sdk, other = client(gateway, owner), client(gateway, make_key("other"))
+    ids = [f"req-{n}" for n in range(12)]
+    content = b"".join(line(i) for i in ids) + line("not-allowed", model="another-model")
+    made = sdk.files.create(file=("in.jsonl", io.BytesIO(content)), purpose="batch")
+
+    batch = sdk.batches.create(
+        input_file_id=made.id, endpoint="/v1/chat/completions", completion_window="24h",
+        metadata={"run": "nightly"},
+    )  # fmt: skip
+    assert batch.status == "validating" and batch.metadata == {"run": "nightly"}
+    with pytest.raises(openai.NotFoundError):
+        other.batches.retrieve(batch.id)
+    assert other.batches.list().data == []
+
+    done = until_ended(sdk, batch.id)
+    assert done.status == "completed" and done.completed_at and done.in_progress_at and done.finalizing_at
+    assert done.request_counts.total == 13
+    assert (done.request_counts.completed, done.request_counts.failed) == (12, 1)
+    answered = results(sdk, done.output_file_id)
+    assert sorted(answered) == sorted(ids)
+    for row in answered.values():
+        response = row["response"]
+        assert response["status_code"] == 200 and row["error"] is None
+        assert response["request_id"].startswith("batch_req_") and row["id"] == response["request_id"]
+        assert response["body"]["object"] == "chat.completion" and response["body"]["choices"][0]["message"]
+    [refused] = results(sdk, done.error_file_id).values()
+    assert refused["custom_id"] == "not-allowed" and refused["response"]["status_code"] == 404
+    assert refused["response"]["body"]["error"]["code"] == "model_not_found"
+    assert [b.id for b in sdk.batches.list().data] == [batch.id]
+    with pytest.raises(openai.NotFoundError):  # its results are the owner's files
+        other.files.content(done.output_file_id)
+
+    rows = httpx.get(gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"}).json()
+    mine = [r for r in rows["data"] if r["key_name"] == "owner"]
+    assert len(mine) == 13 and {r["request_class"] for r in mine} == {"batch"}  # each line once, as batch
+
+
+def test_a_bad_input_file_fails_the_batch_before_any_line_runs(
+    start_sim, start_gateway, make_key, tmp_path: Path
+) -> None:
+    gateway = start_gateway(start_sim().url, files_dir=tmp_path / "files")
+    sdk = client(gateway, make_key("owner"))
+    content = (
+        line("a") + b"{not json\n" + line("a") + line("b", url="/v1/completions") + b"[1, 2]\n"
+        + json.dumps({"custom_id": "s", "method": "POST", "url": "/v1/chat/completions",
+                      "body": {"model": MODEL, "messages": [], "stream": True}}).encode() + b"\n"
+    )  # fmt: skip
+    made = sdk.files.create(file=("in.jsonl", io.BytesIO(content)), purpose="batch")
+    batch = create(sdk, made.id)
+    done = until_ended(sdk, batch.id)
+    assert done.status == "failed" and done.failed_at and done.output_file_id is None
+    errors = [(e.code, e.line, e.param) for e in done.errors.data]
+    assert errors == [
+        ("invalid_json_line", 2, None),
+        ("duplicate_custom_id", 3, "custom_id"),
+        ("mismatched_endpoint", 4, "url"),
+        ("invalid_json_line", 5, None),
+        ("invalid_body", 6, "body.stream"),
+    ]
+    assert done.request_counts.completed == 0
+
+    with pytest.raises(openai.NotFoundError, match="No such File object"):
+        create(sdk, "file-nope")
+    with pytest.raises(openai.BadRequestError, match="'endpoint' must be one of") as wrong:
+        create(sdk, made.id, endpoint="/v1/embeddings")
+    assert wrong.value.param == "endpoint"
+    with pytest.raises(openai.BadRequestError, match="completion_window"):
+        create(sdk, made.id, window="1h")
+
+
+def test_a_cancelled_batch_keeps_what_it_answered(start_sim, start_gateway, make_key, tmp_path: Path) -> None:
+    sim = start_sim(decode_tps=40)  # 8 tokens a line: 0.2 s each, two at a time
+    gateway = start_gateway(sim.url, files_dir=tmp_path / "files")
+    sdk = client(gateway, make_key("owner"))
+    content = b"".join(line(f"req-{n}") for n in range(60))
+    made = sdk.files.create(file=("in.jsonl", io.BytesIO(content)), purpose="batch")
+    batch = create(sdk, made.id)
+    deadline = time.monotonic() + 30
+    while sdk.batches.retrieve(batch.id).request_counts.completed < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sdk.batches.cancel(batch.id).status in ("cancelling", "cancelled")
+    done = until_ended(sdk, batch.id)
+    assert done.status == "cancelled" and done.cancelled_at and done.cancelling_at
+    answered, missing = results(sdk, done.output_file_id), results(sdk, done.error_file_id)
+    assert 4 <= len(answered) < 60 and len(answered) == done.request_counts.completed
+    assert set(answered) | set(missing) == {f"req-{n}" for n in range(60)}
+    assert not set(answered) & set(missing)
+    assert {row["error"]["code"] for row in missing.values()} == {"batch_cancelled"}
