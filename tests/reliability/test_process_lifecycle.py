@@ -6,36 +6,18 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import httpx
 import openai
-import pytest
 
-from tests.support.gateway_process import GatewayProcess, clean_env
+from tests.support.gateway_process import GatewayProcess
 from tests.support.probes import scrape, wait_until
 from tests.support.servers import ThreadedServer
 
 MODEL = "deepseek-v4-flash-0731"
 LEDGER_FLUSH_S = 0.5
 WRITE_ALLOWANCE_S = 0.5  # the batch write itself, on a loaded 2-core machine
-
-
-@pytest.fixture
-def gateway_processes(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
-    """Factory: ``start(upstream, **settings)`` -> a started ``dspark-gateway serve`` process."""
-    started: list[GatewayProcess] = []
-
-    def start(upstream: str, database_url: str, **settings: object) -> GatewayProcess:
-        env = clean_env(upstream=upstream, database_url=database_url, **settings)
-        process = GatewayProcess(env, tmp_path / "gateway.log").start()
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.stop()
 
 
 def ledger_rows(database_url: str) -> list[tuple[str, int, bool, int]]:
