@@ -31,11 +31,23 @@ class Answer:
     retry_after_s: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One batch line to send: ``body`` (JSON) as request ``request_id``, line ``custom_id`` of
+    ``batch_id`` (the ledger row's ``client_request_id`` and ``batch_id``)."""
+
+    body: bytes
+    request_id: str
+    custom_id: str
+    batch_id: str
+
+
 async def call(
-    app: ASGIApp, pipeline: Pipeline, dialect: Dialect, principal: Principal, body: bytes, request_id: str
+    app: ASGIApp, pipeline: Pipeline, dialect: Dialect, principal: Principal, line: Line
 ) -> Answer:
-    """``body`` sent to ``dialect``'s route as ``principal``'s batch request ``request_id``; its answer.
-    ``app`` is the gateway's (``request.app`` in the exchange)."""
+    """``line`` sent to ``dialect``'s route as ``principal``'s batch request; its answer. ``app`` is
+    the gateway's (``request.app`` in the exchange)."""
+    body = line.body
     done = asyncio.Event()
     sent = False
 
@@ -76,7 +88,12 @@ async def call(
         "client": None,
         "server": None,
         "app": app,
-        "state": {"request_id": request_id, "principal": principal},
+        "state": {
+            "request_id": line.request_id,
+            "client_request_id": line.custom_id,
+            "batch_id": line.batch_id,
+            "principal": principal,
+        },
     }
     try:
         await ExchangeResponse(pipeline, dialect, principal)(scope, receive, send)

@@ -38,7 +38,7 @@ from starlette.types import ASGIApp
 from dspark_common import json_codec
 from gateway.auth.principal import Principal
 from gateway.auth.store import KeyNotFoundError, KeyStore
-from gateway.batch.call import Answer, call
+from gateway.batch.call import Answer, Line, call
 from gateway.batch.lines import BatchLine, InputCheck, parse
 from gateway.dialects.base import Dialect
 from gateway.dialects.openai.chat import CHAT
@@ -207,8 +207,8 @@ class BatchRunner:
                     gone = _error("invalid_api_key", "The batch's API key is no longer valid.")
                     answer = Answer(401, gone, None)
                 else:
-                    body = json_codec.dumps(line.body)
-                    answer = await call(self._app, self._pipeline, dialect, principal, body, request_id)
+                    sent = Line(json_codec.dumps(line.body), request_id, line.custom_id, lease.batch_id)
+                    answer = await call(self._app, self._pipeline, dialect, principal, sent)
                 if answer.status not in _LATER:
                     break
                 if keeper.done():

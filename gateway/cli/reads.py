@@ -122,6 +122,7 @@ class GroupBy(StrEnum):
     group = "group"
     model = "model"
     route = "route"
+    batch = "batch"
 
 
 _USAGE = ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
@@ -133,7 +134,7 @@ def usage(
         str | None, typer.Option(help="The last DURATION (e.g. 7d), or since an ISO date")
     ] = None,
     group_by: Annotated[
-        GroupBy, typer.Option(help="Group totals by day, key, group (of keys), model or route")
+        GroupBy, typer.Option(help="Group totals by day, key, group (of keys), model, route or batch")
     ] = GroupBy.key,
     json_out: JsonOpt = False,
     url: UrlOpt = None,

@@ -90,6 +90,7 @@ class Exchange:
         telemetry: bool,
         headers: Mapping[str, str],
         asked: Asked,
+        batch_id: str | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.dialect = dialect
@@ -104,6 +105,7 @@ class Exchange:
             stream=False,
             k=pipeline.settings.spec_k,
             client_request_id=client_request_id,
+            batch_id=batch_id,
             group=(principal.group.id, principal.group.name) if principal.group is not None else None,
         )
         self.billing = Billing(pipeline.limits, pipeline.quotas, principal, pipeline.settings, request_id)

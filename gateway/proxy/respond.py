@@ -92,6 +92,7 @@ class ExchangeResponse(Response):
             telemetry,
             request.headers,
             asked,
+            scope["state"].get("batch_id"),
         ) as exchange:
             try:
                 try:

@@ -135,6 +135,7 @@ class UsageRow(Base):
     cached_tokens_predicted: Mapped[int | None] = mapped_column(Integer, nullable=True)
     cache_source: Mapped[str | None] = mapped_column(String(16), nullable=True)
     session: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    batch_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
 
 
 class ResponseOwnerRow(Base):

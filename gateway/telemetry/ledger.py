@@ -27,7 +27,7 @@ log = logging.getLogger("gateway.ledger")
 #: serves requests between statements (the slot idle gap ``queue_scale`` measures is lower with 10
 #: than with 50, at no more CPU per request).
 _STATEMENT_ROWS = 10
-GroupBy = Literal["day", "key", "group", "model", "route"]
+GroupBy = Literal["day", "key", "group", "model", "route", "batch"]
 
 
 _COLUMNS = [c.name for c in UsageRow.__table__.columns if c.name != "id"]
@@ -165,14 +165,16 @@ class UsageLedger:
     async def usage(
         self, group_by: GroupBy, since: datetime | None = None, key_name: str | None = None
     ) -> list[dict[str, Any]]:
-        """Totals per day, key, group of keys (null: keys in none), model or route (the client API: chat,
-        Responses, Messages ...): requests and prompt/completion/cached/reasoning tokens."""
+        """Totals per day, key, group of keys (null: keys in none), model, route (the client API: chat,
+        Responses, Messages ...) or batch (null: requests clients sent): requests and
+        prompt/completion/cached/reasoning tokens."""
         group = {
             "day": func.substr(func.cast(UsageRow.arrived_at, String), 1, 10),
             "key": UsageRow.key_name,
             "group": UsageRow.group_name,
             "model": UsageRow.model,
             "route": UsageRow.route,
+            "batch": UsageRow.batch_id,
         }[group_by]
         conditions: list[ColumnElement[bool]] = []
         if since is not None:

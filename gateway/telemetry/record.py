@@ -95,8 +95,11 @@ class RequestTelemetry:
     #: The group (team) of the key, if it has one: its id and name (:mod:`gateway.auth.groups`).
     group_id: str | None = None
     group_name: str | None = None
-    #: The ``x-request-id`` the client sent, if sane (:mod:`gateway.http.request_id`): never the id.
+    #: The ``x-request-id`` the client sent, if sane (:mod:`gateway.http.request_id`): never the id; a
+    #: batch line's ``custom_id``.
     client_request_id: str | None = None
+    #: The batch it is a line of (:mod:`gateway.batch.runner`), None for a request a client sent.
+    batch_id: str | None = None
 
     def client_view(self) -> dict[str, Any]:
         """The ``telemetry`` object a client gets: exactly :data:`CLIENT_FIELDS` plus ``spec``."""

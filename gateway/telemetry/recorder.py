@@ -91,6 +91,7 @@ class RequestRecorder:
         k: int,
         client_request_id: str | None = None,
         group: tuple[str, str] | None = None,
+        batch_id: str | None = None,
     ) -> RequestRecorder:
         """A recorder whose arrival is now."""
         record = RequestTelemetry(
@@ -103,6 +104,7 @@ class RequestRecorder:
             stream=stream,
             arrived_at=datetime.now(UTC),
             client_request_id=client_request_id,
+            batch_id=batch_id,
             group_id=group[0] if group else None,
             group_name=group[1] if group else None,
         )

@@ -16,6 +16,8 @@ import httpx
 import openai
 import pytest
 
+from tests.support.probes import wait_until
+
 MODEL = "deepseek-v4-flash-0731"
 CHAT = "/v1/chat/completions"
 
@@ -95,6 +97,15 @@ def test_a_batch_runs_every_line_once_as_its_keys_requests(
     rows = httpx.get(gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"}).json()
     mine = [r for r in rows["data"] if r["key_name"] == "owner"]
     assert len(mine) == 13 and {r["request_class"] for r in mine} == {"batch"}  # each line once, as batch
+    assert {r["batch_id"] for r in mine} == {batch.id}
+    assert sorted(r["client_request_id"] for r in mine) == sorted([*ids, "not-allowed"])  # their custom_id
+
+    def by_batch() -> dict[str, int]:
+        url, auth = gateway.url + "/admin/usage", {"Authorization": f"Bearer {admin}"}
+        usage = httpx.get(url, params={"group_by": "batch"}, headers=auth).json()["data"]
+        return {row["batch"]: row["requests"] for row in usage}
+
+    wait_until(lambda: by_batch() == {batch.id: 13}, what="the ledger's usage by batch")  # flushed each 1 s
 
 
 def test_a_bad_input_file_fails_the_batch_before_any_line_runs(
