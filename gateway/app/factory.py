@@ -172,6 +172,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         limits_storage = storage_for(settings.limits_storage)
         owners = ResponseOwners(engine)
         app.state.files = FileStore(engine, settings.files_dir, settings.files_max_bytes)
+        await app.state.files.sweep()
         app.state.pipeline = pipeline = Pipeline(
             backends,
             settings,
@@ -188,7 +189,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         )
         app.state.batches = batches = BatchStore(engine)
         app.state.batch_runner = runner = BatchRunner(
-            app, pipeline, batches, app.state.files, store, settings.batch_lease_ttl_s
+            app, pipeline, batches, app.state.files, store, settings.batch_lease_ttl_s, drain
         )
         running_batches = asyncio.create_task(runner.run())
         try:

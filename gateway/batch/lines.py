@@ -62,8 +62,12 @@ def parse(raw: bytes, index: int, endpoint: str, max_line_bytes: int) -> BatchLi
     if not isinstance(item, dict):
         return LineError("invalid_json_line", f"Line {at} is not a JSON object.", at)
     custom_id = item.get("custom_id")
-    if not isinstance(custom_id, str) or not custom_id or len(custom_id) > MAX_CUSTOM_ID:
-        message = f"Line {at}: custom_id must be a string of 1 to {MAX_CUSTOM_ID} characters."
+    if (
+        not isinstance(custom_id, str)
+        or not 0 < len(custom_id) <= MAX_CUSTOM_ID
+        or not storable_text(custom_id)
+    ):
+        message = f"Line {at}: custom_id must be a string of 1 to {MAX_CUSTOM_ID} characters (no NUL)."
         return LineError("invalid_custom_id", message, at, "custom_id")
     if item.get("method") != "POST":
         return LineError("invalid_method", f"Line {at}: method must be POST.", at, "method")
@@ -76,7 +80,20 @@ def parse(raw: bytes, index: int, endpoint: str, max_line_bytes: int) -> BatchLi
         return LineError("invalid_body", f"Line {at}: body must be a JSON object.", at, "body")
     if body.get("stream"):
         return LineError("invalid_body", f"Line {at}: a batch line cannot stream.", at, "body.stream")
+    try:
+        json_codec.dumps(body)  # what is sent: a lone surrogate escape parses but cannot be encoded
+    except ValueError:
+        return LineError("invalid_body", f"Line {at}: body holds text that is not Unicode.", at, "body")
     return BatchLine(index, custom_id, body)
+
+
+def storable_text(value: str) -> bool:
+    """``value`` is storable text: UTF-8 encodable (no lone surrogate) and without NUL."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
 
 
 class InputCheck:

@@ -1,25 +1,32 @@
 """Runs batches in the slots interactive work leaves: one background task per gateway process.
 
 It claims a batch (:meth:`~gateway.storage.batches.BatchStore.claim`: one process per batch, however
-many replicas share the database), checks its input file (``validating``: every error found fails
-the batch before any line runs, :mod:`gateway.batch.lines`), then runs its lines not answered yet
-(``in_progress``) through the gateway's own request path as its key's batch requests
-(:mod:`gateway.batch.call`): admission admits a batch request only when no interactive one that fits
-waits, so a line makes an interactive request wait for at most the end of the lines already
-running. It keeps as many lines in flight as the backends have slots, so batch work fills every slot
-nobody else wants, and no more (the queue holds interactive requests, not a batch's backlog).
+many replicas share the database) and renews its lease while it works on it. It checks its input file
+(``validating``: every error found fails the batch before any line runs, :mod:`gateway.batch.lines`),
+then runs its lines not answered yet (``in_progress``) through the gateway's own request path as its
+key's batch requests (:mod:`gateway.batch.call`): admission admits a batch request only when no
+interactive one that fits waits, so a line makes an interactive request wait for at most the end of
+the lines already running. It keeps as many lines in flight as the backends have slots, so batch
+work fills every slot nobody else wants, and no more (the queue holds interactive requests, not a
+batch's backlog). The key is looked up every :data:`WATCH_S`: a key revoked, expired or deleted has
+its remaining lines answered 401, a key's new limits apply to the next lines.
 
-A line is answered once: its result is recorded under the batch's fence before the next look, and
-lines recorded already are skipped after a restart or a take-over. A refusal that says "later"
-(429: the key's quota or rate, the queue; 503: draining, the backend down) is not an answer: the line
-waits its ``Retry-After`` and is sent again, so a key whose quota ran out has its batches paused, not
-failed. Any other answer (a 2xx, or the key's request refused as it would be interactively) is the
-line's result, in the output or the error file.
+A line is answered once: its result is recorded under the batch's fence, and lines recorded already
+are skipped after a restart or a take-over. A refusal that says "later" is not an answer: a line
+refused for the key's rate or a full queue (429) or a backend away (503) is sent again after its
+``Retry-After``; a line refused because the key's quota is spent *pauses* the batch: no more lines,
+and its lease is given back until the ``Retry-After`` (at most the batch's end), so the process runs
+other batches meanwhile and the batch is not failed. Any other answer (a 2xx, or the request refused
+as it would be interactively) is the line's result, in the output or the error file.
 
 A batch asked to stop (``cancelling``) or past its window sends no more lines; the ones running end;
 then it is ``finalizing``: its output and error files are written from the recorded results (lines
 not answered are in the error file as ``batch_cancelled`` / ``batch_expired``), and it ends
-``completed``, ``cancelled`` or ``expired``.
+``cancelled``, ``expired`` or ``completed`` (decided from its stored times, so a finalization taken
+up again after a restart ends the same way). A gateway that begins to drain sends no more lines and
+gives the batch back as it is. A batch whose work fails with an error (not a lease lost) is given
+back and taken up again after a pause that doubles each time; the :data:`MAX_FAILURES`-th time in a
+row it ends ``failed``.
 """
 
 from __future__ import annotations
@@ -30,8 +37,11 @@ import logging
 import os
 import secrets
 import socket
-from datetime import UTC, datetime
-from typing import Any
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
 
 from starlette.types import ASGIApp
 
@@ -45,7 +55,7 @@ from gateway.dialects.openai.chat import CHAT
 from gateway.dialects.openai.completions import COMPLETIONS
 from gateway.dialects.responses import RESPONSES
 from gateway.proxy.pipeline import Pipeline
-from gateway.storage.batches import Batch, BatchLease, BatchStore, LeaseLost
+from gateway.storage.batches import ACTIVE, Batch, BatchLease, BatchStore, LeaseLost
 from gateway.storage.files import FILE_ID_PREFIX, FileStore
 
 log = logging.getLogger("gateway.batch")
@@ -54,17 +64,46 @@ log = logging.getLogger("gateway.batch")
 DIALECTS: dict[str, Dialect] = {d.route: d for d in (CHAT, COMPLETIONS, RESPONSES)}
 #: Seconds between looks for a batch to run when none is (a new batch of this process wakes it).
 IDLE_POLL_S = 5.0
-#: Seconds between looks at a running batch's status (cancelled? expired?).
-STATUS_POLL_S = 1.0
+#: Seconds between looks at a running batch's status and its key.
+WATCH_S = 1.0
 #: Seconds a line waits before it is sent again after a refusal without ``Retry-After``.
 RETRY_S = 5.0
-#: Statuses of refusals that say "later", not "no" (the quota, rates, the queue; draining, backend down).
+#: Seconds a batch pauses when its key's quota is spent and the refusal names no ``Retry-After``.
+PAUSE_S = 60.0
+#: Errors in a row after which a batch ends ``failed``; the pause after the n-th is 2^n s (at most 60).
+MAX_FAILURES = 5
+#: Statuses of refusals that say "later", not "no" (the key's rates, the queue; draining, backend down).
 _LATER = {429, 503}
+
+
+class Draining(Protocol):
+    """Whether the gateway stops (:class:`~gateway.http.drain.Drain`)."""
+
+    draining: bool
+
+
+@dataclass
+class _Watch:
+    """What the lines of a running batch go by, kept current by :meth:`BatchRunner._watch`: the key's
+    principal (None: no longer valid), and whether to send no more (``halt``: the batch cancelled or
+    past its window, the gateway draining, or paused until ``pause_until``)."""
+
+    principal: Principal | None
+    halt: asyncio.Event = field(default_factory=asyncio.Event)
+    pause_until: datetime | None = None
+    leave: bool = False  # draining: hand the batch back as it is, no finalization
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds``, or less if the batch is halted meanwhile."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self.halt.wait()
 
 
 class BatchRunner:
     """The batches of ``store`` run through ``pipeline`` (``app``: the gateway's ASGI app), reading and
-    writing ``files``, as the keys of ``keys``; leases of ``lease_ttl_s``."""
+    writing ``files``, as the keys of ``keys``; leases of ``lease_ttl_s``; no new line once ``drain``
+    is draining."""
 
     def __init__(
         self,
@@ -74,6 +113,7 @@ class BatchRunner:
         files: FileStore,
         keys: KeyStore,
         lease_ttl_s: float,
+        drain: Draining,
     ) -> None:
         self._app = app
         self._pipeline = pipeline
@@ -81,8 +121,10 @@ class BatchRunner:
         self._files = files
         self._keys = keys
         self.lease_ttl_s = lease_ttl_s
+        self._drain = drain
         self.holder = f"{socket.gethostname()[:32]}:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake = asyncio.Event()
+        self._failures: Counter[str] = Counter()
 
     def wake(self) -> None:
         """A batch was made or cancelled here: look now."""
@@ -93,7 +135,9 @@ class BatchRunner:
         the lines running are answered again by whoever runs the batch next)."""
         while True:
             try:
-                lease = await self._store.claim(self.holder, self.lease_ttl_s)
+                lease = (
+                    None if self._drain.draining else await self._store.claim(self.holder, self.lease_ttl_s)
+                )
             except Exception:  # the database away: try again later
                 log.exception("batches: could not look for work")
                 lease = None
@@ -103,27 +147,58 @@ class BatchRunner:
                     async with asyncio.timeout(IDLE_POLL_S):
                         await self._wake.wait()
                 continue
+            pause_until, failed = None, 0
             try:
-                await self._drive(lease)
+                pause_until = await self._drive(lease)
+                self._failures.pop(lease.batch_id, None)
             except* LeaseLost:
                 log.warning("batch %s: its lease was taken over; stopped here", lease.batch_id)
             except* Exception:
-                log.exception("batch %s: stopped by an error; it is taken up again", lease.batch_id)
+                log.exception("batch %s: stopped by an error", lease.batch_id)
+                failed = self._failures[lease.batch_id] = self._failures[lease.batch_id] + 1
+                if failed >= MAX_FAILURES:
+                    await asyncio.shield(self._fail(lease))
             finally:
-                await asyncio.shield(self._store.release(lease))
+                await asyncio.shield(self._store.release(lease, pause_until))
+            if failed:
+                await asyncio.sleep(min(60, 2**failed))
 
-    async def _drive(self, lease: BatchLease) -> None:
+    async def _fail(self, lease: BatchLease) -> None:
+        """End a batch whose work failed :data:`MAX_FAILURES` times in a row."""
+        self._failures.pop(lease.batch_id, None)
+        message = f"The batch failed {MAX_FAILURES} times in a row; the gateway's log says why."
+        error = {"code": "internal_error", "message": message, "param": None, "line": None}
+        with contextlib.suppress(Exception):
+            await self._store.move(lease, "failed", ACTIVE, errors=[error])
+
+    async def _drive(self, lease: BatchLease) -> datetime | None:
+        """Work on the batch while renewing ``lease``; when it is paused, until when."""
+        async with asyncio.TaskGroup() as group:
+            renewer = group.create_task(self._renew(lease))
+            try:
+                return await self._work(lease)
+            finally:
+                renewer.cancel()
+
+    async def _renew(self, lease: BatchLease) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl_s / 3)
+            await self._store.renew(lease, self.lease_ttl_s)
+
+    async def _work(self, lease: BatchLease) -> datetime | None:
         batch = await self._batch(lease)
         if batch.status == "validating":
             batch = await self._validate(lease, batch)
         if batch.status == "in_progress":
-            async with asyncio.TaskGroup() as group:
-                keeper = group.create_task(self._keep(lease, batch))
-                await self._run_lines(lease, batch, keeper)
-                keeper.cancel()
+            watch = await self._run_lines(lease, batch)
+            if watch.leave:
+                return None
+            if watch.pause_until is not None:
+                return watch.pause_until
             batch = await self._batch(lease)
         if batch.status in ("in_progress", "cancelling", "finalizing"):
             await self._finalize(lease, batch)
+        return None
 
     async def _batch(self, lease: BatchLease) -> Batch:
         batch = await self._store.get(lease.batch_id)
@@ -132,12 +207,13 @@ class BatchRunner:
         return batch
 
     async def _validate(self, lease: BatchLease, batch: Batch) -> Batch:
-        """The input file checked: the batch ``in_progress`` with its total, or ``failed`` with why."""
+        """The input file checked: the batch ``in_progress`` with its total, or ``failed`` with why
+        (unless it was cancelled meanwhile)."""
         stored = await self._files.get(batch.key_id, batch.input_file_id)
         if stored is None:
             error = {"code": "invalid_input_file", "message": f"No such File object: {batch.input_file_id}",
                      "param": "input_file_id", "line": None}  # fmt: skip
-            await self._store.move(lease, "failed", errors=[error])
+            await self._store.move(lease, "failed", ("validating",), errors=[error])
         else:
             limit = self._pipeline.settings.max_body_bytes
             checking = InputCheck(batch.endpoint, limit)
@@ -145,64 +221,79 @@ class BatchRunner:
                 checking.add(raw)
             total, errors = checking.result()
             if errors:
-                await self._store.move(lease, "failed", errors=[e.as_openai() for e in errors])
+                await self._store.move(
+                    lease, "failed", ("validating",), errors=[e.as_openai() for e in errors]
+                )
             else:
-                await self._store.move(lease, "in_progress", total=total)
+                await self._store.move(lease, "in_progress", ("validating",), total=total)
         return await self._batch(lease)
 
-    async def _keep(self, lease: BatchLease, batch: Batch) -> None:
-        """Renew ``lease`` every third of its time; look at the batch's status every
-        :data:`STATUS_POLL_S` and return when it should send no more lines (cancelled, expired)."""
-        loop = asyncio.get_running_loop()
-        renewed = loop.time()
-        while True:
-            await asyncio.sleep(STATUS_POLL_S)
-            if loop.time() - renewed >= self.lease_ttl_s / 3:
-                await self._store.renew(lease, self.lease_ttl_s)
-                renewed = loop.time()
-            now = await self._batch(lease)
-            if now.status != "in_progress" or datetime.now(UTC) >= now.expires_at:
-                return
+    async def _watch(self, lease: BatchLease, batch: Batch, watch: _Watch) -> None:
+        """Every :data:`WATCH_S`: the batch's status and window, the gateway's drain, the key."""
+        while not watch.halt.is_set():
+            await asyncio.sleep(WATCH_S)
+            try:
+                now = await self._batch(lease)
+                watch.principal = await self._principal(batch.key_id)
+            except LeaseLost:
+                raise
+            except Exception:  # the database away: the lines' records will say so
+                log.exception("batch %s: could not look at it", lease.batch_id)
+                continue
+            if self._drain.draining:
+                watch.leave = True
+            if watch.leave or now.status != "in_progress" or datetime.now(UTC) >= now.expires_at:
+                watch.halt.set()
 
-    async def _run_lines(self, lease: BatchLease, batch: Batch, keeper: asyncio.Task[None]) -> None:
+    async def _run_lines(self, lease: BatchLease, batch: Batch) -> _Watch:
         """Send the lines not answered yet, as many at once as the backends have slots, until all are
-        answered or ``keeper`` returns (the batch is to stop: the lines running end first)."""
-        principal = await self._principal(batch.key_id)
+        answered or the batch is halted (the lines running end first); what halted it."""
+        watch = _Watch(await self._principal(batch.key_id))
         stored = await self._files.get(batch.key_id, batch.input_file_id)
-        if stored is None:  # deleted meanwhile: the lines not answered are the error file's
-            return
+        if stored is None:  # deleted by hand past the API (which refuses while a batch reads it)
+            raise RuntimeError(f"the input file {batch.input_file_id} is gone")
         answered = await self._store.answered(batch.id)
         limit = self._pipeline.settings.max_body_bytes
-        width = sum(b.admission.slots for b in self._pipeline.backends.all)
-        room = asyncio.Semaphore(width)
+        room = asyncio.Semaphore(sum(b.admission.slots for b in self._pipeline.backends.all))
         dialect = DIALECTS[batch.endpoint]
-        async with asyncio.TaskGroup() as lines:
-            index = -1
-            async for raw in self._files.lines(stored, limit):
-                index += 1
-                if index in answered or not raw.strip():
-                    continue
-                await room.acquire()
-                if keeper.done():
-                    room.release()
-                    break
-                line = parse(raw, index, batch.endpoint, limit)
-                assert isinstance(line, BatchLine), "the file was checked when the batch began"
-                lines.create_task(self._answer(lease, dialect, principal, line, room, keeper))
+        watching = asyncio.create_task(self._watch(lease, batch, watch))
+        try:
+            async with asyncio.TaskGroup() as lines:
+                index = -1
+                async for raw in self._files.lines(stored, limit):
+                    index += 1
+                    if index in answered or not raw.strip():
+                        continue
+                    await room.acquire()
+                    if watch.halt.is_set() or self._drain.draining:
+                        watch.leave |= self._drain.draining
+                        room.release()
+                        break
+                    line = parse(raw, index, batch.endpoint, limit)
+                    assert isinstance(line, BatchLine), "the file was checked when the batch began"
+                    lines.create_task(self._answer(lease, dialect, line, room, watch, batch.expires_at))
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching  # a lease lost while watching is raised here
+        return watch
 
     async def _answer(
         self,
         lease: BatchLease,
         dialect: Dialect,
-        principal: Principal | None,
         line: BatchLine,
         room: asyncio.Semaphore,
-        keeper: asyncio.Task[None],
+        watch: _Watch,
+        ends_at: datetime,
     ) -> None:
-        """One line sent until it has an answer (or the batch is to stop), and the answer recorded."""
+        """One line sent until it has an answer (or the batch is halted), and the answer recorded."""
         request_id = f"batch_req_{secrets.token_hex(12)}"
         try:
             while True:
+                if watch.halt.is_set():
+                    return
+                principal = watch.principal
                 if principal is None:
                     gone = _error("invalid_api_key", "The batch's API key is no longer valid.")
                     answer = Answer(401, gone, None)
@@ -211,9 +302,13 @@ class BatchRunner:
                     answer = await call(self._app, self._pipeline, dialect, principal, sent)
                 if answer.status not in _LATER:
                     break
-                if keeper.done():
+                wait = answer.retry_after_s
+                if _code(answer) == "quota_exceeded":
+                    until = min(ends_at, datetime.now(UTC) + timedelta(seconds=wait or PAUSE_S))
+                    watch.pause_until = max(until, watch.pause_until or until)
+                    watch.halt.set()
                     return
-                await asyncio.sleep(answer.retry_after_s or RETRY_S)
+                await watch.sleep(wait or RETRY_S)
             ok = 200 <= answer.status < 300
             response = {"status_code": answer.status, "request_id": request_id, "body": answer.body}
             result = {"id": request_id, "custom_id": line.custom_id, "response": response, "error": None}
@@ -230,23 +325,23 @@ class BatchRunner:
         return record.principal() if record.status(datetime.now(UTC)) == "active" else None
 
     async def _finalize(self, lease: BatchLease, batch: Batch) -> None:
-        """The result files written from what was recorded, and the batch's last status."""
-        if batch.status != "finalizing":
-            await self._store.move(lease, "finalizing")
-        expired = datetime.now(UTC) >= batch.expires_at and batch.status == "in_progress"
-        cancelled = batch.status == "cancelling"
-        outputs = await self._write(batch, "output", self._store.results(batch.id, ok=True))
+        """The result files written from what was recorded, and the batch's last status: cancelled if
+        it was ever cancelling, else expired if lines were left when its window closed, else completed."""
+        if batch.status != "finalizing" and not await self._store.move(lease, "finalizing", ACTIVE):
+            return
+        batch = await self._batch(lease)
+        cancelled = batch.times["cancelling_at"] is not None
         missing = await self._unanswered(batch, "batch_cancelled" if cancelled else "batch_expired")
-        failed = self._chain(self._store.results(batch.id, ok=False), missing)
-        errors = await self._write(batch, "error", failed)
-        end = "cancelled" if cancelled else "expired" if expired else "completed"
-        await self._store.move(lease, end, output_file_id=outputs, error_file_id=errors)
+        end = "cancelled" if cancelled else "expired" if missing else "completed"
+        outputs = await self._write(batch, "output", self._store.results(batch.id, ok=True))
+        errors = await self._write(batch, "error", _chain(self._store.results(batch.id, ok=False), missing))
+        await self._store.move(lease, end, ("finalizing",), output_file_id=outputs, error_file_id=errors)
 
     async def _unanswered(self, batch: Batch, code: str) -> list[str]:
         """The error lines of the requests not answered (a batch cancelled or expired)."""
         stored = await self._files.get(batch.key_id, batch.input_file_id)
         if stored is None:
-            return []
+            raise RuntimeError(f"the input file {batch.input_file_id} is gone")
         answered = await self._store.answered(batch.id)
         limit = self._pipeline.settings.max_body_bytes
         message = (
@@ -267,14 +362,7 @@ class BatchRunner:
             missing.append(json_codec.dumps_text(result))
         return missing
 
-    @staticmethod
-    async def _chain(first: Any, then: list[str]) -> Any:
-        async for item in first:
-            yield item
-        for item in then:
-            yield item
-
-    async def _write(self, batch: Batch, kind: str, results: Any) -> str | None:
+    async def _write(self, batch: Batch, kind: str, results: AsyncIterator[str]) -> str | None:
         """A result file of ``batch`` (``kind`` ``output`` or ``error``) from ``results``, its id, or
         None when it would be empty. Its id is the batch's, so a finalization run again replaces it."""
         upload = await self._files.upload(bounded=False)
@@ -291,6 +379,20 @@ class BatchRunner:
             await self._files.discard(upload)
             raise
         return file_id
+
+
+async def _chain(first: AsyncIterator[str], then: list[str]) -> AsyncIterator[str]:
+    async for item in first:
+        yield item
+    for item in then:
+        yield item
+
+
+def _code(answer: Answer) -> Any:
+    """The OpenAI error ``code`` of ``answer``'s body, or None."""
+    body = answer.body
+    error = body.get("error") if isinstance(body, dict) else None
+    return error.get("code") if isinstance(error, dict) else None
 
 
 def _error(code: str, message: str) -> dict[str, Any]:

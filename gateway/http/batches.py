@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse
 
 from gateway.auth.principal import Principal
 from gateway.batch.lines import ENDPOINTS
+from gateway.batch.lines import storable_text as _text
 from gateway.body.json_limits import ADMIN
 from gateway.body.read import body_bounds, read_json
 from gateway.errors import GatewayError
@@ -78,6 +79,7 @@ def _metadata(value: Any) -> dict[str, str] | None:
         or len(value) > METADATA_PAIRS
         or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
         or any(len(k) > METADATA_KEY or len(v) > METADATA_VALUE for k, v in value.items())
+        or not all(_text(k) and _text(v) for k, v in value.items())
     ):
         message = (
             f"'metadata' must be at most {METADATA_PAIRS} string pairs, keys up to {METADATA_KEY} "

@@ -27,6 +27,8 @@ PURPOSES = ("batch",)
 FORM_OVERHEAD_BYTES = 64 * 1024
 #: Longest value of a plain form field (``purpose``), bytes.
 MAX_FIELD_BYTES = 1024
+#: Most plain form fields an upload may carry (OpenAI's form has one: ``purpose``).
+MAX_FIELDS = 8
 #: The upload's form, as the API docs show it (the handler reads the body itself, after authentication).
 UPLOAD_FORM = {
     "requestBody": {
@@ -68,7 +70,10 @@ async def create_file(request: Request) -> JSONResponse:
                     if part == "file":
                         if upload is not None:
                             raise GatewayError("invalid_request", "Send one file per upload.", param="file")
-                        upload, filename = await store.upload(), event.filename or "file"
+                        upload, filename = await store.upload(), _filename(event.filename)
+                    elif part in fields or len(fields) >= MAX_FIELDS:
+                        message = f"The form repeats '{part[:32]}' or has more than {MAX_FIELDS} fields."
+                        raise GatewayError("invalid_request", message, param=part[:32])
                     else:
                         fields[part] = bytearray()
                 elif isinstance(event, PartData):
@@ -94,6 +99,13 @@ async def create_file(request: Request) -> JSONResponse:
             await store.discard(upload)
         raise
     return JSONResponse(stored.as_openai())
+
+
+def _filename(sent: str | None) -> str:
+    """The name to keep for a file sent as ``sent``: its last path part, without NUL (a database's text
+    can't hold one), else ``file``."""
+    name = (sent or "").replace("\x00", "").replace("\\", "/").rsplit("/", 1)[-1].strip()
+    return name or "file"
 
 
 async def list_files(request: Request) -> JSONResponse:
@@ -151,7 +163,12 @@ async def file_content(request: Request) -> FileResponse:
 
 
 async def delete_file(request: Request) -> JSONResponse:
-    """``DELETE /v1/files/{file_id}``: the file gone: ``{"id", "object": "file", "deleted": true}``."""
+    """``DELETE /v1/files/{file_id}``: the file gone: ``{"id", "object": "file", "deleted": true}``; 400
+    while a batch not ended reads it (cancel the batch first)."""
     store, stored = await _owned(request)
+    batch = await request.app.state.batches.uses(stored.key_id, stored.id)
+    if batch is not None:
+        message = f"File {stored.id} is the input of batch {batch}, which has not ended: cancel it first."
+        raise GatewayError("invalid_request", message, param="file_id")
     await store.delete(stored.key_id, stored.id)
     return JSONResponse({"id": stored.id, "object": "file", "deleted": True})

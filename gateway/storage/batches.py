@@ -174,6 +174,12 @@ class BatchStore:
                     .where(BatchRow.id == batch.id, BatchRow.status.in_(("validating", "in_progress")))
                     .values(status="cancelling", cancelling_at=now)
                 )
+                # a batch paused (its lease given back until later) is finalized now
+                await conn.execute(
+                    update(BatchRow)
+                    .where(BatchRow.id == batch.id, BatchRow.holder.is_(None))
+                    .values(lease_until=None)
+                )
         again = await self.get(batch.id)
         assert again is not None
         return again
@@ -206,17 +212,27 @@ class BatchStore:
     async def renew(self, lease: BatchLease, ttl_s: float) -> None:
         """Keep ``lease`` for ``ttl_s`` more. Raises :class:`LeaseLost`."""
         until = datetime.now(UTC) + timedelta(seconds=ttl_s)
-        await self._fenced(lease, lease_until=until)
+        await self._fenced(lease, None, lease_until=until)
 
-    async def release(self, lease: BatchLease) -> None:
-        """Give ``lease`` up (the batch ended, or the process stops): another may claim it at once."""
+    async def release(self, lease: BatchLease, until: datetime | None = None) -> None:
+        """Give ``lease`` up (the batch ended, or the process stops): another may claim it at once, or
+        from ``until`` (a batch paused)."""
         with contextlib.suppress(LeaseLost):
-            await self._fenced(lease, lease_until=None, holder=None)
+            await self._fenced(lease, None, lease_until=until, holder=None)
 
-    async def move(self, lease: BatchLease, status: str, **values: Any) -> None:
-        """The batch to ``status`` (its time set), with ``values`` (columns). Raises :class:`LeaseLost`."""
+    async def move(self, lease: BatchLease, status: str, was: tuple[str, ...], **values: Any) -> bool:
+        """The batch to ``status`` (its time set), with ``values`` (columns), if its status is one of
+        ``was``: False if it moved on meanwhile (a cancel). Raises :class:`LeaseLost`."""
         moment = {_TIMES[status]: datetime.now(UTC)} if status in _TIMES else {}
-        await self._fenced(lease, status=status, **moment, **values)
+        return await self._fenced(lease, was, status=status, **moment, **values)
+
+    async def uses(self, key_id: str, file_id: str) -> str | None:
+        """The id of a batch of ``key_id`` not ended that reads ``file_id``, or None."""
+        query = select(BatchRow.id).where(
+            BatchRow.key_id == key_id, BatchRow.input_file_id == file_id, BatchRow.status.in_(ACTIVE)
+        )
+        async with self._engine.connect() as conn:
+            return (await conn.execute(query.limit(1))).scalar()
 
     async def record(self, lease: BatchLease, line: int, custom_id: str, ok: bool, result: str) -> bool:
         """Line ``line``'s result, once: False if it was recorded before (nothing changes). The
@@ -253,18 +269,23 @@ class BatchStore:
             .order_by(BatchLineRow.line)
         )
         async with self._engine.connect() as conn:
-            for (result,) in await conn.execute(query):
+            async for (result,) in await conn.stream(query):
                 yield result
 
-    async def _fenced(self, lease: BatchLease, **values: Any) -> None:
+    async def _fenced(self, lease: BatchLease, was: tuple[str, ...] | None, **values: Any) -> bool:
+        """``values`` written if ``lease`` holds (else :class:`LeaseLost`) and the status is one of
+        ``was`` (any, for None); whether they were."""
+        where = [BatchRow.id == lease.batch_id, BatchRow.fence == lease.fence]
+        if was is not None:
+            where.append(BatchRow.status.in_(was))
         async with self._engine.begin() as conn:
-            changed = await conn.execute(
-                update(BatchRow)
-                .where(BatchRow.id == lease.batch_id, BatchRow.fence == lease.fence)
-                .values(**values)
-            )
-        if changed.rowcount != 1:
-            raise LeaseLost(lease.batch_id)
+            changed = await conn.execute(update(BatchRow).where(*where).values(**values))
+            if changed.rowcount == 1:
+                return True
+            held = await conn.execute(select(BatchRow.fence).where(BatchRow.id == lease.batch_id))
+            if held.scalar() != lease.fence:
+                raise LeaseLost(lease.batch_id)
+        return False
 
 
 def _batch(row: Any) -> Batch:

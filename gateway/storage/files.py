@@ -10,9 +10,11 @@ temporary file is removed). A file is the key's that uploaded it: for any other 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -130,6 +132,23 @@ class FileStore:
         path, handle = await asyncio.to_thread(open_temporary)
         return Upload(path, handle, self.max_bytes if bounded else None)
 
+    async def sweep(self, older_than_s: float = 86_400) -> int:
+        """Remove the temporary files of uploads left by a process that died (kill -9) more than
+        ``older_than_s`` ago (a day: another replica's upload under way is never that old); how many."""
+
+        def sweep() -> int:
+            if not self.directory.is_dir():
+                return 0
+            cutoff, gone = time.time() - older_than_s, 0
+            for path in self.directory.glob(".upload-*"):
+                with contextlib.suppress(FileNotFoundError):
+                    if path.stat().st_mtime < cutoff:
+                        path.unlink()
+                        gone += 1
+            return gone
+
+        return await asyncio.to_thread(sweep)
+
     async def discard(self, upload: Upload) -> None:
         """Give up ``upload``: its temporary file removed."""
         await upload.close()
@@ -168,7 +187,8 @@ class FileStore:
                     )
                 )
         except BaseException:
-            await asyncio.to_thread(self.content(stored).unlink, missing_ok=True)
+            if file_id is None:  # a file written again keeps what its first writing recorded
+                await asyncio.to_thread(self.content(stored).unlink, missing_ok=True)
             raise
         return stored
 

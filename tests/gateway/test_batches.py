@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,11 @@ def client(gateway: Any, key: str) -> openai.OpenAI:
 def create(sdk: openai.OpenAI, file_id: str, endpoint: str = CHAT, window: str = "24h") -> Any:
     """``sdk.batches.create``, its endpoint and window unchecked (the gateway is to refuse bad ones)."""
     return sdk.batches.create(input_file_id=file_id, endpoint=endpoint, completion_window=window)  # type: ignore[arg-type]
+
+
+def upload(sdk: openai.OpenAI, content: bytes) -> str:
+    """``content`` uploaded as a batch input file; its id."""
+    return sdk.files.create(file=("in.jsonl", io.BytesIO(content)), purpose="batch").id
 
 
 def until_ended(sdk: openai.OpenAI, batch_id: str, timeout_s: float = 60) -> Any:
@@ -117,6 +123,8 @@ def test_a_bad_input_file_fails_the_batch_before_any_line_runs(
         line("a") + b"{not json\n" + line("a") + line("b", url="/v1/completions") + b"[1, 2]\n"
         + json.dumps({"custom_id": "s", "method": "POST", "url": "/v1/chat/completions",
                       "body": {"model": MODEL, "messages": [], "stream": True}}).encode() + b"\n"
+        + line("x").replace(b'"x"', b'"\\ud800"', 1)  # a lone surrogate: JSON, but not text to store
+        + line("y").replace(b'Say y.', b'Say \\ud800.', 1)
     )  # fmt: skip
     made = sdk.files.create(file=("in.jsonl", io.BytesIO(content)), purpose="batch")
     batch = create(sdk, made.id)
@@ -129,6 +137,8 @@ def test_a_bad_input_file_fails_the_batch_before_any_line_runs(
         ("mismatched_endpoint", 4, "url"),
         ("invalid_json_line", 5, None),
         ("invalid_body", 6, "body.stream"),
+        ("invalid_custom_id", 7, "custom_id"),
+        ("invalid_body", 8, "body"),
     ]
     assert done.request_counts.completed == 0
 
@@ -159,3 +169,56 @@ def test_a_cancelled_batch_keeps_what_it_answered(start_sim, start_gateway, make
     assert set(answered) | set(missing) == {f"req-{n}" for n in range(60)}
     assert not set(answered) & set(missing)
     assert {row["error"]["code"] for row in missing.values()} == {"batch_cancelled"}
+
+
+def test_a_spent_quota_pauses_a_batch_without_holding_up_another_keys(
+    start_sim, start_gateway, make_key, tmp_path: Path
+) -> None:
+    """Key A's quota runs out mid-batch: its batch stays in_progress, given back until the quota resets,
+    while key B's batch, made after it, runs to the end; a cancel then ends A's at once."""
+    gateway = start_gateway(start_sim().url, files_dir=tmp_path / "files")
+    spent = client(gateway, make_key("spent", quota_tokens=600, quota_period="day"))
+    other = client(gateway, make_key("other"))
+    paused = create(spent, upload(spent, b"".join(line(f"a-{n}") for n in range(40))))
+    wait_until(lambda: spent.batches.retrieve(paused.id).request_counts.completed >= 1, what="A's first line")
+    later = until_ended(other, create(other, upload(other, line("b-0") + line("b-1"))).id)
+    assert later.status == "completed" and later.request_counts.completed == 2
+    now = spent.batches.retrieve(paused.id)
+    assert (
+        now.status == "in_progress"
+        and 1 <= now.request_counts.completed < 40
+        and now.request_counts.failed == 0
+    )
+    spent.batches.cancel(paused.id)
+    done = until_ended(spent, paused.id, timeout_s=20)  # not the day the pause would last
+    assert done.status == "cancelled" and done.request_counts.completed == now.request_counts.completed
+    missing = results(spent, done.error_file_id)
+    assert len(missing) == 40 - done.request_counts.completed
+    assert {row["error"]["code"] for row in missing.values()} == {"batch_cancelled"}
+
+
+def test_a_key_revoked_mid_batch_has_its_remaining_lines_refused(
+    start_sim, start_gateway, make_key, revoke_key, database_url: str, tmp_path: Path
+) -> None:
+    gateway = start_gateway(start_sim(decode_tps=40).url, files_dir=tmp_path / "files")
+    sdk = client(gateway, make_key("leaving"))
+    made = upload(sdk, b"".join(line(f"r-{n}") for n in range(40)))
+    batch = create(sdk, made)
+    wait_until(lambda: sdk.batches.retrieve(batch.id).request_counts.completed >= 2, what="two lines")
+    with pytest.raises(openai.BadRequestError, match="cancel it first"):  # its input is in use
+        sdk.files.delete(made)
+    revoke_key("leaving")  # its own key can no longer read the batch: the database says how it ended
+    path = database_url.split("///", 1)[1]
+
+    def stored() -> tuple[str, int, int]:
+        with sqlite3.connect(path) as db:
+            return db.execute(
+                "SELECT status, completed, failed FROM batches WHERE id = ?", (batch.id,)
+            ).fetchone()
+
+    wait_until(lambda: stored()[0] == "completed", what="the batch ended")
+    status, completed, failed = stored()
+    assert completed + failed == 40 and completed >= 2 and failed >= 1
+    with sqlite3.connect(path) as db:
+        refused = [json.loads(r) for (r,) in db.execute("SELECT result FROM batch_lines WHERE ok = 0")]
+    assert {r["response"]["status_code"] for r in refused} == {401}

@@ -36,7 +36,8 @@ def test_a_file_is_kept_read_back_listed_and_deleted_for_its_key_only(
     assert mine.files.content(made.id).content == content
     assert [p.name for p in (tmp_path / "files").iterdir()] == [made.id]  # no temporary file left
 
-    second = mine.files.create(file=("more.jsonl", io.BytesIO(LINES[0])), purpose="batch")
+    second = mine.files.create(file=("C:\\dir\\more.jsonl", io.BytesIO(LINES[0])), purpose="batch")
+    assert second.filename == "more.jsonl"  # its last path part
     listed = mine.files.list()
     assert [f.id for f in listed.data] == [second.id, made.id]  # newest first
     page = mine.files.list(limit=1, order="asc")
@@ -80,6 +81,15 @@ def test_bad_uploads_are_refused_in_openais_shape_and_leave_nothing(
     framing = {**auth, "content-type": form.headers["content-type"]}
     cut = httpx.post(url, headers=framing, content=form.read()[:-20])
     assert cut.status_code == 400 and "closing boundary" in cut.json()["error"]["message"]
+    twice = httpx.post(url, headers=auth, files=[("purpose", (None, "batch")), ("purpose", (None, "batch")),
+                                                 ("file", ("x.jsonl", LINES[0]))])  # fmt: skip
+    assert twice.status_code == 400 and "repeats 'purpose'" in twice.json()["error"]["message"]
+    raw = (b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--b\r\n'
+           b'Content-Disposition: form-data; name="file"; filename="a\x00b.jsonl"\r\n\r\n' + LINES[0]
+           + b"\r\n--b--\r\n")  # fmt: skip
+    nul = httpx.post(url, headers={**auth, "content-type": "multipart/form-data; boundary=b"}, content=raw)
+    assert nul.status_code == 200 and nul.json()["filename"] == "ab.jsonl"  # no NUL kept (a database refuses)
+    sdk.files.delete(nul.json()["id"])
     anonymous = httpx.post(url, files={"file": ("x.jsonl", LINES[0])}, data={"purpose": "batch"})
     assert anonymous.status_code == 401
 

@@ -7,6 +7,7 @@ test proves nothing. Each test works in its own schema, so tests and runs never 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from gateway.auth import Authenticator, KeyStore
 from gateway.auth.audit import AuditLog
 from gateway.auth.principal import Principal
 from gateway.errors import GatewayError
+from gateway.storage.batches import ACTIVE, BatchStore, LeaseLost
 from gateway.storage.tables import Base
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.record import RequestTelemetry
@@ -78,3 +80,38 @@ async def test_ledger_and_audit_on_postgres(engine: AsyncEngine) -> None:
     audit = AuditLog(engine)
     await audit.record(Principal("key_root", "root"), "key.create", "key_1", "127.0.0.1", {"name": "pg-team"})
     assert (await audit.recent(5))[0]["action"] == "key.create"
+
+
+async def test_a_batch_has_one_holder_and_a_stale_one_writes_nothing_on_postgres(engine: AsyncEngine) -> None:
+    """Two replicas' view of one batch (gateway/storage/batches.py): a claim while the lease lives gets
+    nothing; once it lapses the next claim raises the fence, and every write of the first holder is
+    refused; a line is recorded once; a cancel is not overwritten by a status the runner moves to."""
+    store = BatchStore(engine)
+    day = timedelta(hours=24)
+    made = await store.create("key-1", "/v1/chat/completions", "file-x", day, "24h", {"a": "b"})
+    first = await store.claim("replica-a", ttl_s=0.3)
+    assert first is not None and await store.claim("replica-b", ttl_s=30) is None
+    assert await store.move(first, "in_progress", ("validating",), total=3)
+    assert await store.record(first, 0, "c0", True, '{"line": 0}')
+    assert not await store.record(first, 0, "c0", True, '{"line": 0}')  # once
+    await asyncio.sleep(0.4)  # replica-a stalls past its lease
+    second = await store.claim("replica-b", ttl_s=30)
+    assert second is not None and second.fence == first.fence + 1
+    stale_writes = (
+        store.record(first, 1, "c1", True, "{}"),
+        store.renew(first, 30),
+        store.move(first, "finalizing", ACTIVE),
+    )
+    for stale in stale_writes:
+        with pytest.raises(LeaseLost):
+            await stale
+    assert await store.record(second, 1, "c1", False, '{"line": 1}')
+    assert await store.uses("key-1", "file-x") == made.id and await store.uses("key-2", "file-x") is None
+    batch = await store.get(made.id)
+    assert batch is not None and (await store.cancel(batch)).status == "cancelling"
+    assert not await store.move(second, "in_progress", ("validating", "in_progress"))  # the cancel stands
+    batch = await store.get(made.id)
+    assert batch is not None and (batch.status, batch.completed, batch.failed) == ("cancelling", 1, 1)
+    assert batch.metadata == {"a": "b"} and batch.times["cancelling_at"] is not None
+    assert [r async for r in store.results(made.id, ok=True)] == ['{"line": 0}']
+    assert await store.answered(made.id) == {0, 1}
