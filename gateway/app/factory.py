@@ -189,7 +189,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         )
         app.state.batches = batches = BatchStore(engine)
         app.state.batch_runner = runner = BatchRunner(
-            app, pipeline, batches, app.state.files, store, settings.batch_lease_ttl_s, drain
+            app, pipeline, batches, app.state.files, store, settings.batch_lease_ttl_s, drain, metrics
         )
         running_batches = asyncio.create_task(runner.run())
         try:

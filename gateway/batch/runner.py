@@ -57,6 +57,7 @@ from gateway.dialects.responses import RESPONSES
 from gateway.proxy.pipeline import Pipeline
 from gateway.storage.batches import ACTIVE, Batch, BatchLease, BatchStore, LeaseLost
 from gateway.storage.files import FILE_ID_PREFIX, FileStore
+from gateway.telemetry.metrics import GatewayMetrics
 
 log = logging.getLogger("gateway.batch")
 
@@ -103,7 +104,7 @@ class _Watch:
 class BatchRunner:
     """The batches of ``store`` run through ``pipeline`` (``app``: the gateway's ASGI app), reading and
     writing ``files``, as the keys of ``keys``; leases of ``lease_ttl_s``; no new line once ``drain``
-    is draining."""
+    is draining; lines answered and left counted in ``metrics``."""
 
     def __init__(
         self,
@@ -114,6 +115,7 @@ class BatchRunner:
         keys: KeyStore,
         lease_ttl_s: float,
         drain: Draining,
+        metrics: GatewayMetrics,
     ) -> None:
         self._app = app
         self._pipeline = pipeline
@@ -122,6 +124,8 @@ class BatchRunner:
         self._keys = keys
         self.lease_ttl_s = lease_ttl_s
         self._drain = drain
+        self._metrics = metrics
+        self._waiting = 0
         self.holder = f"{socket.gethostname()[:32]}:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake = asyncio.Event()
         self._failures: Counter[str] = Counter()
@@ -253,6 +257,8 @@ class BatchRunner:
         if stored is None:  # deleted by hand past the API (which refuses while a batch reads it)
             raise RuntimeError(f"the input file {batch.input_file_id} is gone")
         answered = await self._store.answered(batch.id)
+        self._waiting = batch.total - len(answered)
+        self._metrics.batch_waiting(self._waiting)
         limit = self._pipeline.settings.max_body_bytes
         room = asyncio.Semaphore(sum(b.admission.slots for b in self._pipeline.backends.all))
         dialect = DIALECTS[batch.endpoint]
@@ -273,6 +279,7 @@ class BatchRunner:
                     assert isinstance(line, BatchLine), "the file was checked when the batch began"
                     lines.create_task(self._answer(lease, dialect, line, room, watch, batch.expires_at))
         finally:
+            self._metrics.batch_waiting(0)
             watching.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watching  # a lease lost while watching is raised here
@@ -312,7 +319,10 @@ class BatchRunner:
             ok = 200 <= answer.status < 300
             response = {"status_code": answer.status, "request_id": request_id, "body": answer.body}
             result = {"id": request_id, "custom_id": line.custom_id, "response": response, "error": None}
-            await self._store.record(lease, line.index, line.custom_id, ok, json_codec.dumps_text(result))
+            if await self._store.record(lease, line.index, line.custom_id, ok, json_codec.dumps_text(result)):
+                self._metrics.batch_line(ok)
+                self._waiting -= 1
+                self._metrics.batch_waiting(self._waiting)
         finally:
             room.release()
 

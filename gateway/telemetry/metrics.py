@@ -143,6 +143,17 @@ class GatewayMetrics:
             ("backend",),
             registry=registry,
         )
+        self._batch_lines = Counter(
+            "gateway_batch_lines",
+            "Batch lines this process answered, by outcome: ok (the output file) | error (the error file)",
+            ("outcome",),
+            registry=registry,
+        )
+        self._batch_waiting = Gauge(
+            "gateway_batch_lines_waiting",
+            "Lines not answered yet of the batch this process runs (0: none runs here)",
+            registry=registry,
+        )
         # by (model, key, api): bounded by the key table times the dialects
         self._series: dict[tuple[str, str, str], BoundSeries] = {}
         self.requests = Counter(
@@ -275,6 +286,14 @@ class GatewayMetrics:
     def watch_holds(self, name: str, admission: SessionHolds) -> None:
         """Read how many sessions backend ``name``'s admission holds at every scrape."""
         self._session_holds.labels(name).set_function(functools.partial(_held, admission))
+
+    def batch_line(self, ok: bool) -> None:
+        """A batch line answered and recorded."""
+        self._batch_lines.labels("ok" if ok else "error").inc()
+
+    def batch_waiting(self, lines: int) -> None:
+        """The lines the running batch has left (0 when it stops running here)."""
+        self._batch_waiting.set(lines)
 
     def watch_prefix_cache(self, name: str, view: PrefixCacheView) -> None:
         """Read where backend ``name``'s prefix cache view comes from at every scrape."""

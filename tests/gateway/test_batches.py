@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.probes import wait_until
+from tests.support.probes import scrape, wait_until
 
 MODEL = "deepseek-v4-flash-0731"
 CHAT = "/v1/chat/completions"
@@ -100,6 +100,12 @@ def test_a_batch_runs_every_line_once_as_its_keys_requests(
     with pytest.raises(openai.NotFoundError):  # its results are the owner's files
         other.files.content(done.output_file_id)
 
+    lines = scrape(gateway.url)
+    assert (
+        lines["gateway_batch_lines_total{outcome=ok}"] == 12
+        and lines["gateway_batch_lines_total{outcome=error}"] == 1
+    )
+    assert lines["gateway_batch_lines_waiting"] == 0
     rows = httpx.get(gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"}).json()
     mine = [r for r in rows["data"] if r["key_name"] == "owner"]
     assert len(mine) == 13 and {r["request_class"] for r in mine} == {"batch"}  # each line once, as batch
