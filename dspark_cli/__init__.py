@@ -7,7 +7,7 @@ from dspark_cli.serve import serve
 from dspark_qualify import bench_command, proof_command
 from dspark_runtime.cli import runtime_app
 from dspark_sim.cli import sim
-from gateway.cli import READS, app, db_app, groups_app, keys_app, token
+from gateway.cli import READS, app, batches_app, db_app, files_app, groups_app, keys_app, token
 from gateway.cli.failures import run
 
 app.command()(serve)
@@ -15,6 +15,8 @@ app.command()(sim)
 app.command()(token)
 app.add_typer(keys_app, name="keys")
 app.add_typer(groups_app, name="groups")
+app.add_typer(batches_app, name="batches")
+app.add_typer(files_app, name="files")
 app.add_typer(db_app, name="db")
 app.add_typer(runtime_app, name="runtime")
 for read in READS:

@@ -21,6 +21,7 @@ in OpenAI shape, so vLLM's ``/tokenize``, ``/invocations``, ``/pause``, its ``/m
 ``GET  /v1/key``                         key     the caller's own key (:mod:`gateway.http.own_key`)
 ``/admin/keys`` (CRUD, rotate)           admin   API keys (:mod:`gateway.admin.keys`)
 ``/admin/groups`` (CRUD)                 admin   groups of keys (:mod:`gateway.admin.groups`)
+``/admin/batches``, ``/admin/files``     admin   every key's batches and files (:mod:`gateway.admin.batches`)
 ``GET  /admin/{status,audit,usage,…}``   admin   slots, audit trail, ledger (:mod:`gateway.admin.reads`)
 ``GET  /health``, ``GET /ready``         public  process up; upstream answers (503 while draining)
 ``GET  /metrics``                        public  Prometheus: the metrics token, else loopback only
@@ -39,6 +40,7 @@ from fastapi import Depends, FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.admin import batches as admin_batches
 from gateway.admin import groups, keys, reads
 from gateway.admin.key_fields import GroupCreate, GroupLimits
 from gateway.console import group_pages as console_groups
@@ -144,6 +146,16 @@ ROUTES = (
           admin=True, openapi_extra=documented(GroupLimits), tags=_GROUPS),
     Route("DELETE", "/admin/groups/{group_id}", groups.delete_group, "Delete a group without keys",
           admin=True, tags=_GROUPS),
+    Route("GET", "/admin/batches", admin_batches.list_batches, "Every key's batches, newest first",
+          admin=True, tags=_ADMIN),
+    Route("GET", "/admin/batches/{batch_id}", admin_batches.get_batch, "Any key's batch", admin=True,
+          tags=_ADMIN),
+    Route("POST", "/admin/batches/{batch_id}/cancel", admin_batches.cancel_batch, "Cancel any key's batch",
+          admin=True, tags=_ADMIN),
+    Route("GET", "/admin/files", admin_batches.list_files, "Every key's files, newest first", admin=True,
+          tags=_ADMIN),
+    Route("DELETE", "/admin/files/{file_id}", admin_batches.delete_file, "Delete any key's file",
+          admin=True, tags=_ADMIN),
     Route("GET", "/admin/usage", reads.usage, "Token usage totals, grouped by day, key or model",
           admin=True, tags=_ADMIN),
     Route("GET", "/admin/status", reads.status,

@@ -163,6 +163,17 @@ class BatchStore:
             rows = (await conn.execute(query)).all()
         return [_batch(row) for row in rows[:limit]], len(rows) > limit
 
+    async def recent(self, limit: int, key_id: str | None = None, status: str | None = None) -> list[Batch]:
+        """The newest ``limit`` batches (of ``key_id``, in ``status``), newest first: an operator's view."""
+        query = select(BatchRow)
+        if key_id is not None:
+            query = query.where(BatchRow.key_id == key_id)
+        if status is not None:
+            query = query.where(BatchRow.status == status)
+        query = query.order_by(BatchRow.created_at.desc(), BatchRow.id.desc()).limit(limit)
+        async with self._engine.connect() as conn:
+            return [_batch(row) for row in (await conn.execute(query)).all()]
+
     async def cancel(self, batch: Batch) -> Batch:
         """Ask ``batch`` to stop: ``cancelling`` (its runner ends it ``cancelled``, keeping what it
         answered); a batch past running is left as it is."""

@@ -228,6 +228,21 @@ class FileStore:
             rows = (await conn.execute(query)).all()
         return [_stored(row) for row in rows[:limit]], len(rows) > limit
 
+    async def recent(self, limit: int, key_id: str | None = None) -> list[StoredFile]:
+        """The newest ``limit`` files (of ``key_id``), newest first: an operator's view."""
+        query = select(FileRow)
+        if key_id is not None:
+            query = query.where(FileRow.key_id == key_id)
+        query = query.order_by(FileRow.created_at.desc(), FileRow.id.desc()).limit(limit)
+        async with self._engine.connect() as conn:
+            return [_stored(row) for row in (await conn.execute(query)).all()]
+
+    async def find(self, file_id: str) -> StoredFile | None:
+        """File ``file_id``, whoever's it is (an operator's view), or None."""
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(select(FileRow).where(FileRow.id == file_id))).first()
+        return _stored(row) if row is not None else None
+
     async def delete(self, key_id: str, file_id: str) -> bool:
         """Delete ``key_id``'s file ``file_id``: its record, then its content. False if there was none."""
         async with self._engine.begin() as conn:
