@@ -18,6 +18,7 @@ in OpenAI shape, so vLLM's ``/tokenize``, ``/invocations``, ``/pause``, its ``/m
 ``GET  /v1/models``, ``/v1/models/{id}`` key     the upstream's list, filtered by the key, and aliases
 ``/v1/files`` (CRUD, ``/content``)       key     uploads for batches, the uploading key's only
 ``/v1/batches`` (create, read, cancel)   key     batches run in idle slots, the creating key's only
+``/v1/messages/batches`` (+ results)     key     Anthropic's message batches, on the same batches
 ``GET  /v1/key``                         key     the caller's own key (:mod:`gateway.http.own_key`)
 ``/admin/keys`` (CRUD, rotate)           admin   API keys (:mod:`gateway.admin.keys`)
 ``/admin/groups`` (CRUD)                 admin   groups of keys (:mod:`gateway.admin.groups`)
@@ -52,7 +53,7 @@ from gateway.dialects.openai.completions import COMPLETIONS
 from gateway.dialects.openai.dialect import OPENAI
 from gateway.dialects.openai.models import ChatCompletionRequest, CompletionRequest
 from gateway.dialects.responses import RESPONSES, ResponsesRequest
-from gateway.http import batches, files, health, inference, metrics_route, own_key, stored
+from gateway.http import batches, files, health, inference, message_batches, metrics_route, own_key, stored
 from gateway.http.auth import admin_for, principal_for, public_limit
 from gateway.http.openapi import DOCS_ASSETS, documented
 
@@ -90,6 +91,8 @@ _GROUPS = ("admin: groups",)
 _RESPONSE = "/v1/responses/{response_id}"
 _FILE = "/v1/files/{file_id}"
 _BATCH = "/v1/batches/{batch_id}"
+_MESSAGE_BATCHES = "/v1/messages/batches"
+_MESSAGE_BATCH = _MESSAGE_BATCHES + "/{message_batch_id}"
 ROUTES = (
     Route("POST", CHAT.route, inference.InferenceRoute(CHAT), "Create a chat completion (OpenAI-compatible)",
           dialect=CHAT, openapi_extra=documented(ChatCompletionRequest, streams=True), tags=_OPENAI),
@@ -117,6 +120,16 @@ ROUTES = (
     Route("GET", _FILE, files.get_file, "A file this key uploaded", tags=_OPENAI),
     Route("GET", _FILE + "/content", files.file_content, "A file's content", tags=_OPENAI),
     Route("DELETE", _FILE, files.delete_file, "Delete a file this key uploaded", tags=_OPENAI),
+    Route("POST", _MESSAGE_BATCHES, message_batches.create_message_batch,
+          "Create a message batch (Anthropic Message Batches)", dialect=MESSAGES, tags=_ANTHROPIC),
+    Route("GET", _MESSAGE_BATCHES, message_batches.list_message_batches, "List this key's message batches",
+          dialect=MESSAGES, tags=_ANTHROPIC),
+    Route("GET", _MESSAGE_BATCH, message_batches.get_message_batch, "A message batch this key made",
+          dialect=MESSAGES, tags=_ANTHROPIC),
+    Route("POST", _MESSAGE_BATCH + "/cancel", message_batches.cancel_message_batch,
+          "Cancel a message batch this key made", dialect=MESSAGES, tags=_ANTHROPIC),
+    Route("GET", _MESSAGE_BATCH + "/results", message_batches.message_batch_results,
+          "A message batch's results (JSON Lines)", dialect=MESSAGES, tags=_ANTHROPIC),
     Route("POST", "/v1/batches", batches.create_batch, "Create a batch of requests from an uploaded file",
           tags=_OPENAI),
     Route("GET", "/v1/batches", batches.list_batches, "List this key's batches", tags=_OPENAI),
@@ -172,8 +185,9 @@ _DIALECTS = {route.path: route.dialect for route in ROUTES}
 
 
 def dialect_for(path: str) -> Dialect:
-    """The dialect of the route at ``path`` (OpenAI's for anything else: a 404 is answered in it)."""
-    return _DIALECTS.get(path, OPENAI)
+    """The dialect of the route at ``path``: Anthropic's under ``/v1/messages/`` (a message batch's
+    routes, by id), OpenAI's for anything else (a 404 is answered in it)."""
+    return _DIALECTS.get(path) or (MESSAGES if path.startswith(_MESSAGE_BATCHES) else OPENAI)
 
 
 def install(app: FastAPI) -> None:

@@ -51,6 +51,7 @@ from gateway.auth.store import KeyNotFoundError, KeyStore
 from gateway.batch.call import Answer, Line, call
 from gateway.batch.lines import BatchLine, InputCheck, parse
 from gateway.dialects.base import Dialect
+from gateway.dialects.messages import MESSAGES
 from gateway.dialects.openai.chat import CHAT
 from gateway.dialects.openai.completions import COMPLETIONS
 from gateway.dialects.responses import RESPONSES
@@ -61,8 +62,8 @@ from gateway.telemetry.metrics import GatewayMetrics
 
 log = logging.getLogger("gateway.batch")
 
-#: The dialect of each batch endpoint.
-DIALECTS: dict[str, Dialect] = {d.route: d for d in (CHAT, COMPLETIONS, RESPONSES)}
+#: The dialect of each batch endpoint (``/v1/messages``: Anthropic's message batches).
+DIALECTS: dict[str, Dialect] = {d.route: d for d in (CHAT, COMPLETIONS, RESPONSES, MESSAGES)}
 #: Seconds between looks for a batch to run when none is (a new batch of this process wakes it).
 IDLE_POLL_S = 5.0
 #: Seconds between looks at a running batch's status and its key.
