@@ -123,7 +123,7 @@ def test_a_batch_runs_every_line_once_as_its_keys_requests(
 def test_a_bad_input_file_fails_the_batch_before_any_line_runs(
     start_sim, start_gateway, make_key, tmp_path: Path
 ) -> None:
-    gateway = start_gateway(start_sim().url, files_dir=tmp_path / "files")
+    gateway = start_gateway(start_sim().url, files_dir=tmp_path / "files", max_body_bytes=1024)
     sdk = client(gateway, make_key("owner"))
     content = (
         line("a") + b"{not json\n" + line("a") + line("b", url="/v1/completions") + b"[1, 2]\n"
@@ -132,6 +132,7 @@ def test_a_bad_input_file_fails_the_batch_before_any_line_runs(
         + line("x").replace(b'"x"', b'"\\ud800"', 1)  # a lone surrogate: JSON, but not text to store
         + line("y").replace(b'Say y.', b'Say \\ud800.', 1)
     )  # fmt: skip
+    content += line("big", padding="x" * 2_000)  # past the gateway's body bound (1,024 bytes here)
     made = sdk.files.create(file=("in.jsonl", io.BytesIO(content)), purpose="batch")
     batch = create(sdk, made.id)
     done = until_ended(sdk, batch.id)
@@ -145,6 +146,7 @@ def test_a_bad_input_file_fails_the_batch_before_any_line_runs(
         ("invalid_body", 6, "body.stream"),
         ("invalid_custom_id", 7, "custom_id"),
         ("invalid_body", 8, "body"),
+        ("line_too_large", 9, None),
     ]
     assert done.request_counts.completed == 0
 
@@ -228,3 +230,20 @@ def test_a_key_revoked_mid_batch_has_its_remaining_lines_refused(
     with sqlite3.connect(path) as db:
         refused = [json.loads(r) for (r,) in db.execute("SELECT result FROM batch_lines WHERE ok = 0")]
     assert {r["response"]["status_code"] for r in refused} == {401}
+
+
+def test_a_batch_past_its_window_expires_keeping_what_it_answered(
+    start_sim, start_gateway, make_key, database_url: str, tmp_path: Path
+) -> None:
+    gateway = start_gateway(start_sim(decode_tps=40).url, files_dir=tmp_path / "files")
+    sdk = client(gateway, make_key("late"))
+    batch = create(sdk, upload(sdk, b"".join(line(f"e-{n}") for n in range(60))))
+    wait_until(lambda: sdk.batches.retrieve(batch.id).request_counts.completed >= 2, what="two lines")
+    with sqlite3.connect(database_url.split("///", 1)[1]) as db:  # its 24 h are over
+        db.execute("UPDATE batches SET expires_at = '2000-01-01 00:00:00.000000' WHERE id = ?", (batch.id,))
+    done = until_ended(sdk, batch.id)
+    assert done.status == "expired" and done.expired_at and done.completed_at is None
+    answered, missing = results(sdk, done.output_file_id), results(sdk, done.error_file_id)
+    assert len(answered) == done.request_counts.completed >= 2 and len(answered) + len(missing) == 60
+    assert {row["error"]["code"] for row in missing.values()} == {"batch_expired"}
+    assert all(row["response"] is None for row in missing.values())
