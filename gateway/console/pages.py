@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from gateway.admin import batches as admin_batches
 from gateway.admin import reads
 from gateway.admin.key_fields import KeyCreate, KeyLimits, KeyRotate
 from gateway.admin.keys import changed, key_admin
@@ -393,6 +394,13 @@ async def requests_page(request: Request, session: Session) -> Response:
     return render(request, "requests.html", rows=(await reads.requests(request, limit=100))["data"])
 
 
+async def batches_page(request: Request, session: Session) -> Response:
+    rows = (await admin_batches.list_batches(request, limit=100))["data"]
+    for row in rows:
+        row["created"] = datetime.fromtimestamp(row["created_at"], UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return render(request, "batches.html", rows=rows)
+
+
 async def audit(request: Request, session: Session) -> Response:
     return render(request, "audit.html", rows=(await reads.audit(request, limit=100))["data"])
 
@@ -416,6 +424,7 @@ def install(app: Any) -> None:
         ("/console/usage", page(usage), get),
         ("/console/usage.{kind:str}", page(usage_export), get),
         ("/console/requests", page(requests_page), get),
+        ("/console/batches", page(batches_page), get),
         ("/console/audit", page(audit), get),
     ):
         app.add_api_route(path, endpoint, methods=methods, include_in_schema=False)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 
 import httpx
 import openai
 
 from tests.console.helpers import csrf_of, signed_in
+from tests.support.probes import wait_until
 
 MODEL = "deepseek-v4-flash-0731"
 
@@ -50,7 +52,8 @@ def test_every_page_renders_and_key_changes_are_the_admin_apis(start_sim, start_
         assert record["models"] is None and record["default_thinking"] == "high"
         bad = browser.post(f"/console/keys/{key_id}", data={"csrf": token, "rpm": "-1"})
         assert bad.status_code == 400 and "rpm" in bad.text
-        for path in ("/console", "/console/keys", "/console/usage", "/console/requests", "/console/audit"):
+        for path in ("/console", "/console/keys", "/console/usage", "/console/requests", "/console/audit",
+                     "/console/batches"):  # fmt: skip
             page = browser.get(path)
             assert page.status_code == 200 and "<h1>" in page.text, path
         assert "team-a" in browser.get("/console/requests").text
@@ -120,3 +123,23 @@ def test_groups_are_made_joined_changed_and_deleted_from_the_console(
         browser.post("/console/keys/member", data={"csrf": token, "group": "", "was_group": "search"})
         assert browser.post(f"/console/groups/{group['id']}/delete", data={"csrf": token}).status_code == 303
         assert "No group yet" in browser.get("/console/groups").text
+
+
+def test_the_batches_page_lists_every_keys_batches_with_their_progress(
+    start_sim, start_gateway, make_key, tmp_path
+) -> None:
+    gateway = start_gateway(start_sim().url, files_dir=tmp_path / "files")
+    admin = make_key("root", scopes=["admin"])
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=make_key("team-b"), max_retries=0)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    chat = "/v1/chat/completions"
+    rows = [{"custom_id": f"p{n}", "method": "POST", "url": chat, "body": body} for n in range(3)]
+    content = io.BytesIO("\n".join(map(json.dumps, rows)).encode())
+    made = client.files.create(file=("in.jsonl", content), purpose="batch")
+    batch = client.batches.create(input_file_id=made.id, endpoint=chat, completion_window="24h")
+    wait_until(lambda: client.batches.retrieve(batch.id).status == "completed", what="the batch completed")
+    with signed_in(gateway, admin) as browser:
+        page = browser.get("/console/batches")
+    assert page.status_code == 200 and "<h1>Batches</h1>" in page.text
+    row = page.text.split(batch.id)[1].split("</tr>")[0]
+    assert "completed" in row and "3 / 3" in row and '<progress max="3" value="3">' in row
