@@ -21,6 +21,7 @@ from gateway.batch.lines import storable_text as _text
 from gateway.body.json_limits import ADMIN
 from gateway.body.read import body_bounds, read_json
 from gateway.errors import GatewayError
+from gateway.http.listing import page, page_limit
 from gateway.storage.batches import Batch, BatchStore
 from gateway.storage.files import FileStore
 
@@ -116,22 +117,12 @@ async def cancel_batch(request: Request) -> JSONResponse:
 async def list_batches(request: Request) -> JSONResponse:
     """``GET /v1/batches``: the caller's batches, newest first (``limit``, ``after`` as OpenAI's)."""
     store, principal = _batches(request)
-    raw = request.query_params.get("limit", str(DEFAULT_LIST))
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIST:
-        raise GatewayError("invalid_value", f"'limit' must be an integer in 1..{MAX_LIST}.", param="limit")
+    limit = page_limit(request, MAX_LIST, DEFAULT_LIST)
     after = None
     if "after" in request.query_params:
         after = await store.get(request.query_params["after"], principal.key_id)
         if after is None:
             message = f"No such Batch object: {request.query_params['after']}"
             raise GatewayError("invalid_value", message, param="after")
-    batches, more = await store.page(principal.key_id, after, int(raw))
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": [b.as_openai() for b in batches],
-            "first_id": batches[0].id if batches else None,
-            "last_id": batches[-1].id if batches else None,
-            "has_more": more,
-        }
-    )
+    batches, more = await store.page(principal.key_id, after, limit)
+    return JSONResponse(page([b.as_openai() for b in batches], more))

@@ -19,6 +19,7 @@ from gateway.auth.principal import Principal
 from gateway.body.multipart import FormReader, PartData, PartEnd, PartStart
 from gateway.body.read import body_bounds, body_pieces
 from gateway.errors import GatewayError
+from gateway.http.listing import page, page_limit
 from gateway.storage.files import FileStore, StoredFile, Upload
 
 #: The purposes files are kept for: what the gateway does with files (its batches).
@@ -117,26 +118,16 @@ async def list_files(request: Request) -> JSONResponse:
     order = query.get("order", "desc")
     if order not in ("asc", "desc"):
         raise GatewayError("invalid_value", "'order' must be asc or desc.", param="order")
-    raw = query.get("limit", str(MAX_LIST))
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIST:
-        raise GatewayError("invalid_value", f"'limit' must be an integer in 1..{MAX_LIST}.", param="limit")
+    limit = page_limit(request, MAX_LIST, MAX_LIST)
     after = None
     if "after" in query:
         after = await store.get(principal.key_id, query["after"])
         if after is None:
             raise GatewayError("invalid_value", f"No such File object: {query['after']}", param="after")
     files, more = await store.page(
-        principal.key_id, purpose, after, int(raw), cast(Literal["asc", "desc"], order)
+        principal.key_id, purpose, after, limit, cast(Literal["asc", "desc"], order)
     )
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": [f.as_openai() for f in files],
-            "first_id": files[0].id if files else None,
-            "last_id": files[-1].id if files else None,
-            "has_more": more,
-        }
-    )
+    return JSONResponse(page([f.as_openai() for f in files], more))
 
 
 async def _owned(request: Request) -> tuple[FileStore, StoredFile]:

@@ -30,6 +30,7 @@ from gateway.auth.principal import Principal
 from gateway.batch.lines import InputCheck
 from gateway.body.read import body_bounds, read_json
 from gateway.errors import GatewayError
+from gateway.http.listing import page, page_limit
 from gateway.proxy.respond import INFERENCE
 from gateway.storage.batches import BATCH_ID_PREFIX, Batch, BatchStore
 from gateway.storage.files import FileStore
@@ -165,29 +166,20 @@ async def cancel_message_batch(request: Request) -> JSONResponse:
 async def list_message_batches(request: Request) -> JSONResponse:
     """``GET /v1/messages/batches``: the key's message batches, newest first (``limit``, ``after_id``)."""
     store, principal = _batches(request)
-    raw = request.query_params.get("limit", str(DEFAULT_LIST))
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIST:
-        raise GatewayError("invalid_value", f"limit must be an integer in 1..{MAX_LIST}.", param="limit")
+    limit = page_limit(request, MAX_LIST, DEFAULT_LIST)
     after = None
     if "after_id" in request.query_params:
         after = await _find(store, principal, request.query_params["after_id"], "after_id")
     batches: list[Batch] = []
     more, seen = False, after
-    while len(batches) < int(raw):  # pages of every batch of the key; only its message batches shown
-        page, more = await store.page(principal.key_id, seen, int(raw))
-        batches += [b for b in page if b.endpoint == ROUTE]
-        if not more or not page:
+    while len(batches) < limit:  # pages of every batch of the key; only its message batches shown
+        found, more = await store.page(principal.key_id, seen, limit)
+        batches += [b for b in found if b.endpoint == ROUTE]
+        if not more or not found:
             break
-        seen = page[-1]
-    shown = [_view(b, _base(request)) for b in batches[: int(raw)]]
-    return JSONResponse(
-        {
-            "data": shown,
-            "has_more": more or len(batches) > int(raw),
-            "first_id": shown[0]["id"] if shown else None,
-            "last_id": shown[-1]["id"] if shown else None,
-        }
-    )
+        seen = found[-1]
+    shown = [_view(b, _base(request)) for b in batches[:limit]]
+    return JSONResponse(page(shown, more or len(batches) > limit, openai=False))
 
 
 async def message_batch_results(request: Request) -> StreamingResponse:

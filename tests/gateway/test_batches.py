@@ -80,6 +80,8 @@ def test_a_batch_runs_every_line_once_as_its_keys_requests(
     assert batch.status == "validating" and batch.metadata == {"run": "nightly"}
     with pytest.raises(openai.NotFoundError):
         other.batches.retrieve(batch.id)
+    with pytest.raises(openai.NotFoundError, match="No such File object"):  # another key's file
+        create(other, made.id)
     assert other.batches.list().data == []
 
     done = until_ended(sdk, batch.id)
