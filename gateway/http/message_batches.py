@@ -71,7 +71,7 @@ def _view(batch: Batch, base_url: str) -> dict[str, Any]:
         "canceled": left if batch.status == "cancelled" else 0,
         "expired": left if batch.status == "expired" else 0,
     }
-    message_id = ID_PREFIX + batch.id.removeprefix(BATCH_ID_PREFIX)
+    message_id = _message_id(batch)
     return {
         "id": message_id,
         "type": "message_batch",
@@ -84,6 +84,10 @@ def _view(batch: Batch, base_url: str) -> dict[str, Any]:
         "cancel_initiated_at": _rfc3339(batch.times["cancelling_at"]),
         "results_url": f"{base_url}/v1/messages/batches/{message_id}/results" if ended else None,
     }
+
+
+def _message_id(batch: Batch) -> str:
+    return ID_PREFIX + batch.id.removeprefix(BATCH_ID_PREFIX)
 
 
 def _base(request: Request) -> str:
@@ -186,7 +190,7 @@ async def message_batch_results(request: Request) -> StreamingResponse:
     """``GET /v1/messages/batches/{message_batch_id}/results``: JSON Lines, one result per request."""
     _, batch = await _owned(request)
     if batch.status not in _ENDED:
-        raise GatewayError("invalid_request", f"Message batch {_view(batch, '')['id']} has not ended yet.")
+        raise GatewayError("invalid_request", f"Message batch {_message_id(batch)} has not ended yet.")
     files: FileStore = request.app.state.files
     stored = [await files.get(batch.key_id, i) for i in (batch.output_file_id, batch.error_file_id) if i]
 

@@ -66,6 +66,26 @@ def answered_once(sdk: openai.OpenAI, batch_id: str, timeout_s: float) -> Any:
     return batch
 
 
+def gateways(
+    start_sim: Callable[..., ThreadedServer],
+    gateway_processes: Callable[..., GatewayProcess],
+    database_url: str,
+    **settings: object,
+) -> Callable[[], GatewayProcess]:
+    """``start()``: one more gateway process on the same simulator, database and ``settings``."""
+    sim = start_sim()
+    return lambda: gateway_processes(sim.url, database_url, **settings)
+
+
+def batch_under_way(gateway: GatewayProcess, make_key: Callable[..., str]) -> tuple[str, openai.OpenAI, str]:
+    """A key's batch of :data:`LINES` started on ``gateway``, once 300 lines are answered: (key, its
+    client, the batch id)."""
+    key = make_key("batcher")
+    sdk, batch_id = start_batch(gateway, key)
+    wait_until(lambda: completed(sdk, batch_id) >= 300, timeout_s=120, what="300 lines answered")
+    return key, sdk, batch_id
+
+
 def test_a_batch_killed_mid_way_is_taken_over_by_another_replica(
     start_sim: Callable[..., ThreadedServer],
     gateway_processes: Callable[..., GatewayProcess],
@@ -73,12 +93,11 @@ def test_a_batch_killed_mid_way_is_taken_over_by_another_replica(
     database_url: str,
     tmp_path: Path,
 ) -> None:
-    sim = start_sim()
-    key = make_key("batcher")
-    shared = {"files_dir": tmp_path / "files", "batch_lease_ttl_s": 2}
-    replicas = [gateway_processes(sim.url, database_url, **shared) for _ in range(2)]
-    sdk, batch_id = start_batch(replicas[0], key)
-    wait_until(lambda: completed(sdk, batch_id) >= 300, timeout_s=120, what="300 lines answered")
+    start = gateways(
+        start_sim, gateway_processes, database_url, files_dir=tmp_path / "files", batch_lease_ttl_s=2
+    )
+    replicas = [start(), start()]
+    key, sdk, batch_id = batch_under_way(replicas[0], make_key)
     [running] = [r for r in replicas if r.pid == holder_pid(database_url, batch_id)]
     [standby] = [r for r in replicas if r is not running]
     running.kill()
@@ -94,14 +113,14 @@ def test_a_batch_stopped_mid_way_resumes_at_once_on_restart(
     database_url: str,
     tmp_path: Path,
 ) -> None:
-    sim = start_sim()
-    key = make_key("batcher")
-    settings = {"files_dir": tmp_path / "files", "batch_lease_ttl_s": 600}  # only a release frees it soon
-    first = gateway_processes(sim.url, database_url, **settings)
-    sdk, batch_id = start_batch(first, key)
-    wait_until(lambda: completed(sdk, batch_id) >= 300, timeout_s=120, what="300 lines answered")
+    # a lease of 600 s: only its release lets a restarted gateway resume within the test's wait
+    start = gateways(
+        start_sim, gateway_processes, database_url, files_dir=tmp_path / "files", batch_lease_ttl_s=600
+    )
+    first = start()
+    key, sdk, batch_id = batch_under_way(first, make_key)
     first.terminate()
     assert first.wait(30) == 0
-    restarted = sdk_for(gateway_processes(sim.url, database_url, **settings), key)
+    restarted = sdk_for(start(), key)
     assert completed(restarted, batch_id) < LINES, "the batch ended before the stop: nothing was proved"
     answered_once(restarted, batch_id, timeout_s=240)  # well within the lease: it was given back
