@@ -32,6 +32,21 @@ class Reason(StrEnum):
     HELD = "held"
     """It would evict the cached prefix of an agent session whose next turn is due (a hold)."""
 
+    @property
+    def phrase(self) -> str:
+        """What it waits for, in words ("2 waiting for a free slot"), for the console and the CLI."""
+        return _PHRASES[self]
+
+
+_PHRASES = {
+    Reason.SLOT: "a free slot",
+    Reason.KV: "room in the KV cache",
+    Reason.LANE: "the long-prompt lane",
+    Reason.KEY: "their key's concurrency limit",
+    Reason.RESERVED: "room kept for an older request",
+    Reason.HELD: "an agent session's held prefix",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class Need:

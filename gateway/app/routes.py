@@ -45,6 +45,7 @@ from gateway.admin import batches as admin_batches
 from gateway.admin import groups, keys, reads
 from gateway.admin.key_fields import GroupCreate, GroupLimits
 from gateway.console import group_pages as console_groups
+from gateway.console import key_pages as console_keys
 from gateway.console import pages as console
 from gateway.dialects.base import Dialect
 from gateway.dialects.messages import COUNT_TOKENS, MESSAGES, CountTokensRequest, MessagesRequest
@@ -195,7 +196,9 @@ def install(app: FastAPI) -> None:
     and the console's (``GATEWAY_CONSOLE``), which check their session themselves."""
     if app.state.settings.console:
         console.install(app)
+        console_keys.install(app)
         console_groups.install(app)
+        console.install_fallback(app)
     for route in ROUTES:
         if route.path == LIVENESS:
             dependencies = []

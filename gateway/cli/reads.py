@@ -20,6 +20,7 @@ from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.admin.durations import parse_since
+from gateway.admission.capacity import Reason
 from gateway.auth.audit import AuditLog
 from gateway.cli.failures import CliError, checked
 from gateway.cli.local import on_database
@@ -233,7 +234,8 @@ def status(json_out: JsonOpt = False, url: UrlOpt = None, admin_key: AdminKeyOpt
         f"slots {state['slots_in_use']}/{state['slots_total']} in use, {state['queue_depth']} waiting",
         highlight=False,
     )
-    waits = ", ".join(f"{count} for {reason}" for reason, count in state["waiting_for"].items() if count)
+    waiting = state["waiting_for"].items()
+    waits = ", ".join(f"{count} waiting for {Reason(reason).phrase}" for reason, count in waiting if count)
     budget = state["kv_budget_tokens"]
     console.print(
         f"KV {state['kv_reserved_tokens']:,}/{budget:,} tokens reserved; "

@@ -3,7 +3,8 @@ or JWT into a server-side session, then the overview (live), keys, groups, usage
 pages.
 
 - :mod:`~gateway.console.pages`: the routes, the session and CSRF checks, the pages;
-- :mod:`~gateway.console.group_pages`: the groups page;
+- :mod:`~gateway.console.key_pages`, :mod:`~gateway.console.group_pages`: the keys' and groups' pages;
+- :mod:`~gateway.console.forms`: their forms' fields, read and refused field by field (pure);
 - :mod:`~gateway.console.sessions`: the sessions (pure);
 - :mod:`~gateway.console.live`: the overview's TTFT, decode and acceptance figures (pure);
 - :mod:`~gateway.console.charts`: server-rendered SVG (pure);

@@ -27,7 +27,6 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from jinja2 import Environment, FileSystemLoader
-from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
@@ -35,12 +34,9 @@ from starlette.templating import Jinja2Templates
 
 from gateway.admin import batches as admin_batches
 from gateway.admin import reads
-from gateway.admin.key_fields import KeyCreate, KeyLimits, KeyRotate
-from gateway.admin.keys import changed, key_admin
-from gateway.auth import KeyExistsError, KeyNotFoundError, Principal
-from gateway.auth.groups import GroupNotFoundError
+from gateway.admission.capacity import Reason
+from gateway.auth import Principal
 from gateway.auth.tokens import expires_at
-from gateway.body.json_limits import ADMIN, parse_object
 from gateway.console import charts, live
 from gateway.console.sessions import Session, Sessions
 from gateway.errors import GatewayError
@@ -54,6 +50,8 @@ TEMPLATES.env.filters.update(
     rate=lambda v: "–" if v is None else f"{v:.1f} tok/s",
     percent=lambda v: "–" if v is None else f"{v * 100:.1f} %",
     jsontext=lambda v: json.dumps(v, ensure_ascii=False),  # then escaped, as all text
+    number=lambda v: "–" if v is None else f"{v:,}",
+    when=lambda v: datetime.fromisoformat(v).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if v else "–",
 )
 COOKIE = "dspark_console"
 #: The sign-in form's CSRF cookie, and how long a sign-in form stays good, s.
@@ -232,113 +230,8 @@ async def live_json(request: Request, session: Session) -> Response:
 
 async def _live(request: Request) -> dict[str, Any]:
     rows = (await reads.requests(request, limit=500))["data"]
-    return {"status": await reads.status(request), "figures": live.figures(rows)}
-
-
-# -- keys
-
-
-async def keys(request: Request, session: Session) -> Response:
-    now = datetime.now(UTC)
-    records = [record.public(now) for record in await request.app.state.store.list()]
-    return render(request, "keys.html", keys=records, grace_s=request.app.state.settings.rotate_grace_s)
-
-
-async def create_key(request: Request, session: Session) -> Response:
-    form: dict[str, str] = request.state.form
-    fields = form_fields(form) | {"name": form.get("name", "").strip()}
-    if form.get("admin") == "on":
-        fields["scopes"] = ["admin"]
-    body = validated(KeyCreate, fields)
-    admin, who = key_admin(request, session.principal)
-    try:
-        record, secret = await admin.create(who, body)
-    except KeyExistsError:
-        raise GatewayError("key_exists", f"A key named {body.name!r} exists.") from None
-    except GroupNotFoundError:
-        raise GatewayError("invalid_value", f"No group {body.group!r}.") from None
-    return render(request, "secret.html", key_name=record.name, secret=secret, what="created")
-
-
-async def rotate_key(request: Request, session: Session) -> Response:
-    form: dict[str, str] = request.state.form
-    key_id = request.path_params["key_id"]
-    grace = form.get("grace_s", "").strip()
-    body = validated(KeyRotate, {"grace_s": grace} if grace else {})
-    grace_s = body.grace_s if body.grace_s is not None else request.app.state.settings.rotate_grace_s
-    admin, who = key_admin(request, session.principal)
-    try:
-        record, secret = await admin.rotate(who, key_id, grace_s)
-    except KeyNotFoundError:
-        raise GatewayError("key_not_found", f"No key {key_id!r}.") from None
-    changed(request)
-    return render(
-        request, "secret.html", key_name=record.name, secret=secret, what="rotated", grace_s=grace_s
-    )
-
-
-async def revoke_key(request: Request, session: Session) -> Response:
-    admin, who = key_admin(request, session.principal)
-    try:
-        await admin.revoke(who, request.path_params["key_id"])
-    except KeyNotFoundError:
-        raise GatewayError("key_not_found", "No such key.") from None
-    changed(request)
-    return RedirectResponse("/console/keys", status_code=303)
-
-
-async def update_key(request: Request, session: Session) -> Response:
-    """The fields of the edit form that differ from what it showed (``was_<name>``; a field sent
-    without one counts as changed): an empty one means unlimited / the default; the others are left
-    as they are."""
-    form: dict[str, str] = request.state.form
-    edited = {name: value for name, value in form.items() if form.get(f"was_{name}") != value}
-    body = validated(KeyLimits, form_fields(edited, every=True))
-    admin, who = key_admin(request, session.principal)
-    try:
-        await admin.update(who, request.path_params["key_id"], body)
-    except KeyNotFoundError:
-        raise GatewayError("key_not_found", "No such key.") from None
-    except GroupNotFoundError:
-        raise GatewayError("invalid_value", f"No group {body.group!r}.") from None
-    changed(request)
-    return RedirectResponse("/console/keys", status_code=303)
-
-
-def form_fields(form: dict[str, str], every: bool = False) -> dict[str, Any]:
-    """The key or group fields of a form: numbers, comma lists (``models``), ``a=b`` pairs (``aliases``), JSON
-    (``metadata``); an empty field is null when ``every`` (an edit), left out otherwise (a create)."""
-    fields: dict[str, Any] = {}
-    for name in ("rpm", "tpm", "max_concurrency", "priority", "default_thinking", "models", "aliases",
-                 "metadata", "expires_in", "quota_tokens", "quota_period", "quota_mode",
-                 "group"):  # fmt: skip
-        if name not in form:
-            continue
-        text = form[name].strip()
-        if not text:
-            if every and name != "expires_in":
-                fields[name] = None
-            continue
-        if name == "models":
-            fields[name] = [m.strip() for m in text.split(",") if m.strip()]
-        elif name == "aliases":
-            pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
-            fields[name] = {
-                a.strip(): b.strip() for a, b in (p if len(p) == 2 else (p[0], "") for p in pairs)
-            }
-        elif name == "metadata":  # read as the admin API reads its bodies: bounded, no NaN
-            fields[name] = parse_object(text.encode(), ADMIN)
-        else:
-            fields[name] = text
-    return fields
-
-
-def validated(model: type[BaseModel], fields: dict[str, Any]) -> Any:
-    try:
-        return model.model_validate(fields)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'form'}: {e['msg']}" for e in exc.errors())
-        raise GatewayError("invalid_value", problems) from None
+    phrases = {reason.value: reason.phrase for reason in Reason}
+    return {"status": await reads.status(request), "figures": live.figures(rows), "phrases": phrases}
 
 
 # -- usage, requests, audit
@@ -416,11 +309,6 @@ def install(app: Any) -> None:
         ("/console/logout", page(logout), post),
         ("/console", page(overview), get),
         ("/console/live.json", page(live_json), get),
-        ("/console/keys", page(keys), get),
-        ("/console/keys", page(create_key), post),
-        ("/console/keys/{key_id}", page(update_key), post),
-        ("/console/keys/{key_id}/rotate", page(rotate_key), post),
-        ("/console/keys/{key_id}/revoke", page(revoke_key), post),
         ("/console/usage", page(usage), get),
         ("/console/usage.{kind:str}", page(usage_export), get),
         ("/console/requests", page(requests_page), get),
@@ -429,6 +317,16 @@ def install(app: Any) -> None:
     ):
         app.add_api_route(path, endpoint, methods=methods, include_in_schema=False)
     app.mount(STATIC, StaticFiles(directory=HERE / "static"), name="console-static")
+
+
+async def not_found(request: Request, session: Session) -> Response:
+    raise GatewayError("not_found", "There is no such page in the console.")
+
+
+def install_fallback(app: Any) -> None:
+    """A console page for every other ``/console/…`` address (after every console route): a 404 page,
+    not the API's JSON error."""
+    app.add_api_route("/console/{rest:path}", page(not_found), methods=["GET"], include_in_schema=False)
 
 
 #: Where the console's CSS and JavaScript are served (public, like the docs' assets).

@@ -36,10 +36,7 @@ async def own_key(request: Request) -> JSONResponse:
     group = principal.group
     pipeline: Pipeline = request.app.state.pipeline
     windows = await pipeline.limits.standing(principal)
-    quotas = [
-        {"holder": quota.holder.split(":", 1)[0], **(await pipeline.quotas.standing(quota)).as_dict()}
-        for quota in principal.quotas()
-    ]
+    quotas = await pipeline.quotas.report(principal.quotas())
     body: dict[str, Any] = {
         "object": "key",
         "id": principal.key_id,

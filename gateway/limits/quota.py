@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import math
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -211,6 +211,14 @@ class Quotas:
         """``quota``'s use in its current period."""
         counter, end, _ = await self._counter_of(quota, datetime.now(UTC))
         return Standing(quota, await self._storage.get(counter), end)
+
+    async def report(self, quotas: Iterable[Quota]) -> list[dict[str, object]]:
+        """Each of ``quotas``' standing as ``GET /v1/key`` and the console show it: ``holder``
+        (``key`` | ``group``) and :meth:`Standing.as_dict`."""
+        return [
+            {"holder": quota.holder.split(":", 1)[0], **(await self.standing(quota)).as_dict()}
+            for quota in quotas
+        ]
 
     async def reserve(self, quota: Quota, most: int, least: int) -> Hold:
         """Take up to ``most`` of ``quota`` and at least ``least`` (``least <= most``), in one atomic

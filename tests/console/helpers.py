@@ -1,12 +1,24 @@
-"""Signing in to the console over HTTP, as a browser does (its cookie jar), for the tests."""
+"""Signing in to the console over HTTP, as a browser does (its cookie jar), and the browser tests' Chromium."""
 
 from __future__ import annotations
 
 import contextlib
 import re
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
+
+#: Where the browser tests keep their screenshots.
+ARTIFACTS = Path(__file__).resolve().parents[1] / ".artifacts" / "console"
+
+
+def chromium() -> str:
+    """Debian's Chromium, which Playwright drives (it downloads no browser of its own)."""
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert path, "chromium is not installed: run `make test-deps` (apt-get install chromium)"
+    return path
 
 
 @contextlib.contextmanager

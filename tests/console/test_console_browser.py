@@ -6,55 +6,26 @@ page are kept in ``tests/.artifacts/console/``."""
 
 from __future__ import annotations
 
-import shutil
 import threading
-from pathlib import Path
 
 import openai
-import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
+from tests.console.helpers import ARTIFACTS
 from tests.support.clients import chat_ok
 
 MODEL = "deepseek-v4-flash-0731"
-ARTIFACTS = Path(__file__).resolve().parents[1] / ".artifacts" / "console"
 
 
-def chromium() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert path, "chromium is not installed: run `make test-deps` (apt-get install chromium)"
-    return path
-
-
-@pytest.fixture
-def admin_key(make_key) -> str:
-    """Made before the browser starts: Playwright's sync API runs an event loop of its own."""
-    return make_key("root", scopes=["admin"])
-
-
-@pytest.fixture
-def browser_page(admin_key):
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium(), headless=True, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        yield page
-        browser.close()
-
-
-def test_sign_in_create_use_watch_rotate_revoke(start_sim, start_gateway, admin_key, browser_page) -> None:
+def test_sign_in_create_use_watch_rotate_revoke(start_sim, start_gateway, signed_in_page) -> None:
     gateway = start_gateway(start_sim(decode_tps=40.0).url)
-    page = browser_page
-    page.goto(gateway.url + "/console")
-    expect(page).to_have_url(gateway.url + "/console/login")
-    page.fill("#secret", admin_key)
-    page.click("button[type=submit]")
-    expect(page.locator("h1")).to_have_text("Overview")
+    page = signed_in_page(gateway.url)
 
     page.goto(gateway.url + "/console/keys")
-    page.fill("input[name=name] >> nth=0", "browser-client")
-    page.fill("form[action='/console/keys'] input[name=rpm]", "600")
-    page.click("form[action='/console/keys'] button[type=submit]")
+    page.click("#create summary")
+    page.fill("form[action^='/console/keys'] input[name=name]", "browser-client")
+    page.fill("form[action^='/console/keys'] input[name=rpm]", "600")
+    page.click("form[action^='/console/keys'] button[type=submit]")
     secret = page.locator("#secret").inner_text()
     assert secret.startswith("dsk-")
     page.screenshot(path=ARTIFACTS / "key-created.png")
@@ -87,15 +58,17 @@ def test_sign_in_create_use_watch_rotate_revoke(start_sim, start_gateway, admin_
     page.screenshot(path=ARTIFACTS / "requests.png")
 
     page.goto(gateway.url + "/console/keys")
-    row = page.locator("tr[data-key=browser-client]")
-    row.locator("input[name=grace_s]").fill("0")
-    row.locator("button", has_text="Rotate").click()
+    page.locator("tr[data-key=browser-client]").get_by_role("link", name="Edit").click()
+    page.fill("input[name=grace]", "0")
+    page.get_by_role("button", name="Rotate").click()
     new_secret = page.locator("#secret").inner_text()
     assert new_secret.startswith("dsk-") and new_secret != secret
     assert not chat_ok(gateway.url, secret) and chat_ok(gateway.url, new_secret)
 
     page.goto(gateway.url + "/console/keys")
-    page.locator("tr[data-key=browser-client]").locator("button", has_text="Revoke").click()
+    page.locator("tr[data-key=browser-client]").get_by_role("link", name="Revoke").click()
+    page.get_by_role("button", name="Revoke").click()  # the confirmation page's
+    page.goto(gateway.url + "/console/keys")
     expect(page.locator("tr[data-key=browser-client]")).to_contain_text("revoked")
     assert not chat_ok(gateway.url, new_secret)
     page.screenshot(path=ARTIFACTS / "keys.png")

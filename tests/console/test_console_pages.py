@@ -103,7 +103,7 @@ def test_groups_are_made_joined_changed_and_deleted_from_the_console(
         assert joined.status_code == 303
         assert "group search" in browser.get("/console/keys").text
         page = browser.get("/console/groups").text
-        assert "search" in page and "quota 5000/month" in page and "/delete" not in page  # it has a key
+        assert "search" in page and "5,000 / 5,000 a month" in page and "/delete" not in page  # it has a key
         nowhere = browser.post("/console/keys/member", data={"csrf": token, "group": "nowhere"})
         assert nowhere.status_code == 400 and "nowhere" in nowhere.text
         changed = browser.post(

@@ -75,7 +75,7 @@ def test_a_keys_metadata_is_shown_escaped(console, make_key) -> None:
     gateway = console()
     make_key("labelled", metadata={"note": "<script>alert(1)</script>", "owner": '"><img src=x>'})
     with signed_in(gateway, make_key("root", scopes=["admin"])) as browser:
-        page = browser.get("/console/keys").text
+        page = browser.get("/console/keys/labelled").text
     assert "<script>alert" not in page and "<img src=x>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
@@ -123,20 +123,24 @@ def test_console_forms_refuse_what_the_api_refuses_and_keep_what_they_did_not_ch
     gateway = console()
     make_key("odd", models=["m,1"], aliases={"a,b": "deepseek-v4-flash-0731"})
     with signed_in(gateway, make_key("root", scopes=["admin"])) as browser:
-        page = browser.get("/console/keys").text
+        page = browser.get("/console/keys/odd").text
         token = csrf_of(page)
         key_id = re.search(r'action="/console/keys/(key_[0-9a-f]+)" class="grid"', page).group(1)
         deep = browser.post(
             f"/console/keys/{key_id}", data={"csrf": token, "metadata": '{"a":' * 1500 + "1" + "}" * 1500}
         )
         nan = browser.post(f"/console/keys/{key_id}", data={"csrf": token, "metadata": '{"a": NaN}'})
-        assert (deep.status_code, nan.status_code) == (413, 400)  # as the admin API answers them
+        for refused in (deep, nan):  # read as the admin API reads its bodies, named on the form
+            assert refused.status_code == 400 and 'data-error="metadata"' in refused.text
         shown = {"models": "m,1", "aliases": "a,b=deepseek-v4-flash-0731"}
         form = {"csrf": token, "rpm": "9", **shown, **{f"was_{k}": v for k, v in shown.items()}}
         assert browser.post(f"/console/keys/{key_id}", data=form).status_code == 303
-        bad_grace = browser.post(f"/console/keys/{key_id}/rotate", data={"csrf": token, "grace_s": "abc"})
-        assert bad_grace.status_code == 400
+        bad_grace = browser.post(f"/console/keys/{key_id}/rotate", data={"csrf": token, "grace": "abc"})
+        assert bad_grace.status_code == 400 and 'data-error="grace"' in bad_grace.text
         assert browser.get("/console/usage.xml").status_code == 404
+        missing = browser.get("/console/nowhere/at/all")  # a page, not the API's JSON
+        assert missing.status_code == 404 and missing.headers["content-type"].startswith("text/html")
+        assert "no such page" in missing.text
         assert 'href="/console"' in bad_grace.text and "javascript:" not in bad_grace.text
     odd = httpx.get(
         gateway.url + "/admin/keys", headers={"Authorization": f"Bearer {make_key('r2', scopes=['admin'])}"}

@@ -9,6 +9,17 @@ document.addEventListener("click", (event) => {
   navigator.clipboard.writeText(text).then(() => { button.textContent = "Copied"; });
 });
 
+// Times are sent as readable UTC; shown in the reader's own time zone, to the second, in ISO order
+// (the sv-SE locale writes 2026-12-06 21:14:52) so they sort and read the same for everyone.
+const localTime = new Intl.DateTimeFormat("sv-SE", {
+  year: "numeric", month: "2-digit", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit",
+  hour12: false, timeZoneName: "short",
+});
+for (const el of document.querySelectorAll("time[datetime]")) {
+  const at = new Date(el.getAttribute("datetime"));
+  if (!Number.isNaN(at.getTime())) { el.title = el.textContent; el.textContent = localTime.format(at); }
+}
+
 const seconds = (v) => (v === null || v === undefined ? "–" : v < 1 ? `${Math.round(v * 1000)} ms` : `${v.toFixed(2)} s`);
 const rate = (v) => (v === null || v === undefined ? "–" : `${v.toFixed(1)} tok/s`);
 const percent = (v) => (v === null || v === undefined ? "–" : `${(v * 100).toFixed(1)} %`);
@@ -42,9 +53,10 @@ function show(live, data) {
   set("prediction", error === null || error === undefined ? "–" : `${number(Math.round(error))} tokens`);
   rows(live.querySelector('[data-live="holds"]'), s.backends.flatMap((b) => (b.session_holds || []).map((h) =>
     [h.key, h.session, number(h.tokens), seconds(h.left_s)])));
-  const waits = Object.entries(s.waiting_for).filter(([, n]) => n).map(([r, n]) => `${n} for ${r}`);
+  const phrase = (r) => data.phrases[r] || r;
+  const waits = Object.entries(s.waiting_for).filter(([, n]) => n).map(([r, n]) => `${n} waiting for ${phrase(r)}`);
   set("waiting_for", waits.length ? waits.join(", ") : "nothing");
-  const why = (name) => Object.entries(s.waiting_by_key[name] || {}).map(([r, n]) => `${n} ${r}`).join(", ");
+  const why = (name) => Object.entries(s.waiting_by_key[name] || {}).map(([r, n]) => `${n} for ${phrase(r)}`).join(", ");
   const keys = Object.entries(s.keys).map(([name, c]) => [name, c.in_flight, c.waiting, why(name)]);
   rows(live.querySelector('[data-live="keys"]'), keys.length ? keys : [["Nothing running or waiting.", "", "", ""]]);
   rows(live.querySelector('[data-live="backends"]'), s.backends.map((b) =>
