@@ -1,4 +1,4 @@
-"""Signing in to the console over HTTP, as a browser does (its cookie jar), and the browser tests' Chromium."""
+"""Signing in to the console over HTTP, as a browser does (its cookie jar); the browser tests' Chromium."""
 
 from __future__ import annotations
 

@@ -23,12 +23,13 @@ def test_a_key_shows_its_use_keeps_a_refused_edit_and_asks_before_revoke_and_del
     assert api.post("/admin/groups", json={"name": "team"}).status_code == 201
     made = api.post(
         "/admin/keys",
-        json={"name": "agent", "quota_tokens": 100_000, "quota_period": "day", "expires_in": "30d", "rpm": 60},
+        json={"name": "agent", "quota_tokens": 100_000, "quota_period": "day", "expires_in": "30d"},
     )
     secret = made.json()["key"]
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=secret, max_retries=0)
+    hi = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
     for _ in range(2):
-        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+        client.chat.completions.create(**hi)
 
     page = signed_in_page(gateway.url)
     page.goto(gateway.url + "/console/keys")
@@ -65,9 +66,8 @@ def test_a_key_shows_its_use_keeps_a_refused_edit_and_asks_before_revoke_and_del
     page.get_by_role("button", name="Save").click()
     expect(page.locator("input[name=rpm]")).to_have_value("120")
     stored = api.get("/admin/keys/agent").json()
-    assert (stored["rpm"], stored["tpm"], stored["default_thinking"], stored["group"], stored["expires_at"]) == (
-        120, 1234, "low", "team", None,
-    )  # fmt: skip
+    fields = ("rpm", "tpm", "default_thinking", "group", "expires_at")
+    assert [stored[name] for name in fields] == [120, 1234, "low", "team", None]
 
     page.get_by_role("link", name="Revoke…").click()
     expect(page.locator("h1")).to_have_text("Revoke the key agent?")
@@ -79,7 +79,7 @@ def test_a_key_shows_its_use_keeps_a_refused_edit_and_asks_before_revoke_and_del
     expect(page.locator("h1 .status")).to_have_text("revoked")
     expect(page.locator("input[name=grace]")).to_have_count(0)  # nothing left to rotate or change
     try:
-        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+        client.chat.completions.create(**hi)
         raise AssertionError("a revoked key was let through")
     except openai.AuthenticationError:
         pass

@@ -40,7 +40,7 @@ def test_each_kind_of_field_is_read_as_the_admin_api_takes_it() -> None:
 
 def test_a_refusal_names_every_bad_field() -> None:
     with pytest.raises(forms.FormError) as read:
-        forms.body_fields({"expires": "soon", "metadata": "{", "max_wait_s": "x"}, forms.KEY_FIELDS, edit=True)
+        forms.body_fields({"expires": "soon", "metadata": "{", "max_wait_s": "x"}, forms.KEY_FIELDS, True)
     assert set(read.value.errors) == {"expires", "metadata", "max_wait_s"}
     with pytest.raises(forms.FormError) as checked:
         forms.validated(KeyLimits, {"rpm": "-5", "priority": "500", "expires_at": "someday"})
