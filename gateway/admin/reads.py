@@ -13,7 +13,8 @@ from gateway.errors import GatewayError
 from gateway.telemetry.ledger import GroupBy, UsageLedger
 
 
-async def _flushed_ledger(request: Request) -> UsageLedger:
+async def flushed_ledger(request: Request) -> UsageLedger:
+    """The usage ledger with every finished request written."""
     ledger: UsageLedger = request.app.state.ledger
     await request.app.state.pipeline.settled()  # an admin reading usage sees every finished request
     await ledger.flush()
@@ -27,13 +28,19 @@ async def usage(
     since: Annotated[
         str | None, Query(description="A duration back from now (7d, 12h) or an ISO 8601 start")
     ] = None,
+    until: Annotated[
+        str | None, Query(description="The end, as since: a duration back from now or an ISO 8601 time")
+    ] = None,
 ) -> dict[str, Any]:
-    try:
-        start = parse_since(since)
-    except ValueError as exc:
-        raise GatewayError("invalid_value", f"since {exc}", param="since") from None
-    ledger = await _flushed_ledger(request)
-    return {"group_by": group_by, "data": await ledger.usage(group_by, since=start, key_name=key)}
+    bounds = {}
+    for name, text in (("since", since), ("until", until)):
+        try:
+            bounds[name] = parse_since(text)
+        except ValueError as exc:
+            raise GatewayError("invalid_value", f"{name} {exc}", param=name) from None
+    ledger = await flushed_ledger(request)
+    rows = await ledger.usage(group_by, since=bounds["since"], key_name=key, until=bounds["until"])
+    return {"group_by": group_by, "data": rows}
 
 
 async def status(request: Request) -> dict[str, Any]:
@@ -46,5 +53,5 @@ async def audit(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 
 
 
 async def requests(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> dict[str, Any]:
-    ledger = await _flushed_ledger(request)
+    ledger = await flushed_ledger(request)
     return {"data": await ledger.recent(limit)}

@@ -15,9 +15,7 @@
 
 from __future__ import annotations
 
-import csv
 import hmac
-import io
 import json
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
@@ -37,11 +35,10 @@ from gateway.admin import reads
 from gateway.admission.capacity import Reason
 from gateway.auth import Principal
 from gateway.auth.tokens import expires_at
-from gateway.console import charts, live
+from gateway.console import live
 from gateway.console.sessions import Session, Sessions
 from gateway.errors import GatewayError
 from gateway.http.auth import ADMIN_SCOPE, authenticate
-from gateway.telemetry.ledger import GroupBy
 
 HERE = Path(__file__).parent
 TEMPLATES = Jinja2Templates(env=Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=True))
@@ -234,53 +231,7 @@ async def _live(request: Request) -> dict[str, Any]:
     return {"status": await reads.status(request), "figures": live.figures(rows), "phrases": phrases}
 
 
-# -- usage, requests, audit
-
-
-#: How the usage page and its exports group totals.
-USAGE_GROUPS: tuple[GroupBy, ...] = ("day", "key", "group", "model")
-
-
-async def usage(request: Request, session: Session) -> Response:
-    tables = {
-        group: (await reads.usage(request, group_by=group, since=request.query_params.get("since")))["data"]
-        for group in USAGE_GROUPS
-    }
-    days = sorted(tables["day"], key=lambda row: row["day"])
-    chart = charts.bar_chart(
-        [row["day"][5:] for row in days],
-        [(row["prompt_tokens"] or 0) + (row["completion_tokens"] or 0) for row in days],
-        "tokens",
-    )
-    return render(request, "usage.html", tables=tables, chart=chart)
-
-
-async def usage_export(request: Request, session: Session) -> Response:
-    """``/console/usage.csv`` or ``.json``: totals grouped by ``group_by`` (:data:`USAGE_GROUPS`)."""
-    kind = request.path_params["kind"]
-    if kind not in ("csv", "json"):
-        raise GatewayError("not_found", f"No export as {kind!r}: csv or json.")
-    group = request.query_params.get("group_by", "key")
-    if group not in USAGE_GROUPS:
-        raise GatewayError("invalid_value", f"group_by must be one of {', '.join(USAGE_GROUPS)}.")
-    rows = (await reads.usage(request, group_by=group))["data"]  # type: ignore[arg-type]
-    name = f"usage-by-{group}"
-    if kind == "json":
-        return JSONResponse(
-            {"group_by": group, "data": rows},
-            headers={"Content-Disposition": f'attachment; filename="{name}.json"'},
-        )
-    out = io.StringIO()
-    writer = csv.DictWriter(
-        out, [group, "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens"]
-    )
-    writer.writeheader()
-    writer.writerows(rows)
-    return Response(
-        out.getvalue(),
-        media_type="text/csv",
-        headers={"Content-Disposition": f'attachment; filename="{name}.csv"'},
-    )
+# -- requests, batches, audit
 
 
 async def requests_page(request: Request, session: Session) -> Response:
@@ -309,8 +260,6 @@ def install(app: Any) -> None:
         ("/console/logout", page(logout), post),
         ("/console", page(overview), get),
         ("/console/live.json", page(live_json), get),
-        ("/console/usage", page(usage), get),
-        ("/console/usage.{kind:str}", page(usage_export), get),
         ("/console/requests", page(requests_page), get),
         ("/console/batches", page(batches_page), get),
         ("/console/audit", page(audit), get),

@@ -15,7 +15,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from sqlalchemy import String, func, insert, select
+from sqlalchemy import BigInteger, String, cast, extract, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ColumnElement
 
@@ -28,6 +28,8 @@ log = logging.getLogger("gateway.ledger")
 #: than with 50, at no more CPU per request).
 _STATEMENT_ROWS = 10
 GroupBy = Literal["day", "key", "group", "model", "route", "batch"]
+#: What a usage time series is split by.
+SeriesBy = Literal["key", "group", "model"]
 
 
 _COLUMNS = [c.name for c in UsageRow.__table__.columns if c.name != "id"]
@@ -163,11 +165,15 @@ class UsageLedger:
         return int(row[0]), int(row[1]), int(row[2]), int(row[3])
 
     async def usage(
-        self, group_by: GroupBy, since: datetime | None = None, key_name: str | None = None
+        self,
+        group_by: GroupBy,
+        since: datetime | None = None,
+        key_name: str | None = None,
+        until: datetime | None = None,
     ) -> list[dict[str, Any]]:
         """Totals per day, key, group of keys (null: keys in none), model, route (the client API: chat,
-        Responses, Messages ...) or batch (null: requests clients sent): requests and
-        prompt/completion/cached/reasoning tokens."""
+        Responses, Messages ...) or batch (null: requests clients sent) of the requests that arrived
+        in [``since``, ``until``): requests and prompt/completion/cached/reasoning tokens."""
         group = {
             "day": func.substr(func.cast(UsageRow.arrived_at, String), 1, 10),
             "key": UsageRow.key_name,
@@ -179,6 +185,8 @@ class UsageLedger:
         conditions: list[ColumnElement[bool]] = []
         if since is not None:
             conditions.append(UsageRow.arrived_at >= since.astimezone(UTC))
+        if until is not None:
+            conditions.append(UsageRow.arrived_at < until.astimezone(UTC))
         if key_name is not None:
             conditions.append(UsageRow.key_name == key_name)
         query = (
@@ -193,6 +201,31 @@ class UsageLedger:
             .where(*conditions)
             .group_by(group)
             .order_by(group)
+        )
+        async with self._engine.connect() as conn:
+            return [dict(row) for row in (await conn.execute(query)).mappings().all()]
+
+    async def series(
+        self, split_by: SeriesBy, start: datetime, end: datetime, bucket_s: int
+    ) -> list[dict[str, Any]]:
+        """The requests that arrived in [``start``, ``end``) totalled per ``bucket_s``-second bucket of
+        arrival and per key name, group name (null: in none) or model: rows ``{"bucket": Unix time of
+        the bucket's start, s (a multiple of bucket_s), split_by: name, "requests", "prompt_tokens",
+        "completion_tokens"}`` by bucket. The bucket is computed by the database (``EXTRACT(EPOCH …)``
+        on PostgreSQL, ``strftime('%s', …)`` on SQLite), so a week of rows is not read one by one."""
+        name = {"key": UsageRow.key_name, "group": UsageRow.group_name, "model": UsageRow.model}[split_by]
+        bucket = cast(extract("epoch", UsageRow.arrived_at), BigInteger) // bucket_s * bucket_s
+        query = (
+            select(  # type: ignore[var-annotated]  # SQLAlchemy 2.1 variadic Select
+                bucket.label("bucket"),
+                name.label(split_by),
+                func.count().label("requests"),
+                func.sum(UsageRow.prompt_tokens).label("prompt_tokens"),
+                func.sum(UsageRow.completion_tokens).label("completion_tokens"),
+            )
+            .where(UsageRow.arrived_at >= start.astimezone(UTC), UsageRow.arrived_at < end.astimezone(UTC))
+            .group_by(bucket, name)
+            .order_by(bucket)
         )
         async with self._engine.connect() as conn:
             return [dict(row) for row in (await conn.execute(query)).mappings().all()]

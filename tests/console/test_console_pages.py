@@ -57,7 +57,7 @@ def test_every_page_renders_and_key_changes_are_the_admin_apis(start_sim, start_
             page = browser.get(path)
             assert page.status_code == 200 and "<h1>" in page.text, path
         assert "team-a" in browser.get("/console/requests").text
-        assert "<svg" in browser.get("/console/usage").text
+        assert 'data-series-url="/console/usage/series.json?by=key"' in browser.get("/console/usage").text
         live = browser.get("/console/live.json").json()
         assert live["status"]["slots_total"] == 2 and live["figures"]["requests"] >= 1
         assert live["figures"]["ttft_p50_s"] is not None
@@ -69,7 +69,7 @@ def test_every_page_renders_and_key_changes_are_the_admin_apis(start_sim, start_
         assert any(row["key"] == "team-a" and row["requests"] == "1" for row in rows)
         as_json = browser.get("/console/usage.json", params={"group_by": "model"}).json()
         assert as_json["group_by"] == "model" and as_json["data"][0]["model"] == MODEL
-        rotated = browser.post(f"/console/keys/{key_id}/rotate", data={"csrf": token, "grace_s": "0"})
+        rotated = browser.post(f"/console/keys/{key_id}/rotate", data={"csrf": token, "grace": "0"})
         assert "rotated" in rotated.text and secret not in rotated.text
         revoked = browser.post(f"/console/keys/{key_id}/revoke", data={"csrf": token})
         assert revoked.status_code == 303

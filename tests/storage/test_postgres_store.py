@@ -77,6 +77,19 @@ async def test_ledger_and_audit_on_postgres(engine: AsyncEngine) -> None:
     (day,) = await ledger.usage("day", since=datetime.now(UTC) - timedelta(hours=1))
     assert day["day"] == datetime.now(UTC).strftime("%Y-%m-%d")
     assert [r["request_id"] for r in await ledger.recent(2)] == ["r2", "r1"]
+    noon = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    for second in (1, 59, 90):  # bucketed by EXTRACT(EPOCH …)
+        record = RequestTelemetry(
+            f"t{second}", "key_1", "pg-team", "m", "/v1/chat/completions", "chat", False,
+            noon + timedelta(seconds=second),
+        )  # fmt: skip
+        ledger.add(record)
+    await ledger.flush()
+    rows = await ledger.series("key", noon, noon + timedelta(minutes=2), 60)
+    start = int(noon.timestamp())
+    assert [(r["bucket"], r["requests"]) for r in rows] == [(start, 2), (start + 60, 1)]
+    (until,) = await ledger.usage("key", since=noon, until=noon + timedelta(seconds=60))
+    assert until["requests"] == 2
     audit = AuditLog(engine)
     await audit.record(Principal("key_root", "root"), "key.create", "key_1", "127.0.0.1", {"name": "pg-team"})
     assert (await audit.recent(5))[0]["action"] == "key.create"

@@ -71,3 +71,44 @@ if (live) {
     .catch(() => {});
   setInterval(refresh, 2000);
 }
+
+// The usage page: the range form says how far local time is from UTC (a custom range is typed in
+// local time), and its charts are drawn by uPlot from the page's series (one line per key, group or
+// model; x in local time, y in tokens or requests per bucket).
+for (const tz of document.querySelectorAll("[data-tz]")) tz.value = String(new Date().getTimezoneOffset());
+
+const PALETTE = ["#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#bf3989", "#0a7ea4", "#6e7781", "#953800"];
+const compact = (v) => (v === null || v === undefined ? "–"
+  : Math.abs(v) >= 1e6 ? `${+(v / 1e6).toFixed(1)}M` : Math.abs(v) >= 1e3 ? `${+(v / 1e3).toFixed(1)}k` : String(v));
+
+function drawUsage(box, data) {
+  for (const el of box.querySelectorAll("[data-chart]")) {
+    const figure = el.dataset.chart;
+    const options = {
+      width: Math.max(el.clientWidth - 20, 320),  // inside the box's padding
+      height: 260,
+      scales: { x: { time: true } },
+      series: [{ label: "time" }, ...data.series.map((s, i) => ({
+        label: s.name, stroke: PALETTE[i % PALETTE.length], width: 2,
+        points: { show: data.buckets.length < 80 }, value: (u, v) => (v === null ? "–" : number(v)),
+      }))],
+      axes: [{}, { label: `${el.dataset.unit} per ${data.unit}`, size: 60, values: (u, ticks) => ticks.map(compact) }],
+    };
+    el.replaceChildren();
+    if (!data.series.length) {
+      el.textContent = "No requests in this range.";
+      el.classList.add("hint");
+      continue;
+    }
+    new uPlot(options, [data.buckets, ...data.series.map((s) => s[figure])], el);
+    el.dataset.drawn = data.series.map((s) => s.name).join(",");
+  }
+}
+
+const usageCharts = document.getElementById("usage-charts");
+if (usageCharts && typeof uPlot !== "undefined") {
+  fetch(usageCharts.dataset.seriesUrl, { credentials: "same-origin" })
+    .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+    .then((data) => drawUsage(usageCharts, data))
+    .catch((status) => { usageCharts.prepend(Object.assign(document.createElement("p"), { className: "error", textContent: `The chart could not be loaded (${status}).` })); });
+}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from gateway.storage.db import open_engine
@@ -58,3 +58,28 @@ async def test_a_row_reads_back_as_the_record_wrote_it(tmp_path: Path) -> None:
                            "acceptance_rate": 0.45, "mean_acceptance_length": 3.25}  # fmt: skip
     assert row["spec_candidates"][1]["exact"] is False  # kept for metrics_delta only
     assert row["arrived_at"] == "2026-11-30T12:00:01.250000+00:00"
+
+
+async def test_series_buckets_arrivals_in_the_database(tmp_path: Path) -> None:
+    """Bucketed by SQLite's ``strftime('%s')`` (the PostgreSQL twin: tests/storage/test_postgres_store.py)."""
+    engine = await open_engine(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+    ledger = UsageLedger(engine, flush_interval_s=60)
+    for request_id, second, key in (("a", 1, "team"), ("b", 59, "team"), ("c", 90, "ops"), ("d", 200, "ops")):
+        wrote = record(request_id)
+        wrote.key_name, wrote.prompt_tokens = key, 10
+        wrote.arrived_at = datetime(2026, 12, 1, 12, 0, tzinfo=UTC) + timedelta(seconds=second)
+        ledger.add(wrote)
+    await ledger.flush()
+    start = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    rows = await ledger.series("key", start, start + timedelta(seconds=180), 60)
+    noon = int(start.timestamp())
+    assert [(r["bucket"], r["key"], r["requests"], r["prompt_tokens"]) for r in rows] == [
+        (noon, "team", 2, 20), (noon + 60, "ops", 1, 10),
+    ]  # fmt: skip
+    (ops,) = [
+        r
+        for r in await ledger.usage("key", since=start, until=start + timedelta(seconds=180))
+        if r["key"] == "ops"
+    ]
+    assert ops["requests"] == 1  # the one at 200 s is after the end
+    await engine.dispose()
