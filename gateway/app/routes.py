@@ -47,6 +47,7 @@ from gateway.admin.key_fields import GroupCreate, GroupLimits
 from gateway.console import group_pages as console_groups
 from gateway.console import key_pages as console_keys
 from gateway.console import pages as console
+from gateway.console import request_pages as console_requests
 from gateway.console import usage_pages as console_usage
 from gateway.dialects.base import Dialect
 from gateway.dialects.messages import COUNT_TOKENS, MESSAGES, CountTokensRequest, MessagesRequest
@@ -200,6 +201,7 @@ def install(app: FastAPI) -> None:
         console_keys.install(app)
         console_groups.install(app)
         console_usage.install(app)
+        console_requests.install(app)
         console.install_fallback(app)
     for route in ROUTES:
         if route.path == LIVENESS:

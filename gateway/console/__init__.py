@@ -7,6 +7,7 @@ pages.
 - :mod:`~gateway.console.forms`: their forms' fields, read and refused field by field (pure);
 - :mod:`~gateway.console.sessions`: the sessions (pure);
 - :mod:`~gateway.console.live`: the overview's TTFT, decode and acceptance figures (pure);
+- :mod:`~gateway.console.request_pages`: the request log (filters, pages) and one request's figures;
 - :mod:`~gateway.console.usage_pages`: usage over time (drawn by the vendored uPlot) and its exports;
   :mod:`~gateway.console.series`: its windows, buckets and series (pure);
 - ``templates/`` (Jinja2, autoescaped) and ``static/`` (its CSS, its script and ``vendor/``: uPlot),

@@ -231,11 +231,7 @@ async def _live(request: Request) -> dict[str, Any]:
     return {"status": await reads.status(request), "figures": live.figures(rows), "phrases": phrases}
 
 
-# -- requests, batches, audit
-
-
-async def requests_page(request: Request, session: Session) -> Response:
-    return render(request, "requests.html", rows=(await reads.requests(request, limit=100))["data"])
+# -- batches, audit
 
 
 async def batches_page(request: Request, session: Session) -> Response:
@@ -260,7 +256,6 @@ def install(app: Any) -> None:
         ("/console/logout", page(logout), post),
         ("/console", page(overview), get),
         ("/console/live.json", page(live_json), get),
-        ("/console/requests", page(requests_page), get),
         ("/console/batches", page(batches_page), get),
         ("/console/audit", page(audit), get),
     ):

@@ -44,6 +44,7 @@ from gateway.proxy.prompt_size import estimate, prompt_size
 from gateway.proxy.sessions import session_of
 from gateway.storage.response_owners import Owner
 from gateway.telemetry.recorder import RequestRecorder
+from gateway.telemetry.tracing import client_trace_id
 
 
 class Exchange:
@@ -113,6 +114,7 @@ class Exchange:
         self._headers = {"x-request-id": request_id}
         tracing = pipeline.tracing
         self._span = tracing.start(dialect.api, headers, self._headers) if tracing is not None else None
+        self.recorder.traced(self._span.trace_id if self._span is not None else client_trace_id(headers))
         self.placement = Placement(pipeline, principal, dialect.upstream_path, self._headers, self.recorder)
         self._telemetry = telemetry
         self._asked = asked

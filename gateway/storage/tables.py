@@ -136,6 +136,7 @@ class UsageRow(Base):
     cache_source: Mapped[str | None] = mapped_column(String(16), nullable=True)
     session: Mapped[str | None] = mapped_column(String(16), nullable=True)
     batch_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    trace_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class ResponseOwnerRow(Base):

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, String, cast, extract, func, insert, select
+from sqlalchemy import BigInteger, String, and_, cast, extract, func, insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ColumnElement
 
@@ -44,6 +45,62 @@ def _row(record: RequestTelemetry) -> dict[str, Any]:
     row["spec"] = record.spec.as_dict() if record.spec else None
     row["spec_candidates"] = [stats.as_dict() for stats in record.spec_candidates]
     return row
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFilter:
+    """Which rows a request log shows; every condition given holds: ``key`` and ``group`` (names;
+    ``group=""``: keys in none), ``route``, ``status`` (a code, or a class ``2xx`` | ``4xx`` | ``5xx``),
+    ``end_reason``, arrival in [``since``, ``until``), and ``search``: text the request id, the
+    client's ``x-request-id`` or the trace id contains."""
+
+    key: str | None = None
+    group: str | None = None
+    route: str | None = None
+    status: str | None = None
+    end_reason: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    search: str | None = None
+
+    def conditions(self) -> list[ColumnElement[bool]]:
+        """The WHERE conditions; ``ValueError`` for a status that is neither a code nor a class."""
+        out: list[ColumnElement[bool]] = []
+        if self.key:
+            out.append(UsageRow.key_name == self.key)
+        if self.group is not None:
+            out.append(UsageRow.group_name == self.group if self.group else UsageRow.group_name.is_(None))
+        if self.route:
+            out.append(UsageRow.route == self.route)
+        if self.status:
+            out.append(_status(self.status))
+        if self.end_reason:
+            out.append(UsageRow.end_reason == self.end_reason)
+        if self.since is not None:
+            out.append(UsageRow.arrived_at >= self.since.astimezone(UTC))
+        if self.until is not None:
+            out.append(UsageRow.arrived_at < self.until.astimezone(UTC))
+        if self.search:
+            text = self.search.strip()
+            columns = (UsageRow.request_id, UsageRow.client_request_id, UsageRow.trace_id)
+            out.append(or_(*(column.contains(text, autoescape=True) for column in columns)))
+        return out
+
+
+def _status(text: str) -> ColumnElement[bool]:
+    if len(text) == 3 and text[0] in "12345" and text[1:].lower() == "xx":
+        low = int(text[0]) * 100
+        return and_(UsageRow.status >= low, UsageRow.status < low + 100)
+    if text.isdigit() and len(text) == 3:
+        return UsageRow.status == int(text)
+    raise ValueError(f"status must be a code such as 429 or a class such as 5xx; got {text!r}")
+
+
+def _view(row: Any) -> dict[str, Any]:
+    item = {name: row[name] for name in ("id", *_COLUMNS)}
+    arrived = utc(row["arrived_at"])
+    item["arrived_at"] = arrived.isoformat() if arrived else None
+    return item
 
 
 class UsageLedger:
@@ -129,20 +186,33 @@ class UsageLedger:
             if self._pending:
                 log.error("usage ledger: %d row(s) could not be written at shutdown", len(self._pending))
 
-    async def recent(self, limit: int, key_id: str | None = None) -> list[dict[str, Any]]:
-        """The newest ``limit`` rows (newest first), as dicts."""
-        query = select(UsageRow).order_by(UsageRow.id.desc()).limit(limit)
-        if key_id is not None:
-            query = query.where(UsageRow.key_id == key_id)
+    async def recent(
+        self, limit: int, where: RequestFilter | None = None, offset: int = 0
+    ) -> list[dict[str, Any]]:
+        """The rows ``where`` selects, latest arrival first, ``offset`` of them skipped, at most
+        ``limit``: dicts of every column, ``id`` included, ``arrived_at`` ISO 8601 UTC."""
+        query = (
+            select(UsageRow)
+            .where(*(where or RequestFilter()).conditions())
+            .order_by(UsageRow.arrived_at.desc(), UsageRow.id.desc())
+            .offset(offset)
+            .limit(limit)
+        )
         async with self._engine.connect() as conn:
-            rows = (await conn.execute(query)).mappings().all()
-        out = []
-        for row in rows:
-            item = {name: row[name] for name in _COLUMNS}
-            arrived = utc(row["arrived_at"])
-            item["arrived_at"] = arrived.isoformat() if arrived else None
-            out.append(item)
-        return out
+            return [_view(row) for row in (await conn.execute(query)).mappings().all()]
+
+    async def one(self, row_id: int) -> dict[str, Any] | None:
+        """The row ``row_id`` (as :meth:`recent` gives it), None if there is none."""
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(select(UsageRow).where(UsageRow.id == row_id))).mappings().first()
+        return _view(row) if row is not None else None
+
+    async def routes(self) -> list[str]:
+        """Every route the ledger has rows of, sorted (a request log's choices)."""
+        async with self._engine.connect() as conn:
+            return list(
+                (await conn.execute(select(UsageRow.route).distinct().order_by(UsageRow.route))).scalars()
+            )
 
     async def spent(self, holder: str, since: datetime) -> tuple[int, int, int, int]:
         """What ``holder`` (``key:<id>`` or ``group:<id>``) used since ``since``: prompt, cached,

@@ -100,6 +100,9 @@ class RequestTelemetry:
     client_request_id: str | None = None
     #: The batch it is a line of (:mod:`gateway.batch.runner`), None for a request a client sent.
     batch_id: str | None = None
+    #: Its W3C trace id (32 hex digits): its span's when tracing is on, else the one the client's
+    #: ``traceparent`` named; None: neither (:mod:`gateway.telemetry.tracing`).
+    trace_id: str | None = None
 
     def client_view(self) -> dict[str, Any]:
         """The ``telemetry`` object a client gets: exactly :data:`CLIENT_FIELDS` plus ``spec``."""

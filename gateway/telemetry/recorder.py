@@ -121,6 +121,10 @@ class RequestRecorder:
         queue: before it the request was counted, read, sized and its tokens reserved."""
         return self._t_admit - self._t_arrival if self._t_admit is not None else None
 
+    def traced(self, trace_id: str | None) -> None:
+        """The request's W3C trace id (:attr:`RequestTelemetry.trace_id`)."""
+        self.record.trace_id = trace_id
+
     def classified(self, request_class: str | None, model: str, stream: bool) -> None:
         """What the request is: its class in the queue (``interactive`` | ``batch``; None: not known),
         its model label (a bounded one: the served model or ``unknown``), whether it streams."""

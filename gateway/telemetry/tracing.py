@@ -34,7 +34,15 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer, set_span_in_context
+from opentelemetry.trace import (
+    Span,
+    SpanKind,
+    Status,
+    StatusCode,
+    Tracer,
+    get_current_span,
+    set_span_in_context,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.telemetry.record import RequestTelemetry
@@ -53,6 +61,20 @@ class RequestSpan:
 
     span: Span
     start_ns: int
+
+    @property
+    def trace_id(self) -> str:
+        """Its trace's id, 32 hex digits (the client's, when it sent a ``traceparent``)."""
+        return format(self.span.get_span_context().trace_id, "032x")
+
+
+def client_trace_id(headers: Mapping[str, str]) -> str | None:
+    """The trace id of the client's W3C ``traceparent`` (32 hex digits), None without a valid one."""
+    if "traceparent" not in headers:
+        return None
+    parent = _PROPAGATOR.extract({"traceparent": headers["traceparent"]})
+    context = get_current_span(parent).get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else None
 
 
 class Tracing:

@@ -162,7 +162,7 @@ def test_every_route_but_the_public_ones_is_a_401_without_credentials(stack) -> 
             assert_openai_error(response, 401, "invalid_api_key")
         checked += 1
     assert checked == len(ROUTES) - len({r.path for r in ROUTES} & PUBLIC_ROUTES)
-    assert consoled == 24  # every console page but its sign-in (the fallback page included)
+    assert consoled == 25  # every console page but its sign-in (the fallback page included)
 
 
 def test_inference_routes_go_through_the_middleware(stack, make_key) -> None:
