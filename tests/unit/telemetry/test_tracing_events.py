@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from gateway.telemetry.record import RequestTelemetry
-from gateway.telemetry.tracing import Tracing
+from gateway.telemetry.tracing import Tracing, client_trace_id
 
 NS = 1_000_000_000
 
@@ -70,3 +70,14 @@ def test_a_request_refused_before_admission_has_no_events_and_a_5xx_is_an_error(
     assert len(refused.events) == 0 and len(failed.events) == 0
     assert refused.status.status_code is StatusCode.UNSET
     assert failed.status.status_code is StatusCode.ERROR and failed.status.description == "HTTP 502"
+
+
+def test_a_requests_trace_id_is_its_spans_or_the_clients() -> None:
+    """What the ledger keeps as ``trace_id``: the span's (the client's trace continued) when tracing is
+    on, else the trace id of a valid ``traceparent``, else none."""
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    parent = {"traceparent": f"00-{trace}-00f067aa0ba902b7-01"}
+    assert Tracing(TracerProvider()).start("chat", parent, {}).trace_id == trace
+    assert client_trace_id(parent) == trace
+    assert client_trace_id({"traceparent": "00-" + "0" * 32 + "-00f067aa0ba902b7-01"}) is None  # invalid
+    assert client_trace_id({"traceparent": "nonsense"}) is None and client_trace_id({}) is None
