@@ -5,12 +5,12 @@ database — is made here, with its row in the audit trail, so both leave the sa
 action        detail (never a secret; new and rotated keys by prefix)     target
 ============  ==========================================================  =========================
 key.create    name, prefix and the options set (expires_at ISO 8601 …)   the new key's id
-key.update    the fields changed, null ones included                      the key's id
-key.rotate    grace_s, the new prefix                                     the key's id
-key.revoke    — (no row when the key was revoked already)                 the key's id
+key.update    name; changes: {field: {from, to}}, null ones included      the key's id
+key.rotate    name, grace_s, the new prefix                               the key's id
+key.revoke    name (no row when the key was revoked already)              the key's id
 key.delete    name                                                        the key's id
 group.create  name and the fields set                                     the new group's id
-group.update  the fields changed, null ones included                      the group's id
+group.update  name; changes: {field: {from, to}}, null ones included      the group's id
 group.delete  name                                                        the group's id
 ============  ==========================================================  =========================
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gateway.admin.key_fields import GroupCreate, GroupLimits, KeyCreate, KeyLimits
@@ -42,6 +42,18 @@ class Actor:
 
 def _loggable(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in fields.items()}
+
+
+def _changes(
+    before: Mapping[str, Any], after: Mapping[str, Any], fields: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``{field: {"from": before, "to": after}}`` for each of ``fields`` whose value changed, as the
+    record's listing shows it (a quota period's default, a group by name)."""
+    return {
+        name: {"from": before.get(name), "to": after.get(name)}
+        for name in fields
+        if before.get(name) != after.get(name)
+    }
 
 
 class KeyAdmin:
@@ -66,16 +78,23 @@ class KeyAdmin:
         return record, secret
 
     async def update(self, actor: Actor, ref: str, body: KeyLimits) -> KeyRecord:
-        """The key (id or name) with the fields ``body`` sets changed."""
+        """The key (id or name) with the fields ``body`` sets changed; the trail says each one's value
+        before and after, as the key's listing shows them."""
         changes = body.changes()
+        before = (await self._store.get(ref)).public(datetime.now(UTC))
         record = await self._store.update(ref, changes)
-        await self._record(actor, "key.update", record.id, **_loggable(changes))
+        after = record.public(datetime.now(UTC))
+        await self._record(
+            actor, "key.update", record.id, name=record.name, changes=_changes(before, after, changes)
+        )
         return record
 
     async def rotate(self, actor: Actor, ref: str, grace_s: float) -> tuple[KeyRecord, str]:
         """A new secret for the key; the old one keeps working ``grace_s`` seconds."""
         record, secret = await self._store.rotate(ref, timedelta(seconds=grace_s))
-        await self._record(actor, "key.rotate", record.id, grace_s=grace_s, prefix=record.prefix)
+        await self._record(
+            actor, "key.rotate", record.id, name=record.name, grace_s=grace_s, prefix=record.prefix
+        )
         return record, secret
 
     async def revoke(self, actor: Actor, ref: str) -> tuple[KeyRecord, bool]:
@@ -83,7 +102,7 @@ class KeyAdmin:
         is (its ``revoked_at`` kept), with no second audit row."""
         record, revoked = await self._store.revoke(ref)
         if revoked:
-            await self._record(actor, "key.revoke", record.id)
+            await self._record(actor, "key.revoke", record.id, name=record.name)
         return record, revoked
 
     async def delete(self, actor: Actor, ref: str) -> KeyRecord:
@@ -103,8 +122,10 @@ class KeyAdmin:
     async def update_group(self, actor: Actor, ref: str, body: GroupLimits) -> GroupRecord:
         """The group (id or name) with the fields ``body`` sets changed."""
         changes = body.changes()
+        before = (await self._groups.get(ref)).public()
         record = await self._groups.update(ref, changes)
-        await self._record(actor, "group.update", record.id, **changes)
+        diff = _changes(before, record.public(), changes)
+        await self._record(actor, "group.update", record.id, name=record.name, changes=diff)
         return record
 
     async def delete_group(self, actor: Actor, ref: str) -> GroupRecord:

@@ -51,7 +51,8 @@ class AuditLog:
             )
 
     async def recent(self, limit: int) -> list[dict[str, Any]]:
-        """The newest ``limit`` actions, newest first."""
+        """The newest ``limit`` actions, newest first; ``target_name``: the name the action's detail
+        gives its target (a key's, a group's), if any."""
         async with self._engine.connect() as conn:
             rows = (
                 (await conn.execute(select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)))
@@ -71,6 +72,7 @@ class AuditLog:
                     "actor_kind": who.get("actor_kind"),
                     "action": row["action"],
                     "target": row["target"],
+                    "target_name": who.get("name") if isinstance(who.get("name"), str) else None,
                     "client": row["client"],
                     "detail": detail,
                 }

@@ -37,7 +37,10 @@ def test_aliases_from_the_local_cli_and_the_admin_api_route_requests(
     assert json.loads(remote.stdout)["aliases"] == {"other": MODEL}  # the map is replaced
     audit = httpx.get(gateway.url + "/admin/audit", headers={"Authorization": f"Bearer {admin}"}).json()
     updates = [row for row in audit["data"] if row["action"] == "key.update"]
-    assert updates and updates[0]["detail"]["aliases"] == {"other": MODEL}
+    assert updates and updates[0]["detail"]["changes"]["aliases"] == {
+        "from": {"team-model": MODEL, "x": "y"},
+        "to": {"other": MODEL},
+    }
     assert [m.id for m in _client(gateway, secret).models.list()] == [MODEL, "other"]
 
     cleared = cli("keys", "update", "team", "--no-aliases")

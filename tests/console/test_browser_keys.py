@@ -90,6 +90,18 @@ def test_a_key_shows_its_use_keeps_a_refused_edit_and_asks_before_revoke_and_del
     expect(page.locator("tr[data-key=agent]")).to_have_count(0)
     assert api.get("/admin/keys/agent").status_code == 404
 
+    page.goto(gateway.url + "/console/audit")
+    update = page.locator("tr[data-action='key.update']")
+    expect(update.locator("td").nth(3)).to_contain_text("agent")  # by name, not only its id
+    changes = update.locator("td.changes")
+    expect(changes).to_contain_text("rpm: – → 120")
+    expect(changes).to_contain_text("default_thinking: – → low")
+    expect(changes).to_contain_text("group: – → team")
+    expect(changes).to_contain_text(re.compile(r"expires_at: \d{4}-\d\d-\d\dT[^ ]+ → –"))
+    expect(changes).not_to_contain_text("quota")  # what was not changed is not listed
+    expect(page.locator("tr[data-action='key.revoke'] td").nth(3)).to_contain_text("agent")
+    page.screenshot(path=ARTIFACTS / "audit.png", full_page=True)
+
 
 def test_a_group_is_made_with_a_refused_value_kept_and_deleted_after_a_confirmation(
     start_sim, start_gateway, signed_in_page
