@@ -223,6 +223,8 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
                 await backend.counts.upstream.aclose()
             for admission in shared:
                 await admission.aclose()
+            if settings.console:
+                await app.state.console_sessions.aclose()
             await engine.dispose()
 
     # /docs and /redoc load Swagger UI and ReDoc from the gateway itself (fastapi-offline ships them),

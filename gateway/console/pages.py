@@ -36,7 +36,7 @@ from gateway.admission.capacity import Reason
 from gateway.auth import Principal
 from gateway.auth.tokens import expires_at
 from gateway.console import live
-from gateway.console.sessions import Session, Sessions
+from gateway.console.sessions import Session, Sessions, session_store
 from gateway.errors import GatewayError
 from gateway.http.auth import ADMIN_SCOPE, authenticate
 
@@ -76,7 +76,7 @@ def render(
 ) -> Response:
     """Template ``name`` with ``context`` (and the session's CSRF token when signed in), HTTP ``code``,
     the :data:`SECURITY_HEADERS` and ``headers`` (a refusal's ``Retry-After``)."""
-    session = sessions(request).get(request.cookies.get(COOKIE))
+    session: Session | None = getattr(request.state, "session", None)  # set by :func:`page`
     context.setdefault("csrf", session.csrf if session else "")
     context.setdefault("admin", session.principal.name if session else None)
     return TEMPLATES.TemplateResponse(
@@ -90,10 +90,11 @@ def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
 
     async def guarded(request: Request) -> Response:
         token = request.cookies.get(COOKIE)
-        session = sessions(request).get(token)
+        session = await sessions(request).get(token)
         if session is None or not await still_admin(request, session):
-            sessions(request).close(token)
+            await sessions(request).close(token)
             return RedirectResponse("/console/login", status_code=303)
+        request.state.session = session
         if request.method == "POST":
             form = await read_form(request)
             if not session.allows(form.get("csrf")):
@@ -174,9 +175,11 @@ async def login(request: Request) -> Response:
     if ADMIN_SCOPE not in principal.scopes:
         return sign_in_page(request, 403, "This key is not an admin key.")
     settings = request.app.state.settings
-    sessions(request).close(request.cookies.get(COOKIE))  # a new sign-in ends the browser's old session
+    await sessions(request).close(request.cookies.get(COOKIE))  # a new sign-in ends the browser's old session
     response = RedirectResponse("/console", status_code=303)
-    session = sessions(request).open(principal, token, await credential_expiry(request, principal, token))
+    session = await sessions(request).open(
+        principal, token, await credential_expiry(request, principal, token)
+    )
     _set_cookie(request, response, COOKIE, session, int(settings.console_session_ttl_s))
     response.delete_cookie(LOGIN_COOKIE, path="/console")
     return response
@@ -207,7 +210,7 @@ async def credential_expiry(request: Request, principal: Principal, token: str) 
 
 
 async def logout(request: Request, session: Session) -> Response:
-    sessions(request).close(request.cookies.get(COOKIE))
+    await sessions(request).close(request.cookies.get(COOKIE))
     response = RedirectResponse("/console/login", status_code=303)
     response.delete_cookie(COOKIE, path="/console")
     return response
@@ -248,7 +251,7 @@ async def audit(request: Request, session: Session) -> Response:
 def install(app: Any) -> None:
     """The console's routes under ``/console`` and its static files; only sign-in and the static
     files are public (:data:`PUBLIC`), every other page checks its session itself (:func:`page`)."""
-    app.state.console_sessions = Sessions(app.state.settings.console_session_ttl_s)
+    app.state.console_sessions = session_store(app.state.settings)
     get, post = ["GET"], ["POST"]
     for path, endpoint, methods in (
         ("/console/login", login_form, get),

@@ -1,24 +1,24 @@
-"""The console's pure parts: sessions (expiry, bound, CSRF), the live figures, the SVG chart."""
+"""The console without I/O: sessions in memory (expiry, bound, CSRF, pending sign-ins), live figures."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from gateway.auth.principal import Principal
 from gateway.console import live
-from gateway.console.sessions import Sessions
+from gateway.console.sessions import MemorySessions
 
 ADMIN = Principal(key_id="key_1", name="root", scopes=frozenset({"admin"}))
 
 
-def test_a_session_is_found_by_its_token_until_it_expires() -> None:
-    sessions = Sessions(ttl_s=0.05)
-    token = sessions.open(ADMIN, "dsk-secret")
-    session = sessions.get(token)
+async def test_a_session_is_found_by_its_token_until_it_expires() -> None:
+    sessions = MemorySessions(ttl_s=0.05)
+    token = await sessions.open(ADMIN, "dsk-secret")
+    session = await sessions.get(token)
     assert session is not None and session.principal is ADMIN
     assert session.credential == hashlib.sha256(b"dsk-secret").hexdigest()  # as the key store holds it
     assert (
@@ -26,17 +26,26 @@ def test_a_session_is_found_by_its_token_until_it_expires() -> None:
         and not session.allows("x" * len(session.csrf))
         and not session.allows(None)
     )
-    assert sessions.get("not-" + token) is None and sessions.get(None) is None
-    time.sleep(0.06)
-    assert sessions.get(token) is None
+    assert await sessions.get("not-" + token) is None and await sessions.get(None) is None
+    await asyncio.sleep(0.06)
+    assert await sessions.get(token) is None
 
 
-def test_sessions_are_bounded_and_sign_out_forgets() -> None:
-    sessions = Sessions(ttl_s=60, limit=2)
-    first, second, third = (sessions.open(ADMIN, "dsk-secret") for _ in range(3))
-    assert sessions.get(first) is None and sessions.get(second) and sessions.get(third)
-    sessions.close(third)
-    assert sessions.get(third) is None
+async def test_sessions_are_bounded_and_sign_out_forgets() -> None:
+    sessions = MemorySessions(ttl_s=60, limit=2)
+    first, second, third = [await sessions.open(ADMIN, "dsk-secret") for _ in range(3)]
+    assert await sessions.get(first) is None and await sessions.get(second) and await sessions.get(third)
+    await sessions.close(third)
+    assert await sessions.get(third) is None
+
+
+async def test_a_pending_sign_in_is_taken_once_and_only_before_it_expires() -> None:
+    sessions = MemorySessions(ttl_s=60)
+    await sessions.hold("t1", {"state": "s"}, ttl_s=60)
+    await sessions.hold("t2", {"state": "s"}, ttl_s=0.01)
+    assert await sessions.take("t1") == {"state": "s"} and await sessions.take("t1") is None
+    await asyncio.sleep(0.02)
+    assert await sessions.take("t2") is None and await sessions.take(None) is None
 
 
 def test_live_figures_over_the_window() -> None:
