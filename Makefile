@@ -23,9 +23,10 @@ demo: install
 # Prometheus and Caddy (Debian packages) for the compatibility tests, PostgreSQL and Redis (binaries
 # for the throwaway servers of tests/support/services.py), Chromium for the console's browser tests
 # (Playwright drives it: no browser download); a CPU build of vLLM in .venv-vllm;
-# the coding agents (npm: Claude Code, Codex CLI) in .npm-agents.
+# the coding agents (npm: Claude Code, Codex CLI) and an OpenID Connect provider in .npm-agents.
 AGENTS := .npm-agents/node_modules/.bin
-test-deps: install $(AGENTS)/claude
+OIDC_PROVIDER := .npm-agents/node_modules/oidc-provider/package.json
+test-deps: install $(AGENTS)/claude $(OIDC_PROVIDER)
 	command -v prometheus >/dev/null && command -v caddy >/dev/null || { \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus caddy >/dev/null; }
@@ -42,6 +43,10 @@ $(AGENTS)/claude:
 	mkdir -p .npm-agents
 	npm install --prefix .npm-agents --no-audit --no-fund --silent \
 	  @anthropic-ai/claude-code@2.1.328 @openai/codex@0.169.0
+
+# a real OpenID Connect provider (panva's oidc-provider, certified) for the console's sign-in tests
+$(OIDC_PROVIDER): $(AGENTS)/claude
+	npm install --prefix .npm-agents --no-audit --no-fund --silent oidc-provider@9.13.3
 
 lint: install
 	$(BIN)/ruff check $(PACKAGES) tests bench scripts

@@ -457,6 +457,33 @@ class Settings(BaseSettings):
         "redis://host:port/db (shared by the replicas in front of one backend)",
     )
     console: bool = Field(default=True, description="Serve the admin console under /console")
+    oidc_issuer: str | None = Field(
+        default=None,
+        description="The identity provider admins sign in to the console with (OpenID Connect, "
+        "authorization code + PKCE): its issuer URL; none: admin keys and JWTs only",
+    )
+    oidc_client_id: str | None = Field(default=None, description="The console's client id at the provider")
+    oidc_client_secret: str | None = Field(
+        default=None, description="Its client secret; none: a public client (PKCE alone)"
+    )
+    oidc_scopes: str = Field(default="openid email profile", description="The scopes asked for")
+    oidc_admin_claim: str = Field(
+        default="groups", description="The ID token claim (a string or a list) that makes an admin"
+    )
+    oidc_admin_values: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(), description="Values of that claim that make an admin, comma-separated"
+    )
+    oidc_name_claim: str = Field(
+        default="email", description="The claim that names the admin in the audit trail (else sub)"
+    )
+    oidc_redirect_url: str | None = Field(
+        default=None,
+        description="The callback URL registered at the provider; none: this gateway's own address + "
+        "/console/oidc/callback, as the browser reached it",
+    )
+    oidc_label: str = Field(
+        default="single sign-on", description="What the sign-in button calls the provider"
+    )
     console_session_ttl_s: float = Field(
         default=8 * 3600.0, gt=0, description="A console sign-in lasts this long, s"
     )
@@ -536,12 +563,20 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _oidc_complete(self) -> Settings:
+        if self.oidc_issuer and not (self.oidc_client_id and self.oidc_admin_values):
+            raise ValueError("oidc_issuer needs oidc_client_id and oidc_admin_values (who is an admin)")
+        return self
+
+    @model_validator(mode="after")
     def _distinct_markers(self) -> Settings:
         if self.reasoning_start == self.reasoning_end:
             raise ValueError("reasoning_start and reasoning_end must differ")
         return self
 
-    @field_validator("jwt_idp_algorithms", "model_aliases", "extra_body_fields", mode="before")
+    @field_validator(
+        "jwt_idp_algorithms", "model_aliases", "extra_body_fields", "oidc_admin_values", mode="before"
+    )
     @classmethod
     def _split_list(cls, value: object) -> object:
         return comma_list(value)

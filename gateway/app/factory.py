@@ -225,6 +225,8 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
                 await admission.aclose()
             if settings.console:
                 await app.state.console_sessions.aclose()
+                if app.state.oidc is not None:
+                    await app.state.oidc.aclose()
             await engine.dispose()
 
     # /docs and /redoc load Swagger UI and ReDoc from the gateway itself (fastapi-offline ships them),

@@ -46,6 +46,7 @@ from gateway.admin import groups, keys, reads
 from gateway.admin.key_fields import GroupCreate, GroupLimits
 from gateway.console import group_pages as console_groups
 from gateway.console import key_pages as console_keys
+from gateway.console import oidc_pages as console_oidc
 from gateway.console import pages as console
 from gateway.console import request_pages as console_requests
 from gateway.console import usage_pages as console_usage
@@ -70,6 +71,7 @@ LIVENESS = "/health"
 PUBLIC_ROUTES = (
     frozenset({"/health", "/ready", "/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
     | console.PUBLIC
+    | console_oidc.PUBLIC
 )
 
 
@@ -202,6 +204,7 @@ def install(app: FastAPI) -> None:
         console_groups.install(app)
         console_usage.install(app)
         console_requests.install(app)
+        console_oidc.install(app)
         console.install_fallback(app)
     for route in ROUTES:
         if route.path == LIVENESS:

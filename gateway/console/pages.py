@@ -21,7 +21,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qs
 
 from jinja2 import Environment, FileSystemLoader
@@ -150,8 +150,10 @@ def sign_in_page(
     """The sign-in form saying ``message`` (why the last attempt failed), HTTP ``code``, with a fresh
     sign-in CSRF token in the form and in :data:`LOGIN_COOKIE` (:func:`login`)."""
     token = secrets.token_urlsafe(32)
-    response = render(request, "login.html", code, headers, message=message, login_csrf=token)
-    _set_cookie(request, response, LOGIN_COOKIE, token, LOGIN_TTL_S)
+    settings = request.app.state.settings
+    sso = settings.oidc_label if settings.oidc_issuer else None
+    response = render(request, "login.html", code, headers, message=message, login_csrf=token, sso=sso)
+    set_cookie(request, response, LOGIN_COOKIE, token, LOGIN_TTL_S)
     return response
 
 
@@ -180,13 +182,21 @@ async def login(request: Request) -> Response:
     session = await sessions(request).open(
         principal, token, await credential_expiry(request, principal, token)
     )
-    _set_cookie(request, response, COOKIE, session, int(settings.console_session_ttl_s))
+    set_cookie(request, response, COOKIE, session, int(settings.console_session_ttl_s))
     response.delete_cookie(LOGIN_COOKIE, path="/console")
     return response
 
 
-def _set_cookie(request: Request, response: Response, name: str, value: str, max_age: int) -> None:
-    """A console cookie: ``HttpOnly``, ``SameSite=Strict``, ``Path=/console``, ``Secure`` behind TLS."""
+def set_cookie(
+    request: Request,
+    response: Response,
+    name: str,
+    value: str,
+    max_age: int,
+    samesite: Literal["strict", "lax"] = "strict",
+) -> None:
+    """A console cookie: ``HttpOnly``, ``SameSite=Strict`` (``Lax`` where another site's navigation
+    must bring it: :mod:`gateway.console.oidc_pages`), ``Path=/console``, ``Secure`` behind TLS."""
     response.set_cookie(
         name,
         value,
@@ -194,7 +204,7 @@ def _set_cookie(request: Request, response: Response, name: str, value: str, max
         path="/console",
         secure=request.url.scheme == "https",
         httponly=True,
-        samesite="strict",
+        samesite=samesite,
     )
 
 

@@ -1,0 +1,111 @@
+"""Signing in to the console with the organisation's identity provider (``GATEWAY_OIDC_*``): the sign-in
+page's button leads to ``/console/oidc/start``, which keeps the sign-in's state, nonce and PKCE
+verifier in the session store (:meth:`~gateway.console.sessions.Sessions.hold`: shared by replicas
+that share one, so the provider's answer may reach any of them) under a random token in a cookie, and
+sends the browser to the provider; ``/console/oidc/callback`` takes them back once, checks the answer
+(:class:`~gateway.auth.oidc.OidcClient`) and opens a session for an admin.
+
+The pending sign-in's cookie is ``SameSite=Lax``: the provider's answer is a navigation from another
+site, which a ``Strict`` cookie would not come with. For the same reason the callback answers a page
+that moves on to the console itself (``<meta http-equiv="refresh">``), rather than a redirect: the
+next request then comes from this site, with the session's ``Strict`` cookie.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from gateway.auth.oidc import OidcClient, OidcConfig, OidcError, Pending
+from gateway.config import Settings
+from gateway.console.pages import COOKIE, render, sessions, set_cookie, sign_in_page
+
+#: The pending sign-in's cookie, and how long a sign-in at the provider may take, s.
+PENDING_COOKIE = "dspark_console_oidc"
+PENDING_TTL_S = 600
+CALLBACK = "/console/oidc/callback"
+
+
+def client_for(settings: Settings) -> OidcClient | None:
+    """The provider's client ``settings`` configure, None without ``GATEWAY_OIDC_ISSUER``."""
+    if not settings.oidc_issuer or not settings.oidc_client_id:
+        return None
+    return OidcClient(
+        OidcConfig(
+            issuer=settings.oidc_issuer,
+            client_id=settings.oidc_client_id,
+            client_secret=settings.oidc_client_secret,
+            scopes=settings.oidc_scopes,
+            admin_claim=settings.oidc_admin_claim,
+            admin_values=settings.oidc_admin_values,
+            name_claim=settings.oidc_name_claim,
+        )
+    )
+
+
+def _client(request: Request) -> OidcClient:
+    client: OidcClient | None = request.app.state.oidc
+    if client is None:
+        raise OidcError("sign-in with an identity provider is not configured (GATEWAY_OIDC_ISSUER)")
+    return client
+
+
+async def start(request: Request) -> Response:
+    try:
+        client = _client(request)
+        redirect_uri = request.app.state.settings.oidc_redirect_url or str(request.url_for("oidc_callback"))
+        url, pending = await client.begin(redirect_uri)
+    except OidcError as error:
+        return sign_in_page(request, 503, error.message)
+    token = secrets.token_urlsafe(32)
+    await sessions(request).hold(token, pending.as_dict(), PENDING_TTL_S)
+    response = RedirectResponse(url, status_code=303)
+    set_cookie(request, response, PENDING_COOKIE, token, PENDING_TTL_S, samesite="lax")
+    return response
+
+
+async def callback(request: Request) -> Response:
+    params = request.query_params
+    kept = await sessions(request).take(request.cookies.get(PENDING_COOKIE))
+    if params.get("error"):
+        said = params.get("error_description") or params["error"]
+        return _refused(request, 403, f"The identity provider did not sign you in: {said}")
+    if kept is None:
+        return _refused(request, 400, "This sign-in has expired or was used already; sign in again.")
+    pending = Pending(**kept)
+    if not hmac.compare_digest(params.get("state", "").encode(), pending.state.encode()):
+        return _refused(
+            request, 400, "This sign-in's answer is not the one this browser asked for; sign in again."
+        )
+    try:
+        client = _client(request)
+        principal = client.principal(await client.finish(pending, params.get("code", "")))
+    except OidcError as error:
+        return _refused(request, 403, error.message)
+    await sessions(request).close(request.cookies.get(COOKIE))  # a new sign-in ends the browser's old one
+    token = await sessions(request).open(principal, "")
+    response = render(request, "signed_in.html", admin=principal.name, csrf="")
+    set_cookie(request, response, COOKIE, token, int(request.app.state.settings.console_session_ttl_s))
+    response.delete_cookie(PENDING_COOKIE, path="/console")
+    return response
+
+
+def _refused(request: Request, code: int, message: str) -> Response:
+    response = sign_in_page(request, code, message)
+    response.delete_cookie(PENDING_COOKIE, path="/console")
+    return response
+
+
+def install(app: Any) -> None:
+    """The sign-in's two public routes (:data:`PUBLIC`) and its client (``app.state.oidc``)."""
+    app.state.oidc = client_for(app.state.settings)
+    app.add_api_route("/console/oidc/start", start, methods=["GET"], include_in_schema=False)
+    app.add_api_route(CALLBACK, callback, methods=["GET"], include_in_schema=False, name="oidc_callback")
+
+
+#: The routes anyone may call: they are how one signs in.
+PUBLIC = frozenset({"/console/oidc/start", CALLBACK})
