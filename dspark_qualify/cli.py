@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from dspark_common.gateway_url import URL_ENV, GatewayUrl
 from dspark_qualify.urls import public_url
 from dspark_qualify.workloads import parse_workloads
 
@@ -32,10 +35,14 @@ if TYPE_CHECKING:
 
 __all__ = ["bench_command", "proof_command", "qualify_app"]
 
-BaseUrlOpt = Annotated[
+UrlOpt = Annotated[
     str,
     typer.Option(
-        "--base-url", envvar="OPENAI_BASE_URL", help="OpenAI-compatible base URL, e.g. http://HEAD:8080/v1"
+        "--url",
+        "--base-url",
+        envvar=[URL_ENV, "OPENAI_BASE_URL"],
+        show_envvar=True,
+        help="The gateway's address, http://HEAD:8080 (/v1 or not), or any OpenAI-compatible base URL",
     ),
 ]
 ApiKeyOpt = Annotated[
@@ -45,17 +52,43 @@ ApiKeyOpt = Annotated[
 ModelOpt = Annotated[
     str | None, typer.Option("--model", help="Model id (default: the first one /models lists)")
 ]
-JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the report as JSON to this file")]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print the report as JSON on stdout (the tables go to stderr)")
+]
+ReportOpt = Annotated[Path | None, typer.Option("--report", help="Write the report as JSON to this file too")]
 TimeoutOpt = Annotated[
     float, typer.Option("--timeout", help="Per-request timeout, s (a 1M prefill takes ~18 min)")
 ]
 LOAD_DEFAULT_PROMPTS = 100
 
 
-def _write_json(path: Path | None, report: dict[str, Any], console: Console) -> None:
-    if path is not None:
-        path.write_text(json.dumps(report, indent=2) + "\n")
-        console.print(f"report written to {path}")
+@dataclass(frozen=True, slots=True)
+class Output:
+    """Where a command's report goes: ``console`` for people (stderr when stdout carries the JSON),
+    the JSON on stdout with ``--json``, and into the ``--report`` file."""
+
+    console: Console
+    json_out: bool
+    report_path: Path | None
+
+    @classmethod
+    def of(cls, json_out: bool, report_path: Path | None) -> Output:
+        return cls(Console(stderr=json_out), json_out, report_path)
+
+    def address(self, url: str) -> str:
+        """The OpenAI base URL of ``--url`` (:class:`GatewayUrl`), saying so when it added ``/v1``."""
+        address = GatewayUrl.parse(url)
+        if note := address.api_note():
+            self.console.print(escape(note))
+        return address.api
+
+    def write(self, report: dict[str, Any]) -> None:
+        text = json.dumps(report, indent=2)
+        if self.report_path is not None:
+            self.report_path.write_text(text + "\n")
+            self.console.print(f"report written to {self.report_path}")
+        if self.json_out:
+            typer.echo(text)
 
 
 def _probe(base_url: str, api_key: str, timeout: float, console: Console) -> Target:
@@ -82,13 +115,45 @@ def _client(base_url: str, api_key: str, timeout: float, connections: int | None
     return AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0, http_client=http)
 
 
-def _progress(console: Console) -> Progress:
+def _progress(console: Console) -> Progress | LineProgress:
+    """A progress bar on a terminal; elsewhere (a file, a pipe, CI) a line per step."""
+    if not console.is_terminal:
+        return LineProgress(console)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     return Progress(*columns, console=console)
 
 
+class LineProgress:
+    """What a progress bar shows, as one line per step (``counting run 2: 3/12, 41.5 s``), for output
+    that is not a terminal: a bar there is drawn only once it is done."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._tasks: dict[TaskID, list[Any]] = {}
+        self._started = time.monotonic()
+
+    def __enter__(self) -> LineProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, description: str, total: float | None = None, visible: bool = True) -> TaskID:
+        task = TaskID(len(self._tasks))
+        self._tasks[task] = [description, total, 0]
+        return task
+
+    def update(self, task: TaskID, advance: float = 1, description: str | None = None) -> None:
+        kept = self._tasks[task]
+        kept[0] = description or kept[0]
+        kept[2] += advance
+        total = "?" if kept[1] is None else f"{kept[1]:g}"
+        elapsed = time.monotonic() - self._started
+        self.console.print(f"{kept[0]}: {kept[2]:g}/{total}, {elapsed:.1f} s", highlight=False, markup=False)
+
+
 def bench_command(
-    base_url: BaseUrlOpt,
+    base_url: UrlOpt,
     api_key: ApiKeyOpt = "EMPTY",
     model: ModelOpt = None,
     workloads: Annotated[
@@ -125,7 +190,8 @@ def bench_command(
     temperature: Annotated[
         float | None, typer.Option("--temperature", help="Send temperature (default: server's choice)")
     ] = None,
-    json_out: JsonOpt = None,
+    json_out: JsonOpt = False,
+    report_path: ReportOpt = None,
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Load mode: draw TTFT/TPOT/ITL/E2EL distributions (PNG)")
     ] = None,
@@ -138,7 +204,9 @@ def bench_command(
     Exit code 1 when no model can be found or every measured run failed."""
     from dspark_qualify.bench import BenchConfig
 
-    console = Console()
+    output = Output.of(json_out, report_path)
+    console = output.console
+    base_url = output.address(base_url)
     try:
         chosen = parse_workloads(workloads)
     except ValueError as exc:
@@ -157,9 +225,9 @@ def bench_command(
         extra["temperature"] = temperature
     config = BenchConfig(base_url, model, chosen, repetitions or 3, warmup, max_tokens, extra or None, target)
     if load is None:
-        _bench_sequential(config, api_key, timeout, console, json_out)
+        _bench_sequential(config, api_key, timeout, output)
     else:
-        _bench_load(config, load, api_key, timeout, console, json_out, plot)
+        _bench_load(config, load, api_key, timeout, output, plot)
 
 
 def _load_config(
@@ -203,12 +271,11 @@ def _title(what: str, config: BenchConfig) -> str:
     return f"{what}: {config.model}{on}"
 
 
-def _bench_sequential(
-    config: BenchConfig, api_key: str, timeout: float, console: Console, json_out: Path | None
-) -> None:
+def _bench_sequential(config: BenchConfig, api_key: str, timeout: float, output: Output) -> None:
     from dspark_qualify.bench import run_bench
     from dspark_qualify.tables import medians_table
 
+    console = output.console
     with _progress(console) as progress:
         task = progress.add_task("bench", total=len(config.workloads) * (config.repetitions + config.warmup))
 
@@ -224,7 +291,7 @@ def _bench_sequential(
 
         report = asyncio.run(run())
     console.print(medians_table(report, _title(f"medians over {config.repetitions} warm run(s)", config)))
-    _write_json(json_out, report, console)
+    output.write(report)
     if all(row["n"] == 0 for row in report["medians"].values()):
         raise typer.Exit(1)
 
@@ -234,13 +301,13 @@ def _bench_load(
     load: LoadConfig,
     api_key: str,
     timeout: float,
-    console: Console,
-    json_out: Path | None,
+    output: Output,
     plot: Path | None,
 ) -> None:
     from dspark_qualify.load import run_load
     from dspark_qualify.tables import load_tables
 
+    console = output.console
     errors: list[str] = []
     with _progress(console) as progress:
         warmups = len(config.workloads) * config.warmup
@@ -264,7 +331,7 @@ def _bench_load(
     title = _title(f"serving benchmark, {load.num_prompts} requests", config)
     for table in load_tables(report, title):
         console.print(table)
-    _write_json(json_out, report, console)
+    output.write(report)
     if plot is not None:
         from dspark_qualify.plot import write_plot
 
@@ -275,7 +342,7 @@ def _bench_load(
 
 
 def proof_command(
-    base_url: BaseUrlOpt,
+    base_url: UrlOpt,
     api_key: ApiKeyOpt = "EMPTY",
     model: ModelOpt = None,
     context_tokens: Annotated[
@@ -289,7 +356,8 @@ def proof_command(
     ] = None,
     restart_timeout: Annotated[float, typer.Option("--restart-timeout", help="Restart budget, s")] = 900.0,
     seed: Annotated[int | None, typer.Option("--seed", help="Haystack RNG seed (default: random)")] = None,
-    json_out: JsonOpt = None,
+    json_out: JsonOpt = False,
+    report_path: ReportOpt = None,
     timeout: TimeoutOpt = 1800.0,
 ) -> None:
     """Qualification gates, each PASS / FAIL / NOT-APPLICABLE with a reason; exit 1 if any FAILED.
@@ -301,7 +369,9 @@ def proof_command(
     from dspark_qualify.result import ProofContext
     from dspark_qualify.tables import STATUS_STYLE, proof_table
 
-    console = Console()
+    output = Output.of(json_out, report_path)
+    console = output.console
+    base_url = output.address(base_url)
     target = _probe(base_url, api_key, timeout, console)
     with (
         OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0) as client,
@@ -330,11 +400,13 @@ def proof_command(
     proved = ctx.model or f"{public_url(base_url)} (model unknown)"
     console.print(proof_table(results, f"proof: {proved}{on}"))
     report = proof_report(ctx, results)
-    _write_json(json_out, report, console)
+    output.write(report)
     if not report["passed"]:
         raise typer.Exit(1)
 
 
-qualify_app = typer.Typer(help="Qualification tools: benchmark and production proof.", no_args_is_help=True)
+qualify_app = typer.Typer(
+    help="Qualification tools: benchmark and production proof.", no_args_is_help=True, rich_markup_mode=None
+)
 qualify_app.command("bench")(bench_command)
 qualify_app.command("proof")(proof_command)

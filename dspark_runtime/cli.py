@@ -21,7 +21,9 @@ from dspark_runtime.check import check
 from dspark_runtime.profile import RUNTIME_DIR, ProfileError, load_node_env, load_profile
 from dspark_runtime.render import render, shell_command
 
-runtime_app = typer.Typer(help="The TP=2 vLLM backend: render its command, check a profile.")
+runtime_app = typer.Typer(
+    help="The TP=2 vLLM backend: render its command, check a profile.", rich_markup_mode=None
+)
 
 ProfileOpt = Annotated[
     str,
@@ -84,7 +86,7 @@ def render_cmd(
         Path | None, typer.Option("--env-file", help="Node env file (default runtime/.env.head|.env.worker)")
     ] = None,
 ) -> None:
-    """Print the rank's environment (``KEY=value``) and its shell-quoted ``vllm serve`` command."""
+    """Print the rank's environment (KEY=value lines) and its shell-quoted 'vllm serve' command."""
     node_file = env_file or default_env_file(rank)
     try:
         loaded = load_profile(profile, node_file)

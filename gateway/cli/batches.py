@@ -30,8 +30,12 @@ from gateway.storage.batches import TERMINAL, BatchStore
 from gateway.storage.files import FileStore
 
 T = TypeVar("T")
-batches_app = typer.Typer(help="Every key's batches: list, show, cancel, wait (database, or --url).")
-files_app = typer.Typer(help="Every key's uploaded and result files: list, delete (database, or --url).")
+batches_app = typer.Typer(
+    help="Every key's batches: list, show, cancel, wait (database, or --url).", rich_markup_mode=None
+)
+files_app = typer.Typer(
+    help="Every key's uploaded and result files: list, delete (database, or --url).", rich_markup_mode=None
+)
 Limit = Annotated[int, typer.Option(min=1, max=1000, help="How many, newest first")]
 KeyFilter = Annotated[str | None, typer.Option("--key", help="Only this key's (its name or id)")]
 BatchId = Annotated[str, typer.Argument(help="The batch's id (batch_…)")]
@@ -122,7 +126,7 @@ def show(
     admin_key: AdminKeyOpt = None,
     database_url: DatabaseOpt = None,
 ) -> None:
-    """One batch: its status, lines done / failed / total, result files (``--json``: every field)."""
+    """One batch: its status, lines done / failed / total, result files (--json: every field)."""
     batch = _batch(batch_id, url, admin_key, database_url)
     typer.echo(json.dumps(batch, indent=2) if json_out else _say(batch))
 
@@ -135,7 +139,7 @@ def cancel(
     admin_key: AdminKeyOpt = None,
     database_url: DatabaseOpt = None,
 ) -> None:
-    """Cancel a batch: no more of its lines run; it ends ``cancelled`` with what it answered."""
+    """Cancel a batch: no more of its lines run; it ends cancelled, keeping what it answered."""
     batch = _on(url, admin_key, database_url, lambda api: api.call("POST", f"/batches/{batch_id}/cancel"),
                 lambda admin: admin.cancel(local_actor(), batch_id))  # fmt: skip
     typer.echo(json.dumps(batch, indent=2) if json_out else _say(batch))
@@ -150,7 +154,7 @@ def wait(
     admin_key: AdminKeyOpt = None,
     database_url: DatabaseOpt = None,
 ) -> None:
-    """Wait for a batch to end, with a progress bar of its lines; exits 1 unless it ``completed``."""
+    """Wait for a batch to end, with a progress bar of its lines; exits 1 unless it completed."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True)) as progress:
         task = progress.add_task(batch_id, total=None)

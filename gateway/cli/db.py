@@ -17,7 +17,11 @@ from gateway.cli.settings import fail, settings
 from gateway.storage.db import on_connection
 from gateway.storage.migrations import schema
 
-db_app = typer.Typer(help="The database's schema: where it stands, and upgrading it.", no_args_is_help=True)
+db_app = typer.Typer(
+    help="The database's schema: where it stands, and upgrading it.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 
 T = TypeVar("T")
 

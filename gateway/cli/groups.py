@@ -16,7 +16,9 @@ from gateway.cli.failures import CliError
 from gateway.cli.keys import QuotaMode, QuotaPeriod, QuotaTokens, Rpm, Tpm, backend
 from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt
 
-groups_app = typer.Typer(help="Manage groups of keys: shared limits and quota (database, or --url).")
+groups_app = typer.Typer(
+    help="Manage groups of keys: shared limits and quota (database, or --url).", rich_markup_mode=None
+)
 
 
 def _fields(
@@ -69,7 +71,7 @@ def list_groups(
     admin_key: AdminKeyOpt = None,
     database_url: DatabaseOpt = None,
 ) -> None:
-    """List groups: name, number of keys, limits, quota (``--json``: every field)."""
+    """List groups: name, number of keys, limits, quota (--json: every field)."""
     groups = backend(url, admin_key, database_url).list_groups()
     if json_out:
         typer.echo(json.dumps(groups, indent=2))

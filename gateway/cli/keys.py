@@ -24,7 +24,9 @@ from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt, one_p
 from gateway.cli.remote import AdminClient
 from gateway.cli.settings import settings
 
-keys_app = typer.Typer(help="Manage API keys: in the database, or on a running gateway with --url.")
+keys_app = typer.Typer(
+    help="Manage API keys: in the database, or on a running gateway with --url.", rich_markup_mode=None
+)
 
 Models = Annotated[
     str | None, typer.Option(help="Comma-separated model allow-list, or all (the default: every model)")
@@ -233,7 +235,7 @@ def list_keys(
     admin_key: AdminKeyOpt = None,
     database_url: DatabaseOpt = None,
 ) -> None:
-    """List keys: name, prefix, state, expiry, models, limits (``--json``: every field)."""
+    """List keys: name, prefix, state, expiry, models, limits (--json: every field)."""
     keys = backend(url, admin_key, database_url).list()
     if json_out:
         typer.echo(json.dumps(keys, indent=2))

@@ -17,7 +17,10 @@ from gateway.cli.settings import fail, settings
 
 __all__ = ["app", "token"]
 
-app = typer.Typer(help="dspark-gateway: authenticated OpenAI-compatible gateway for DeepSeek-V4 on vLLM.")
+app = typer.Typer(
+    help="dspark-gateway: authenticated OpenAI-compatible gateway for DeepSeek-V4 on vLLM.",
+    rich_markup_mode=None,
+)
 
 
 def _version(asked: bool) -> None:

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from dspark_common.gateway_url import URL_ENV
 from gateway.cli.failures import CliError
 
 #: The environment variable an admin key for ``--url`` may come from (not ``GATEWAY_*``: that prefix
@@ -22,7 +23,13 @@ DatabaseOpt = Annotated[
 ]
 UrlOpt = Annotated[
     str | None,
-    typer.Option("--url", help="A running gateway's base URL: act through its /admin API, not the database"),
+    typer.Option(
+        "--url",
+        envvar=URL_ENV,
+        show_envvar=True,
+        help="A running gateway's address (http://head:8080, /v1 or not): act through its admin API, "
+        "not the database",
+    ),
 ]
 AdminKeyOpt = Annotated[
     str | None,

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import httpx2
+import typer
 
+from dspark_common.gateway_url import GatewayUrl
 from gateway.cli.failures import CliError, describe
 from gateway.cli.options import ADMIN_KEY_ENV
 
@@ -20,7 +22,10 @@ class AdminClient:
     def __init__(self, url: str, admin_key: str | None) -> None:
         if not admin_key:
             raise CliError(f"--url needs an admin key: --admin-key or {ADMIN_KEY_ENV}")
-        self.url = url.rstrip("/")
+        address = GatewayUrl.parse(url)
+        if note := address.root_note():
+            typer.echo(note, err=True)
+        self.url = address.root
         self._headers = {"Authorization": f"Bearer {admin_key}"}
 
     def call(

@@ -33,8 +33,8 @@ def test_bench_one_repetition_measures_decode(target: tuple[str, str], tmp_path:
     base_url, key = target
     out = tmp_path / "bench.json"
     code = _invoke(
-        "bench", "--base-url", base_url, "--api-key", key, "--model", TINY_MODEL_NAME, "--repetitions", "1",
-        "--warmup", "1", "--max-tokens", "50", "--temperature", "0", "--json", str(out),
+        "bench", "--url", base_url, "--api-key", key, "--model", TINY_MODEL_NAME, "--repetitions", "1",
+        "--warmup", "1", "--max-tokens", "50", "--temperature", "0", "--report", str(out),
     )  # fmt: skip
     assert code == 0
     report = json.loads(out.read_text())
@@ -52,8 +52,8 @@ def test_proof_reports_honestly_and_never_crashes(target: tuple[str, str], tmp_p
     base_url, key = target
     out = tmp_path / "proof.json"
     code = _invoke(
-        "proof", "--base-url", base_url, "--api-key", key, "--model", TINY_MODEL_NAME,
-        "--context-tokens", "200", "--max-tokens", "50", "--json", str(out),
+        "proof", "--url", base_url, "--api-key", key, "--model", TINY_MODEL_NAME,
+        "--context-tokens", "200", "--max-tokens", "50", "--report", str(out),
     )  # fmt: skip
     report = json.loads(out.read_text())
     status = {g["gate"]: g["status"] for g in report["gates"]}

@@ -36,8 +36,8 @@ def target(start_sim, start_gateway, make_key) -> tuple[str, str]:
 def test_bench_writes_medians_and_acceptance_from_telemetry(target: tuple[str, str], tmp_path: Path) -> None:
     base_url, key = target
     out = tmp_path / "bench.json"
-    args = ["bench", "--base-url", base_url, "--api-key", key, "--model", MODEL, "--repetitions", "1"]
-    args += ["--warmup", "1", "--max-tokens", "700", "--json", str(out)]
+    args = ["bench", "--url", base_url, "--api-key", key, "--model", MODEL, "--repetitions", "1"]
+    args += ["--warmup", "1", "--max-tokens", "700", "--report", str(out)]
     result = CliRunner().invoke(qualify_app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
@@ -72,7 +72,7 @@ def test_bench_writes_medians_and_acceptance_from_telemetry(target: tuple[str, s
 def test_bench_rejects_unknown_workload(target: tuple[str, str]) -> None:
     base_url, key = target
     result = CliRunner().invoke(
-        qualify_app, ["bench", "--base-url", base_url, "--api-key", key, "--workloads", "x"]
+        qualify_app, ["bench", "--url", base_url, "--api-key", key, "--workloads", "x"]
     )
     assert result.exit_code == 2
 
@@ -80,7 +80,7 @@ def test_bench_rejects_unknown_workload(target: tuple[str, str]) -> None:
 def _proof(
     base_url: str, key: str, out: Path, *extra: str, model: str | None = MODEL
 ) -> tuple[int, dict[str, str], dict[str, Any], str]:
-    args = ["proof", "--base-url", base_url, "--api-key", key, "--json", str(out)]
+    args = ["proof", "--url", base_url, "--api-key", key, "--report", str(out)]
     args += ["--model", model] if model else []
     result = CliRunner().invoke(qualify_app, [*args, "--max-tokens", "200", *extra], env={"COLUMNS": "200"})
     report = json.loads(out.read_text())
@@ -186,7 +186,7 @@ def test_helpers() -> None:
 def test_bench_with_a_wrong_key_says_what_the_gateway_answered(target: tuple[str, str]) -> None:
     base_url, _ = target
     result = CliRunner().invoke(
-        qualify_app, ["bench", "--base-url", base_url, "--api-key", "dsk-" + "x" * 43], env={"COLUMNS": "200"}
+        qualify_app, ["bench", "--url", base_url, "--api-key", "dsk-" + "x" * 43], env={"COLUMNS": "200"}
     )
     assert result.exit_code == 1
     assert f"cannot list models at {base_url}/models: HTTP 401: Invalid API key.\n" in result.output
@@ -195,9 +195,7 @@ def test_bench_with_a_wrong_key_says_what_the_gateway_answered(target: tuple[str
 
 
 def test_bench_without_a_server_exits_1(tmp_path: Path) -> None:
-    result = CliRunner().invoke(
-        qualify_app, ["bench", "--base-url", "http://127.0.0.1:9/v1", "--timeout", "2"]
-    )
+    result = CliRunner().invoke(qualify_app, ["bench", "--url", "http://127.0.0.1:9/v1", "--timeout", "2"])
     assert result.exit_code == 1 and "cannot list models" in result.output
 
 
@@ -217,7 +215,7 @@ def _bench_load(
     base_url: str, key: str, tmp_path: Path, *extra: str, model: str = MODEL
 ) -> tuple[int, dict, str]:
     out = tmp_path / "load.json"
-    args = ["bench", "--base-url", base_url, "--api-key", key, "--model", model, "--json", str(out)]
+    args = ["bench", "--url", base_url, "--api-key", key, "--model", model, "--report", str(out)]
     result = CliRunner().invoke(qualify_app, [*args, *extra], env={"COLUMNS": "200"})
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     return result.exit_code, json.loads(out.read_text()), result.output
@@ -270,9 +268,10 @@ def test_bench_concurrency_mode_reports_vllm_metrics_and_plots(
     assert [r["workload"] for r in warm] == ["counting", "prose"] and all(r["start_s"] is None for r in warm)
     assert all(r["acceptance_source"].startswith("gateway telemetry") for r in measured)
     assert "Successful requests" in output and "p99" in output and "SIMULATOR" in output
-    # the requests' bar counts the 7 measured requests; the 2 warm-ups have a bar of their own
-    assert re.search(r"^warm-up +━+ 2/2 ", output, re.MULTILINE), output
-    assert re.search(r"^requests +━+ 7/7 ", output, re.MULTILINE), output
+    # the requests' count is of the 7 measured requests; the 2 warm-ups are counted on their own (as
+    # lines: the output is not a terminal)
+    assert re.search(r"^warm-up: 2/2, ", output, re.MULTILINE), output
+    assert re.search(r"^requests: 7/7, ", output, re.MULTILINE), output
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
 
@@ -309,5 +308,26 @@ def test_bench_load_counts_failed_requests(target: tuple[str, str], tmp_path: Pa
     ],
 )
 def test_bench_refuses_options_that_do_not_go_together(args: list[str], tmp_path: Path) -> None:
-    result = CliRunner().invoke(qualify_app, ["bench", "--base-url", "http://127.0.0.1:9/v1", *args])
+    result = CliRunner().invoke(qualify_app, ["bench", "--url", "http://127.0.0.1:9/v1", *args])
     assert result.exit_code == 2, result.output
+
+
+def test_bench_takes_the_gateways_own_address_prints_json_on_stdout_and_a_line_per_step(
+    target: tuple[str, str],
+) -> None:
+    """The one --url convention (the gateway's address; /v1 added and said), --json as everywhere
+    (the report on stdout, the tables on stderr), and progress lines where stderr is not a terminal."""
+    base_url, key = target
+    root = base_url.removesuffix("/v1")
+    args = ["bench", "--url", root, "--api-key", key, "--model", MODEL, "--repetitions", "2", "--warmup", "0"]
+    result = CliRunner().invoke(
+        qualify_app, [*args, "--max-tokens", "40", "--workloads", "counting", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)  # nothing else on stdout
+    assert report["environment"]["base_url"] == base_url
+    assert f"note: using {base_url}" in result.stderr
+    steps = [
+        line for line in result.stderr.splitlines() if re.match(r"counting run \d: \d/2, [\d.]+ s$", line)
+    ]
+    assert len(steps) == 2, result.stderr
