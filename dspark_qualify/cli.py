@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -19,9 +18,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from dspark_common.gateway_url import URL_ENV, GatewayUrl
+from dspark_common.progress import progress_for
 from dspark_qualify.urls import public_url
 from dspark_qualify.workloads import parse_workloads
 
@@ -113,43 +112,6 @@ def _client(base_url: str, api_key: str, timeout: float, connections: int | None
     limits = httpx2.Limits(max_connections=None, max_keepalive_connections=connections)
     http = DefaultAsyncHttpxClient(limits=limits, timeout=timeout)
     return AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0, http_client=http)
-
-
-def _progress(console: Console) -> Progress | LineProgress:
-    """A progress bar on a terminal; elsewhere (a file, a pipe, CI) a line per step."""
-    if not console.is_terminal:
-        return LineProgress(console)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    return Progress(*columns, console=console)
-
-
-class LineProgress:
-    """What a progress bar shows, as one line per step (``counting run 2: 3/12, 41.5 s``), for output
-    that is not a terminal: a bar there is drawn only once it is done."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-        self._tasks: dict[TaskID, list[Any]] = {}
-        self._started = time.monotonic()
-
-    def __enter__(self) -> LineProgress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def add_task(self, description: str, total: float | None = None, visible: bool = True) -> TaskID:
-        task = TaskID(len(self._tasks))
-        self._tasks[task] = [description, total, 0]
-        return task
-
-    def update(self, task: TaskID, advance: float = 1, description: str | None = None) -> None:
-        kept = self._tasks[task]
-        kept[0] = description or kept[0]
-        kept[2] += advance
-        total = "?" if kept[1] is None else f"{kept[1]:g}"
-        elapsed = time.monotonic() - self._started
-        self.console.print(f"{kept[0]}: {kept[2]:g}/{total}, {elapsed:.1f} s", highlight=False, markup=False)
 
 
 def bench_command(
@@ -276,7 +238,7 @@ def _bench_sequential(config: BenchConfig, api_key: str, timeout: float, output:
     from dspark_qualify.tables import medians_table
 
     console = output.console
-    with _progress(console) as progress:
+    with progress_for(console) as progress:
         task = progress.add_task("bench", total=len(config.workloads) * (config.repetitions + config.warmup))
 
         def advance(record: RunRecord) -> None:
@@ -309,7 +271,7 @@ def _bench_load(
 
     console = output.console
     errors: list[str] = []
-    with _progress(console) as progress:
+    with progress_for(console) as progress:
         warmups = len(config.workloads) * config.warmup
         # warm-ups on a bar of their own: the requests' bar counts the measured ones, N of --num-prompts
         warming = progress.add_task("warm-up", total=warmups, visible=warmups > 0)

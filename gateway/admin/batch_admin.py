@@ -69,10 +69,17 @@ class BatchAdmin:
     async def list_files(self, limit: int, key: str | None) -> list[dict[str, Any]]:
         return [file_view(f) for f in await self._files.recent(limit, await self._key_id(key))]
 
-    async def delete_file(self, actor: Actor, file_id: str) -> dict[str, Any]:
+    async def file(self, file_id: str) -> dict[str, Any]:
+        return file_view(await self._file(file_id))
+
+    async def _file(self, file_id: str) -> StoredFile:
         found = await self._files.find(file_id)
         if found is None:
             raise NotFoundError(f"no file {file_id!r}")
+        return found
+
+    async def delete_file(self, actor: Actor, file_id: str) -> dict[str, Any]:
+        found = await self._file(file_id)
         batch = await self._batches.uses(found.key_id, file_id)
         if batch is not None:
             raise InUseError(batch)

@@ -62,6 +62,13 @@ async def list_files(request: Request, limit: Limit = 100, key: Key = None) -> A
         raise _not_found(error) from None
 
 
+async def get_file(file_id: str, request: Request) -> dict[str, Any]:
+    try:
+        return await _admin(request).file(file_id)
+    except NotFoundError as error:
+        raise _not_found(error) from None
+
+
 async def delete_file(file_id: str, request: Request, actor: AdminDep) -> dict[str, Any]:
     try:
         return await _admin(request).delete_file(Actor(actor, client_address(request)), file_id)

@@ -172,6 +172,8 @@ ROUTES = (
           admin=True, tags=_ADMIN),
     Route("GET", "/admin/files", admin_batches.list_files, "Every key's files, newest first", admin=True,
           tags=_ADMIN),
+    Route("GET", "/admin/files/{file_id}", admin_batches.get_file, "Any key's file's record", admin=True,
+          tags=_ADMIN),
     Route("DELETE", "/admin/files/{file_id}", admin_batches.delete_file, "Delete any key's file",
           admin=True, tags=_ADMIN),
     Route("GET", "/admin/usage", reads.usage, "Token usage totals, grouped by day, key or model",

@@ -5,14 +5,11 @@ the API's objects."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -21,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.admin.batch_admin import BatchAdmin, InUseError, NotFoundError
 from gateway.auth import KeyStore
 from gateway.auth.audit import AuditLog
+from gateway.cli import output
 from gateway.cli.failures import CliError
 from gateway.cli.local import local_actor, on_database
 from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt, one_place
@@ -69,18 +67,12 @@ def _on(
     return on_database(config, work)
 
 
-def _when(unix: int | None) -> str:
-    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%d %H:%M:%S") if unix else "-"
-
-
 def _batches_table(batches: list[dict[str, Any]]) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for column in ("id", "key_id", "status", "endpoint", "done", "failed", "total", "created (UTC)"):
-        table.add_column(column, overflow="fold")
+    table = output.table("id", "key_id", "status", "endpoint", "done", "failed", "total", "created (UTC)")
     for b in batches:
         counts = b["request_counts"]
         table.add_row(b["id"], b["key_id"], b["status"], b["endpoint"], str(counts["completed"]),
-                      str(counts["failed"]), str(counts["total"]), _when(b["created_at"]))  # fmt: skip
+                      str(counts["failed"]), str(counts["total"]), output.when(b["created_at"]))  # fmt: skip
     return table
 
 
@@ -99,10 +91,7 @@ def list_batches(
     rows = _on(url, admin_key, database_url,
                lambda api: api.call("GET", "/batches", params={k: v for k, v in params.items() if v})["data"],
                lambda admin: admin.list_batches(limit, key, status))  # fmt: skip
-    if json_out:
-        typer.echo(json.dumps(rows, indent=2))
-    else:
-        Console().print(_batches_table(rows))
+    output.emit(rows, json_out, _batches_table)
 
 
 def _batch(batch_id: str, url: str | None, admin_key: str | None, database_url: str | None) -> dict[str, Any]:
@@ -128,7 +117,7 @@ def show(
 ) -> None:
     """One batch: its status, lines done / failed / total, result files (--json: every field)."""
     batch = _batch(batch_id, url, admin_key, database_url)
-    typer.echo(json.dumps(batch, indent=2) if json_out else _say(batch))
+    output.emit(batch, json_out, _say)
 
 
 @batches_app.command("cancel")
@@ -142,7 +131,7 @@ def cancel(
     """Cancel a batch: no more of its lines run; it ends cancelled, keeping what it answered."""
     batch = _on(url, admin_key, database_url, lambda api: api.call("POST", f"/batches/{batch_id}/cancel"),
                 lambda admin: admin.cancel(local_actor(), batch_id))  # fmt: skip
-    typer.echo(json.dumps(batch, indent=2) if json_out else _say(batch))
+    output.emit(batch, json_out, _say)
 
 
 @batches_app.command("wait")
@@ -167,7 +156,7 @@ def wait(
             if batch["status"] in TERMINAL:
                 break
             time.sleep(every)
-    typer.echo(json.dumps(batch, indent=2) if json_out else _say(batch))
+    output.emit(batch, json_out, _say)
     if batch["status"] != "completed":
         raise typer.Exit(1)
 
@@ -186,17 +175,30 @@ def list_files(
     rows = _on(url, admin_key, database_url,
                lambda api: api.call("GET", "/files", params={k: v for k, v in params.items() if v})["data"],
                lambda admin: admin.list_files(limit, key))  # fmt: skip
-    if json_out:
-        typer.echo(json.dumps(rows, indent=2))
-        return
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for column in ("id", "key_id", "purpose", "bytes", "filename", "created (UTC)"):
-        table.add_column(column, overflow="fold")
-    for f in rows:
+    output.emit(rows, json_out, _files_table)
+
+
+def _files_table(files: list[dict[str, Any]]) -> Table:
+    table = output.table("id", "key_id", "purpose", "bytes", "filename", "created (UTC)")
+    for f in files:
         table.add_row(
-            f["id"], f["key_id"], f["purpose"], f"{f['bytes']:,}", f["filename"], _when(f["created_at"])
+            f["id"], f["key_id"], f["purpose"], f"{f['bytes']:,}", f["filename"], output.when(f["created_at"])
         )
-    Console().print(table)
+    return table
+
+
+@files_app.command("show")
+def show_file(
+    file_id: Annotated[str, typer.Argument(help="The file's id (file-…)")],
+    json_out: JsonOpt = False,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    database_url: DatabaseOpt = None,
+) -> None:
+    """One file: every field."""
+    found = _on(url, admin_key, database_url, lambda api: api.call("GET", f"/files/{file_id}"),
+                lambda admin: admin.file(file_id))  # fmt: skip
+    output.emit(found, json_out, output.record)
 
 
 @files_app.command("delete")

@@ -4,14 +4,12 @@ token quota), in the database or on a running gateway with ``--url``; a key join
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import typer
-from rich import box
-from rich.console import Console
 from rich.table import Table
 
+from gateway.cli import output
 from gateway.cli.failures import CliError
 from gateway.cli.keys import QuotaMode, QuotaPeriod, QuotaTokens, Rpm, Tpm, backend
 from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt
@@ -42,20 +40,20 @@ def create(
     quota: QuotaTokens = None,
     quota_period: QuotaPeriod = None,
     quota_mode: QuotaMode = None,
+    json_out: JsonOpt = False,
     url: UrlOpt = None,
     admin_key: AdminKeyOpt = None,
     database_url: DatabaseOpt = None,
 ) -> None:
     """Create a group; its keys share the limits and quota given."""
     body = {"name": name, **_fields(rpm, tpm, quota, quota_period, quota_mode)}
-    typer.echo(json.dumps(backend(url, admin_key, database_url).create_group(body), indent=2))
+    created = backend(url, admin_key, database_url).create_group(body)
+    output.emit(created, json_out, lambda group: f"Created group {group['name']!r}.")
 
 
 def groups_table(groups: list[dict[str, Any]]) -> Table:
     """One row a group: name, keys, rpm, tpm, quota."""
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for column in ("name", "keys", "rpm", "tpm", "quota"):
-        table.add_column(column, overflow="fold")
+    table = output.table("name", "keys", "rpm", "tpm", "quota")
     for g in groups:
         quota = f"{g['quota_tokens']}/{g['quota_period']}" if g["quota_tokens"] is not None else "-"
         if g["quota_mode"] == "warn":
@@ -72,11 +70,19 @@ def list_groups(
     database_url: DatabaseOpt = None,
 ) -> None:
     """List groups: name, number of keys, limits, quota (--json: every field)."""
-    groups = backend(url, admin_key, database_url).list_groups()
-    if json_out:
-        typer.echo(json.dumps(groups, indent=2))
-    else:
-        Console().print(groups_table(groups))
+    output.emit(backend(url, admin_key, database_url).list_groups(), json_out, groups_table)
+
+
+@groups_app.command("show")
+def show(
+    ref: str,
+    json_out: JsonOpt = False,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    database_url: DatabaseOpt = None,
+) -> None:
+    """One group (by name or id): every field."""
+    output.emit(backend(url, admin_key, database_url).get_group(ref), json_out, output.record)
 
 
 @groups_app.command("update")
@@ -88,6 +94,7 @@ def update(
     quota_period: QuotaPeriod = None,
     quota_mode: QuotaMode = None,
     no_quota: Annotated[bool, typer.Option("--no-quota", help="Remove the group's quota")] = False,
+    json_out: JsonOpt = False,
     url: UrlOpt = None,
     admin_key: AdminKeyOpt = None,
     database_url: DatabaseOpt = None,
@@ -100,7 +107,10 @@ def update(
         changes["quota_tokens"] = None
     if not changes:
         raise CliError("nothing to change: give at least one option (see --help)")
-    typer.echo(json.dumps(backend(url, admin_key, database_url).update_group(ref, changes), indent=2))
+    updated = backend(url, admin_key, database_url).update_group(ref, changes)
+    output.emit(
+        updated, json_out, lambda group: f"Updated group {group['name']!r}: {', '.join(sorted(changes))}."
+    )
 
 
 @groups_app.command("delete")

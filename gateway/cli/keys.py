@@ -6,18 +6,16 @@ fields, validated by the same models (:mod:`gateway.admin.key_fields`) whichever
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
-from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from gateway.admin.durations import parse_duration
 from gateway.admin.key_fields import THINKING_CHOICES, thinking_level
+from gateway.cli import output
 from gateway.cli.failures import CliError, checked
 from gateway.cli.keys_backend import KeysBackend, LocalKeys, RemoteKeys
 from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt, one_place
@@ -170,11 +168,13 @@ def create(
             "and KV fields)",
         ),
     ] = None,
+    json_out: JsonOpt = False,
     url: UrlOpt = None,
     admin_key: AdminKeyOpt = None,
     database_url: DatabaseOpt = None,
 ) -> None:
-    """Create a key. The key itself is printed once, alone on the last line of stdout."""
+    """Create a key. The key itself is printed once, alone on the last line of stdout (--json: in the
+    JSON, as "key")."""
     body = {
         "name": name,
         **_options(
@@ -186,16 +186,16 @@ def create(
     if scopes:
         body["scopes"] = sorted(scopes)
     created = backend(url, admin_key, database_url).create(body)
-    typer.echo(
-        f"Created key {created['name']!r} ({created['prefix']}), expires {created['expires_at'] or 'never'}."
-    )
+    if json_out:
+        output.emit(created, json_out, output.record)
+        return
+    typer.echo(f"Created key {created['name']!r} ({created['prefix']}), expires {_expiry(created)}.")
     typer.echo("Store it now: it is shown only once.")
     typer.echo(created["key"])
 
 
-def _when(value: str | None) -> str:
-    """An ISO 8601 UTC time as ``YYYY-MM-DD HH:MM`` (wraps between the two in a narrow column)."""
-    return value[:16].replace("T", " ") if value else "-"
+def _expiry(key: dict[str, Any]) -> str:
+    return f"{output.when(key['expires_at'])} UTC" if key["expires_at"] else "never"
 
 
 def _limits(key: dict[str, Any]) -> str:
@@ -210,21 +210,20 @@ def _limits(key: dict[str, Any]) -> str:
 _LIMITS = (("rpm", "rpm"), ("tpm", "tpm"), ("max_concurrency", "conc"), ("quota_tokens", "quota"))
 
 
+#: Below this width, a key's expiry shows its date over its time (the list fits 100 columns).
+NARROW = 120
+
+
 def keys_table(keys: list[dict[str, Any]]) -> Table:
-    """One row a key, for a terminal of 100 columns: name, prefix, state, expiry (its date over its
-    time), models and limits (one per line); the prefix and state never wrap (``--json``: every
-    field, last use too)."""
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    table.add_column("name", overflow="fold")
-    table.add_column("prefix", no_wrap=True)
-    table.add_column("state", no_wrap=True)
-    table.add_column("expires (UTC)", overflow="fold", max_width=len("YYYY-MM-DD"))
-    table.add_column("models", overflow="fold")
-    table.add_column("limits", overflow="fold")
+    """One row a key: name, prefix, state, expiry, models and limits (one per line); --json: every
+    field, last use too."""
+    narrow = output.console().width < NARROW
+    table = output.table("name", "prefix", "state", "expires (UTC)", "models", "limits", narrow=narrow)
     for k in keys:
         models = "\n".join(k["models"]) if k["models"] is not None else "(all)"
         state = k["status"] + ("\nadmin" if "admin" in k["scopes"] else "")
-        table.add_row(k["name"], k["prefix"], state, _when(k["expires_at"]), models, _limits(k))
+        expires = output.when(k["expires_at"])[:16]  # to the minute
+        table.add_row(k["name"], k["prefix"], state, expires, models, _limits(k))
     return table
 
 
@@ -236,19 +235,19 @@ def list_keys(
     database_url: DatabaseOpt = None,
 ) -> None:
     """List keys: name, prefix, state, expiry, models, limits (--json: every field)."""
-    keys = backend(url, admin_key, database_url).list()
-    if json_out:
-        typer.echo(json.dumps(keys, indent=2))
-    else:
-        Console().print(keys_table(keys))
+    output.emit(backend(url, admin_key, database_url).list(), json_out, keys_table)
 
 
 @keys_app.command("show")
 def show(
-    ref: str, url: UrlOpt = None, admin_key: AdminKeyOpt = None, database_url: DatabaseOpt = None
+    ref: str,
+    json_out: JsonOpt = False,
+    url: UrlOpt = None,
+    admin_key: AdminKeyOpt = None,
+    database_url: DatabaseOpt = None,
 ) -> None:
-    """One key (by name or id) as JSON."""
-    typer.echo(json.dumps(backend(url, admin_key, database_url).get(ref), indent=2))
+    """One key (by name or id): every field."""
+    output.emit(backend(url, admin_key, database_url).get(ref), json_out, output.record)
 
 
 @keys_app.command("update")
@@ -272,6 +271,7 @@ def update(
     group: GroupOpt = None,
     no_group: Annotated[bool, typer.Option("--no-group", help="Take the key out of its group")] = False,
     no_aliases: Annotated[bool, typer.Option("--no-aliases", help="Remove the key's aliases")] = False,
+    json_out: JsonOpt = False,
     url: UrlOpt = None,
     admin_key: AdminKeyOpt = None,
     database_url: DatabaseOpt = None,
@@ -299,7 +299,8 @@ def update(
         changes["aliases"] = None
     if not changes:
         raise CliError("nothing to change: give at least one option (see --help)")
-    typer.echo(json.dumps(backend(url, admin_key, database_url).update(ref, changes), indent=2))
+    updated = backend(url, admin_key, database_url).update(ref, changes)
+    output.emit(updated, json_out, lambda key: f"Updated key {key['name']!r}: {', '.join(sorted(changes))}.")
 
 
 @keys_app.command("rotate")
@@ -309,6 +310,7 @@ def rotate(
         str | None,
         typer.Option(help="How long the old secret still works (default 24h; 0: it stops at once)"),
     ] = None,
+    json_out: JsonOpt = False,
     url: UrlOpt = None,
     admin_key: AdminKeyOpt = None,
     database_url: DatabaseOpt = None,
@@ -316,6 +318,9 @@ def rotate(
     """Give a key a new secret (printed once, last line); the old one works for the grace period."""
     grace_s = checked("--grace", grace_seconds, grace)
     rotated = backend(url, admin_key, database_url).rotate(ref, grace_s)
+    if json_out:
+        output.emit(rotated, json_out, output.record)
+        return
     typer.echo(
         f"Rotated key {rotated['name']!r}; the old secret works until {rotated['previous_key_valid_until']}."
     )

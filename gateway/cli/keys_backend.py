@@ -38,6 +38,7 @@ class KeysBackend(Protocol):
     def delete(self, ref: str) -> None: ...
     def create_group(self, body: dict[str, Any]) -> dict[str, Any]: ...
     def list_groups(self) -> builtins.list[dict[str, Any]]: ...
+    def get_group(self, ref: str) -> dict[str, Any]: ...
     def update_group(self, ref: str, body: dict[str, Any]) -> dict[str, Any]: ...
     def delete_group(self, ref: str) -> None: ...
 
@@ -110,6 +111,9 @@ class LocalKeys:
         groups = self._run(lambda _, store: GroupStore(store.engine).list())
         return [record.public(keys) for record, keys in groups]
 
+    def get_group(self, ref: str) -> dict[str, Any]:
+        return self._run(lambda _, store: GroupStore(store.engine).get(ref)).public()
+
     def update_group(self, ref: str, body: dict[str, Any]) -> dict[str, Any]:
         valid = _valid(GroupLimits, body)
         return self._run(lambda admin, _: admin.update_group(self._actor, ref, valid)).public()
@@ -164,6 +168,10 @@ class RemoteKeys:
     def list_groups(self) -> builtins.list[dict[str, Any]]:
         groups: builtins.list[dict[str, Any]] = self._client.call("GET", "/groups")["data"]
         return groups
+
+    def get_group(self, ref: str) -> dict[str, Any]:
+        group: dict[str, Any] = self._client.call("GET", f"/groups/{quote(ref, safe='')}")
+        return group
 
     def update_group(self, ref: str, body: dict[str, Any]) -> dict[str, Any]:
         group: dict[str, Any] = self._client.call("PATCH", f"/groups/{quote(ref, safe='')}", body)

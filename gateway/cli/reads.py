@@ -14,7 +14,6 @@ from enum import StrEnum
 from typing import Annotated, Any, Protocol, TypeVar
 
 import typer
-from rich import box
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -22,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.admin.durations import parse_since
 from gateway.admission.capacity import Reason
 from gateway.auth.audit import AuditLog
+from gateway.cli import output
 from gateway.cli.failures import CliError, checked
 from gateway.cli.local import on_database
 from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt, one_place
@@ -70,39 +70,12 @@ def _newest(
     )
 
 
-def _print(rows: Any, json_out: bool, table: Callable[[Any], Table]) -> None:
-    if json_out:
-        typer.echo(json.dumps(rows, indent=2))
-    else:
-        Console().print(table(rows))
-
-
-def _table(*columns: str) -> Table:
-    """A table of ``columns``, those of times (``… (UTC)``) as narrow as a date with the time under it."""
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for column in columns:
-        narrow = len("YYYY-MM-DD") if column.endswith("(UTC)") else None
-        table.add_column(column, overflow="fold", max_width=narrow)
-    return table
-
-
-def _when(value: str | None) -> str:
-    """An ISO 8601 UTC time as ``YYYY-MM-DD HH:MM:SS``."""
-    return value[:19].replace("T", " ") if value else "-"
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, list):
-        return ", ".join(map(str, value)) or "[]"
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
 def _detail(detail: Any) -> str:
     """An audit row's detail, one ``field value`` a line (who acted is in its own columns)."""
     if not isinstance(detail, dict):
         return json.dumps(detail, ensure_ascii=False)
     lines = [
-        f"{field} {_shown(value)}"
+        f"{field} {output.shown(value)}"
         for field, value in detail.items()
         if field not in ("actor_id", "actor_kind")
     ]
@@ -154,12 +127,12 @@ def usage(
     )
 
     def table(rows: list[dict[str, Any]]) -> Table:
-        out = _table(group_by.value, "requests", "prompt", "completion", "cached", "reasoning")
+        out = output.table(group_by.value, "requests", "prompt", "completion", "cached", "reasoning")
         for row in rows:
             out.add_row(str(row[group_by.value]), *(_number(row[c] or 0) for c in _USAGE))
         return out
 
-    _print(rows, json_out, table)
+    output.emit(rows, json_out, table)
 
 
 def audit(
@@ -173,10 +146,10 @@ def audit(
     rows = _newest("/audit", AuditLog, limit, url, admin_key, database_url)
 
     def table(rows: list[dict[str, Any]]) -> Table:
-        out = _table("at (UTC)", "actor", "action", "target", "client", "detail")
+        out = output.table("at (UTC)", "actor", "action", "target", "client", "detail")
         for row in rows:
             out.add_row(
-                _when(row["at"]),
+                output.when(row["at"]),
                 f"{row['actor']} ({row['actor_kind']})",
                 row["action"],
                 row["target"] or "-",
@@ -185,7 +158,7 @@ def audit(
             )
         return out
 
-    _print(rows, json_out, table)
+    output.emit(rows, json_out, table)
 
 
 def requests(
@@ -199,12 +172,12 @@ def requests(
     rows = _newest("/requests", UsageLedger, limit, url, admin_key, database_url)
 
     def table(rows: list[dict[str, Any]]) -> Table:
-        out = _table(
+        out = output.table(
             "arrived (UTC)", "key", "route", "status", "prompt", "output", "ttft s", "e2e s", "tok/s"
         )
         for row in rows:
             out.add_row(
-                _when(row["arrived_at"]),
+                output.when(row["arrived_at"]),
                 row["key_name"],
                 row["route"],
                 str(row["status"]),
@@ -216,7 +189,7 @@ def requests(
             )
         return out
 
-    _print(rows, json_out, table)
+    output.emit(rows, json_out, table)
 
 
 def status(json_out: JsonOpt = False, url: UrlOpt = None, admin_key: AdminKeyOpt = None) -> None:
@@ -248,7 +221,7 @@ def status(json_out: JsonOpt = False, url: UrlOpt = None, admin_key: AdminKeyOpt
     )
     backends = state.get("backends", [])
     if len(backends) > 1 or any(b.get("shared") for b in backends):
-        table = _table("backend", "up", "slots", "waiting", "KV reserved")
+        table = output.table("backend", "up", "slots", "waiting", "KV reserved")
         for backend in backends:
             table.add_row(
                 backend["name"],
@@ -258,7 +231,7 @@ def status(json_out: JsonOpt = False, url: UrlOpt = None, admin_key: AdminKeyOpt
                 f"{backend['kv_reserved_tokens']:,}",
             )
         console.print(table)
-    table = _table("key", "in flight", "waiting")
+    table = output.table("key", "in flight", "waiting")
     for name, counts in state["keys"].items():
         table.add_row(name, str(counts["in_flight"]), str(counts["waiting"]))
     if state["keys"]:
@@ -282,4 +255,4 @@ def _learnt(value: Any) -> str:
         return "unknown"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return _shown(value)
+    return output.shown(value)

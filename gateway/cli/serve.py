@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import errno
 import gc
 import logging
 import signal
@@ -18,6 +19,7 @@ import uvicorn
 from uvicorn.config import LOGGING_CONFIG
 
 from gateway.app import create_app
+from gateway.cli.failures import CliError
 from gateway.config import Settings
 from gateway.http.access_log import ACCESS_FORMAT, ACCESS_LOGGER
 from gateway.http.drain import Drain
@@ -180,6 +182,26 @@ def _embedded(settings: Settings, backend: EmbeddedBackend) -> tuple[_EmbeddedSe
     return _EmbeddedServer(config), reach
 
 
+def check_bindable(host: str, port: int) -> None:
+    """Bind ``host:port`` once, as uvicorn will, and let it go: :class:`CliError` saying why in one
+    line when it cannot be bound (uvicorn itself logs that across several lines and exits). uvicorn
+    binds its own socket: handing it this one (``Server.serve(sockets=…)``, its Gunicorn path) skips
+    the lifespan's shutdown on a signal."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as exc:
+        raise CliError(f"cannot listen on {host}:{port}: the host is unknown ({exc.strerror})") from None
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn's own bind
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            why = "another process listens there" if exc.errno == errno.EADDRINUSE else exc.strerror
+            raise CliError(
+                f"cannot listen on {host}:{port}: {why} (choose another with --port or GATEWAY_PORT)"
+            ) from None
+
+
 async def run_gateway(settings: Settings, embedded: EmbeddedBackend | None = None) -> None:
     """Serve until SIGINT/SIGTERM, then drain (:class:`_GatewayServer`) and return (exit status 0).
 
@@ -190,6 +212,7 @@ async def run_gateway(settings: Settings, embedded: EmbeddedBackend | None = Non
     inside uvicorn's start-up, it would be a logged traceback).
     """
     await (await open_engine(settings.database_url)).dispose()
+    check_bindable(settings.host, settings.port)  # before anything starts: a taken port is one line
     simulator: _EmbeddedServer | None = None
     sim_task: asyncio.Task[None] | None = None
     if settings.upstream is None:

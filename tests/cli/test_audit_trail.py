@@ -84,14 +84,16 @@ def test_a_second_revoke_changes_nothing_and_says_so(start_sim, start_gateway, m
         cli("keys", "create", name)
         first = cli("keys", "revoke", name, *where, DSPARK_ADMIN_KEY=admin_key)
         assert first.stdout == f"Revoked key {name!r}.\n"
-        key = json.loads(cli("keys", "show", name).stdout)
+        key = json.loads(cli("keys", "show", name, "--json").stdout)
         again = cli("keys", "revoke", name, *where, DSPARK_ADMIN_KEY=admin_key)  # ok: status 0
         when = datetime.fromisoformat(key["revoked_at"]).astimezone(UTC)
         assert again.stdout == (
             f"Key {name!r} was already revoked at {when:%Y-%m-%d %H:%M:%S} UTC; nothing changed.\n"
         )
-        assert json.loads(cli("keys", "show", name).stdout) == key
+        assert json.loads(cli("keys", "show", name, "--json").stdout) == key
     trail = json.loads(cli("audit", "--json").stdout)
     revokes = [e["target"] for e in trail if e["action"] == "key.revoke"]
-    ids = {json.loads(cli("keys", "show", name).stdout)["id"] for name in ("on-database", "on-gateway")}
+    ids = {
+        json.loads(cli("keys", "show", name, "--json").stdout)["id"] for name in ("on-database", "on-gateway")
+    }
     assert sorted(revokes) == sorted(ids)

@@ -57,14 +57,14 @@ def test_keys_create_prints_the_key_last_and_list_shows_it(cli: Cli) -> None:
 def test_a_keys_quota_is_set_shown_changed_and_removed(cli: Cli) -> None:
     cli("keys", "create", "metered", "--quota", "50000", "--quota-period", "week")
     assert "quota 50000/week" in cli("keys", "list").stdout
-    changed = json.loads(cli("keys", "update", "metered", "--quota-mode", "warn").stdout)
+    changed = json.loads(cli("keys", "update", "metered", "--quota-mode", "warn", "--json").stdout)
     assert (changed["quota_tokens"], changed["quota_period"], changed["quota_mode"]) == (
         50000,
         "week",
         "warn",
     )
     assert "quota_period" in error_of(cli("keys", "update", "metered", "--quota-period", "year", ok=False))
-    removed = json.loads(cli("keys", "update", "metered", "--no-quota").stdout)
+    removed = json.loads(cli("keys", "update", "metered", "--no-quota", "--json").stdout)
     assert (removed["quota_tokens"], removed["quota_period"]) == (None, None)
 
 
@@ -72,7 +72,10 @@ def test_groups_are_made_joined_listed_and_deleted_once_empty(cli: Cli) -> None:
     cli("groups", "create", "search", "--rpm", "30", "--quota", "1000000", "--quota-period", "month")
     cli("keys", "create", "search-a", "--group", "search")
     cli("keys", "create", "search-b")
-    assert json.loads(cli("keys", "update", "search-b", "--group", "search").stdout)["group"] == "search"
+    assert (
+        json.loads(cli("keys", "update", "search-b", "--group", "search", "--json").stdout)["group"]
+        == "search"
+    )
     listing = cli("groups", "list").stdout
     assert "search" in listing and "1000000/month" in listing
     [group] = json.loads(cli("groups", "list", "--json").stdout)
@@ -80,9 +83,10 @@ def test_groups_are_made_joined_listed_and_deleted_once_empty(cli: Cli) -> None:
     assert "still has keys" in error_of(cli("groups", "delete", "search", ok=False))
     assert "no group 'nowhere'" in error_of(cli("keys", "create", "lost", "--group", "nowhere", ok=False))
     for key in ("search-a", "search-b"):
-        assert json.loads(cli("keys", "update", key, "--no-group").stdout)["group"] is None
+        assert json.loads(cli("keys", "update", key, "--no-group", "--json").stdout)["group"] is None
     assert (
-        json.loads(cli("groups", "update", "search", "--quota-mode", "warn").stdout)["quota_mode"] == "warn"
+        json.loads(cli("groups", "update", "search", "--quota-mode", "warn", "--json").stdout)["quota_mode"]
+        == "warn"
     )
     cli("groups", "delete", "search")
     assert json.loads(cli("groups", "list", "--json").stdout) == []

@@ -26,13 +26,22 @@ def test_aliases_from_the_local_cli_and_the_admin_api_route_requests(
     gateway = start_gateway(start_sim().url)
     local = cli("keys", "create", "team", "--alias", "team-model=" + MODEL, "--alias", "x = y")
     secret = local.stdout.strip().splitlines()[-1]
-    shown = json.loads(cli("keys", "show", "team").stdout)
+    shown = json.loads(cli("keys", "show", "team", "--json").stdout)
     assert shown["aliases"] == {"team-model": MODEL, "x": "y"}
     assert _client(gateway, secret).chat.completions.create(model="team-model", messages=ASK).model == MODEL
 
     admin = make_key("root", scopes=["admin"])
     remote = cli(
-        "keys", "update", "team", "--alias", "other=" + MODEL, "--url", gateway.url, "--admin-key", admin
+        "keys",
+        "update",
+        "team",
+        "--alias",
+        "other=" + MODEL,
+        "--url",
+        gateway.url,
+        "--admin-key",
+        admin,
+        "--json",
     )
     assert json.loads(remote.stdout)["aliases"] == {"other": MODEL}  # the map is replaced
     audit = httpx.get(gateway.url + "/admin/audit", headers={"Authorization": f"Bearer {admin}"}).json()
@@ -43,7 +52,7 @@ def test_aliases_from_the_local_cli_and_the_admin_api_route_requests(
     }
     assert [m.id for m in _client(gateway, secret).models.list()] == [MODEL, "other"]
 
-    cleared = cli("keys", "update", "team", "--no-aliases")
+    cleared = cli("keys", "update", "team", "--no-aliases", "--json")
     assert json.loads(cleared.stdout)["aliases"] is None
 
     for bad in (["--alias", "nomodel"], ["--alias", "=m"], ["--alias", "a=b", "--no-aliases"]):

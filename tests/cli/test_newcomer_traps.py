@@ -59,7 +59,7 @@ def test_models_all_grace_zero_and_scopes(
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=secret, max_retries=0)
     with pytest.raises(openai.PermissionDeniedError):
         client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=5)
-    assert json.loads(cli("keys", "update", "team", "--models", "all").stdout)["models"] is None
+    assert json.loads(cli("keys", "update", "team", "--models", "all", "--json").stdout)["models"] is None
     wait_until(lambda: answers(client), timeout_s=10, what="every model allowed (key cache TTL)")
     for empty in ("", " , "):
         line = error_of(cli("keys", "update", "team", "--models", empty, ok=False))
@@ -74,7 +74,7 @@ def test_models_all_grace_zero_and_scopes(
     assert fresh.chat.completions.create(model=MODEL, messages=ASK, max_tokens=5).model == MODEL
 
     cli("keys", "create", "tuner", "--scope", "backend_fields")
-    assert json.loads(cli("keys", "show", "tuner").stdout)["scopes"] == ["backend_fields"]
+    assert json.loads(cli("keys", "show", "tuner", "--json").stdout)["scopes"] == ["backend_fields"]
     error_of(cli("keys", "create", "bad", "--scope", "root", ok=False))
 
 

@@ -90,7 +90,7 @@ def test_keys_through_the_admin_api_with_the_key_from_the_environment(
     assert listed == api(gateway, admin_key, "/keys")["data"]
     team = next(k for k in listed if k["name"] == "team-b")
     assert (team["default_thinking"], team["prefix"]) == ("max", secret[:8] + "…")
-    changed = json.loads(remote("keys", "update", "team-b", "--no-expiry", "--thinking", "none"))
+    changed = json.loads(remote("keys", "update", "team-b", "--no-expiry", "--thinking", "none", "--json"))
     assert (changed["expires_at"], changed["default_thinking"]) == (None, "off")
 
 

@@ -1,0 +1,88 @@
+"""One convention across the command line: plain help, --json a flag that prints JSON on stdout,
+show for every noun that has list, one --url (DSPARK_URL) with or without /v1 for every command
+that talks to a gateway, tables that keep a row on one line, and one line for a start-up failure."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+
+import typer
+
+from dspark_cli import app
+from tests.cli.conftest import Cli, error_of
+
+ROOT = typer.main.get_command(app)
+
+
+def commands(command=ROOT, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], object]]:
+    yield path, command
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from commands(sub, (*path, name))
+
+
+def options(command) -> dict[str, object]:
+    return {name: param for param in command.params for name in getattr(param, "opts", ())}
+
+
+def test_help_is_plain_text() -> None:
+    import click
+
+    for path, command in commands():
+        text = command.get_help(click.Context(command, info_name=" ".join(("dspark-gateway", *path))))
+        for markup in ("``", "<bool>", ":class:", ":mod:", "[bold", "╭"):
+            assert markup not in text, (path, markup)
+
+
+def test_every_json_is_a_flag_every_list_has_a_show_and_every_remote_command_takes_url() -> None:
+    talking = 0
+    for path, command in commands():
+        opts = options(command)
+        if "--json" in opts:
+            assert opts["--json"].is_flag, path  # never a file name
+        subcommands = getattr(command, "commands", {})
+        if "list" in subcommands:
+            assert "show" in subcommands, path
+        if "--url" in opts:
+            talking += 1
+            assert "DSPARK_URL" in (
+                opts["--url"].envvar if isinstance(opts["--url"].envvar, list) else [opts["--url"].envvar]
+            ), path
+    assert talking >= 20  # the admin commands, bench and proof
+
+
+def test_the_url_may_name_the_api_and_a_table_keeps_its_rows_whole(
+    cli: Cli, start_sim, start_gateway, make_key
+) -> None:
+    gateway = start_gateway(start_sim().url)
+    admin = make_key("root", scopes=["admin"])
+    make_key("a-key-with-a-rather-long-name-that-a-narrow-table-would-fold")
+    listed = cli("keys", "list", DSPARK_URL=gateway.url + "/v1", DSPARK_ADMIN_KEY=admin, COLUMNS=None)
+    assert f"note: using {gateway.url} " in listed.stderr  # said, and done
+    row = next(line for line in listed.stdout.splitlines() if line.lstrip().startswith("a-key-with"))
+    assert "a-key-with-a-rather-long-name-that-a-narrow-table-would-fold" in row
+    shown = cli("groups", "create", "team", "--url", gateway.url, DSPARK_ADMIN_KEY=admin)
+    assert shown.stdout == "Created group 'team'.\n"
+    as_json = json.loads(
+        cli("groups", "show", "team", "--json", "--url", gateway.url, DSPARK_ADMIN_KEY=admin).stdout
+    )
+    assert as_json["name"] == "team"
+    updated = cli("keys", "update", "root", "--rpm", "5", "--url", gateway.url, DSPARK_ADMIN_KEY=admin)
+    assert updated.stdout == "Updated key 'root': rpm.\n"
+    audit = cli("audit", "--url", gateway.url, DSPARK_ADMIN_KEY=admin).stdout
+    assert any(
+        line.count(":") >= 2 and "key.update" in line for line in audit.splitlines()
+    )  # its time on its row
+
+
+def test_a_port_in_use_is_one_line(cli: Cli) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        failed = cli("serve", "--port", str(port), ok=False)
+    assert error_of(failed) == (
+        f"error: cannot listen on 127.0.0.1:{port}: another process listens there "
+        "(choose another with --port or GATEWAY_PORT)"
+    )
