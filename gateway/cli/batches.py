@@ -11,10 +11,10 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from dspark_common.progress import progress_for
 from gateway.admin.batch_admin import BatchAdmin, InUseError, NotFoundError
 from gateway.auth import KeyStore
 from gateway.auth.audit import AuditLog
@@ -144,8 +144,7 @@ def wait(
     database_url: DatabaseOpt = None,
 ) -> None:
     """Wait for a batch to end, with a progress bar of its lines; exits 1 unless it completed."""
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True)) as progress:
+    with progress_for(Console(stderr=True)) as progress:
         task = progress.add_task(batch_id, total=None)
         while True:
             batch = _batch(batch_id, url, admin_key, database_url)
