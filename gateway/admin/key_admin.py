@@ -44,11 +44,17 @@ def _loggable(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in fields.items()}
 
 
+def stored_view(record: KeyRecord | GroupRecord) -> dict[str, Any]:
+    """What a key or group holds, as its listing shows it (a group by name, times ISO 8601) but its
+    quota's period and mode as stored: the listing hides them while there is no quota."""
+    view = record.public(datetime.now(UTC)) if isinstance(record, KeyRecord) else record.public()
+    return view | {"quota_period": record.quota_period, "quota_mode": record.quota_mode}
+
+
 def _changes(
     before: Mapping[str, Any], after: Mapping[str, Any], fields: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """``{field: {"from": before, "to": after}}`` for each of ``fields`` whose value changed, as the
-    record's listing shows it (a quota period's default, a group by name)."""
+    """``{field: {"from": before, "to": after}}`` for each of ``fields`` whose value changed."""
     return {
         name: {"from": before.get(name), "to": after.get(name)}
         for name in fields
@@ -79,14 +85,12 @@ class KeyAdmin:
 
     async def update(self, actor: Actor, ref: str, body: KeyLimits) -> KeyRecord:
         """The key (id or name) with the fields ``body`` sets changed; the trail says each one's value
-        before and after, as the key's listing shows them."""
+        before and after (:func:`stored_view`)."""
         changes = body.changes()
-        before = (await self._store.get(ref)).public(datetime.now(UTC))
+        before = await self._store.get(ref)
         record = await self._store.update(ref, changes)
-        after = record.public(datetime.now(UTC))
-        await self._record(
-            actor, "key.update", record.id, name=record.name, changes=_changes(before, after, changes)
-        )
+        diff = _changes(stored_view(before), stored_view(record), changes)
+        await self._record(actor, "key.update", record.id, name=record.name, changes=diff)
         return record
 
     async def rotate(self, actor: Actor, ref: str, grace_s: float) -> tuple[KeyRecord, str]:
@@ -122,9 +126,9 @@ class KeyAdmin:
     async def update_group(self, actor: Actor, ref: str, body: GroupLimits) -> GroupRecord:
         """The group (id or name) with the fields ``body`` sets changed."""
         changes = body.changes()
-        before = (await self._groups.get(ref)).public()
+        before = await self._groups.get(ref)
         record = await self._groups.update(ref, changes)
-        diff = _changes(before, record.public(), changes)
+        diff = _changes(stored_view(before), stored_view(record), changes)
         await self._record(actor, "group.update", record.id, name=record.name, changes=diff)
         return record
 

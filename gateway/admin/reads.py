@@ -62,7 +62,7 @@ async def audit(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 
 async def requests(
     request: Request,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-    offset: Annotated[int, Query(ge=0, description="Rows to skip (the next page)")] = 0,
+    offset: Annotated[int, Query(ge=0, le=10**9, description="Rows to skip (the next page)")] = 0,
     key: Annotated[str | None, Query(description="Only this key name")] = None,
     group: Annotated[str | None, Query(description="Only this group's keys (empty: keys in none)")] = None,
     route: Annotated[str | None, Query(description="Only this route (/v1/messages …)")] = None,

@@ -18,8 +18,9 @@ from gateway.auth.principal import Principal
 from gateway.auth.store import METADATA_DEPTH, readable
 from gateway.storage.tables import AuditRow, utc
 
-#: How deep an action's detail may nest in a listing (it holds a key's metadata one level down).
-DETAIL_DEPTH = METADATA_DEPTH + 1
+#: How deep an action's detail may nest in a listing: a key's metadata is three levels down in an
+#: update's (``changes`` → the field → ``from`` / ``to``).
+DETAIL_DEPTH = METADATA_DEPTH + 3
 
 
 class AuditLog:

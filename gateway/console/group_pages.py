@@ -13,6 +13,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from gateway.admin.key_admin import stored_view
 from gateway.admin.key_fields import GroupCreate, GroupLimits
 from gateway.admin.keys import changed, key_admin
 from gateway.auth.groups import (
@@ -68,7 +69,7 @@ async def _group(request: Request) -> GroupRecord:
 
 async def group_page(request: Request, session: Session) -> Response:
     record = await _group(request)
-    return await _group_view(request, record, forms.shown(record.public()))
+    return await _group_view(request, record, forms.shown(stored_view(record)))
 
 
 async def _group_view(
@@ -87,7 +88,7 @@ async def _group_view(
         quota_left=await quota_left(request, record),
         fields=FIELDS,
         values=values,
-        was=was if was is not None else forms.shown(view),
+        was=was if was is not None else forms.shown(stored_view(record)),
         errors=errors or {},
     )
 

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from gateway.admin import reads
+from gateway.admin.key_admin import stored_view
 from gateway.admin.key_fields import GRACE_MAX_S, KeyCreate, KeyLimits
 from gateway.admin.keys import changed, key_admin
 from gateway.auth import KeyExistsError, KeyNotFoundError, KeyRecord
@@ -76,7 +77,7 @@ async def _group_choices(request: Request) -> tuple[tuple[str, str], ...]:
 
 async def key_page(request: Request, session: Session) -> Response:
     record = await _key(request)
-    return await _key_view(request, record, forms.shown(record.public(datetime.now(UTC))))
+    return await _key_view(request, record, forms.shown(stored_view(record)))
 
 
 async def _key_view(
@@ -102,7 +103,7 @@ async def _key_view(
         fields=[forms.FIELDS[name] for name in forms.KEY_FIELDS],
         groups=await _group_choices(request),
         values=values,
-        was=was if was is not None else forms.shown(view),
+        was=was if was is not None else forms.shown(stored_view(record)),
         errors=errors or {},
         grace=forms.duration_text(grace_s),
     )
@@ -167,8 +168,7 @@ async def rotate_key(request: Request, session: Session) -> Response:
         if not 0 <= grace_s <= GRACE_MAX_S:
             raise ValueError(f"must be between 0 and {forms.duration_text(GRACE_MAX_S)}")
     except ValueError as exc:
-        shown = forms.shown(record.public(datetime.now(UTC)))
-        return await _key_view(request, record, shown, {"grace": str(exc)})
+        return await _key_view(request, record, forms.shown(stored_view(record)), {"grace": str(exc)})
     admin, who = key_admin(request, session.principal)
     record, secret = await admin.rotate(who, record.id, grace_s)
     changed(request)

@@ -17,16 +17,18 @@ import hmac
 import secrets
 from typing import Any
 
+from fastapi import Depends
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from gateway.auth.oidc import OidcClient, OidcConfig, OidcError, Pending
 from gateway.config import Settings
-from gateway.console.pages import COOKIE, render, sessions, set_cookie, sign_in_page
+from gateway.console.pages import COOKIE, reaching_store, render, sessions, set_cookie, sign_in_page
+from gateway.http.auth import public_limit
 
 #: The pending sign-in's cookie, and how long a sign-in at the provider may take, s.
 PENDING_COOKIE = "dspark_console_oidc"
-PENDING_TTL_S = 600
+PENDING_TTL_S = 300
 CALLBACK = "/console/oidc/callback"
 
 
@@ -70,10 +72,10 @@ async def start(request: Request) -> Response:
 
 async def callback(request: Request) -> Response:
     params = request.query_params
+    if params.get("error"):  # the sign-in in progress is left as it is: anyone can send this address
+        code = "".join(c for c in params["error"][:64] if c.isalnum() or c in "_-.")
+        return sign_in_page(request, 403, f"The identity provider did not sign you in ({code}).")
     kept = await sessions(request).take(request.cookies.get(PENDING_COOKIE))
-    if params.get("error"):
-        said = params.get("error_description") or params["error"]
-        return _refused(request, 403, f"The identity provider did not sign you in: {said}")
     if kept is None:
         return _refused(request, 400, "This sign-in has expired or was used already; sign in again.")
     pending = Pending(**kept)
@@ -83,11 +85,14 @@ async def callback(request: Request) -> Response:
         )
     try:
         client = _client(request)
-        principal = client.principal(await client.finish(pending, params.get("code", "")))
+        claims = await client.finish(pending, params.get("code", ""))
+        principal = client.principal(claims)
     except OidcError as error:
         return _refused(request, 403, error.message)
     await sessions(request).close(request.cookies.get(COOKIE))  # a new sign-in ends the browser's old one
-    token = await sessions(request).open(principal, "")
+    # no secret to check again on each page: the session ends with the ID token, so an admin the
+    # provider disabled or took out of the group is out within the token's lifetime
+    token = await sessions(request).open(principal, "", until=float(claims["exp"]))
     response = render(request, "signed_in.html", admin=principal.name, csrf="")
     set_cookie(request, response, COOKIE, token, int(request.app.state.settings.console_session_ttl_s))
     response.delete_cookie(PENDING_COOKIE, path="/console")
@@ -103,8 +108,22 @@ def _refused(request: Request, code: int, message: str) -> Response:
 def install(app: Any) -> None:
     """The sign-in's two public routes (:data:`PUBLIC`) and its client (``app.state.oidc``)."""
     app.state.oidc = client_for(app.state.settings)
-    app.add_api_route("/console/oidc/start", start, methods=["GET"], include_in_schema=False)
-    app.add_api_route(CALLBACK, callback, methods=["GET"], include_in_schema=False, name="oidc_callback")
+    throttled = [Depends(public_limit)]  # public: each address gets GATEWAY_PUBLIC_REQUESTS_PER_MINUTE
+    app.add_api_route(
+        "/console/oidc/start",
+        reaching_store(start),
+        methods=["GET"],
+        include_in_schema=False,
+        dependencies=throttled,
+    )
+    app.add_api_route(
+        CALLBACK,
+        callback,
+        methods=["GET"],
+        include_in_schema=False,
+        name="oidc_callback",
+        dependencies=throttled,
+    )
 
 
 #: The routes anyone may call: they are how one signs in.

@@ -36,7 +36,7 @@ from gateway.admission.capacity import Reason
 from gateway.auth import Principal
 from gateway.auth.tokens import expires_at
 from gateway.console import live
-from gateway.console.sessions import Session, Sessions, session_store
+from gateway.console.sessions import Session, Sessions, StoreUnavailable, session_store
 from gateway.errors import GatewayError
 from gateway.http.auth import ADMIN_SCOPE, authenticate
 
@@ -106,7 +106,23 @@ def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             return render(request, "error.html", error.status, error.headers, message=error.message)
 
     guarded.__name__ = handler.__name__
-    return guarded
+    return reaching_store(guarded)
+
+
+def reaching_store(
+    endpoint: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """``endpoint``, answering a page (503) when the shared session store cannot be reached."""
+
+    async def reaching(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except StoreUnavailable:
+            message = "The console's session store (Redis) cannot be reached; try again shortly."
+            return render(request, "error.html", 503, message=message)
+
+    reaching.__name__ = endpoint.__name__
+    return reaching
 
 
 async def still_admin(request: Request, session: Session) -> bool:
@@ -265,7 +281,7 @@ def install(app: Any) -> None:
     get, post = ["GET"], ["POST"]
     for path, endpoint, methods in (
         ("/console/login", login_form, get),
-        ("/console/login", login, post),
+        ("/console/login", reaching_store(login), post),
         ("/console/logout", page(logout), post),
         ("/console", page(overview), get),
         ("/console/live.json", page(live_json), get),

@@ -22,10 +22,24 @@ from gateway.console.sessions import Session
 from gateway.errors import GatewayError
 from gateway.telemetry.ledger import RequestFilter
 
-#: Rows a page.
+#: Rows a page, and the last page one may ask for.
 PAGE = 50
+LAST_PAGE = 10_000
 #: The query fields of the filters, kept on every page link.
-FILTERS = ("key", "group", "route", "status", "end_reason", "range", "from", "to", "tz", "q")
+FILTERS = (
+    "key",
+    "group",
+    "route",
+    "status",
+    "end_reason",
+    "range",
+    "from",
+    "to",
+    "from_tz",
+    "to_tz",
+    "tz",
+    "q",
+)
 #: How a request can end (:attr:`gateway.telemetry.record.RequestTelemetry.end_reason`).
 END_REASONS = ("complete", "error", "client_gone", "client_slow")
 #: Statuses offered as you type (any code may be typed).
@@ -56,7 +70,7 @@ def _where(params: Mapping[str, str], now: datetime) -> RequestFilter:
 async def requests_page(request: Request, session: Session) -> Response:
     params = {name: request.query_params.get(name, "") for name in FILTERS}
     try:
-        number = max(1, int(request.query_params.get("page") or 1))
+        number = min(LAST_PAGE, max(1, int(request.query_params.get("page") or 1)))
     except ValueError:
         number = 1
     choices = await _choices(request)
@@ -94,7 +108,8 @@ async def _choices(request: Request) -> dict[str, Any]:
 
 async def request_detail(request: Request, session: Session) -> Response:
     ledger = await reads.flushed_ledger(request)
-    row = await ledger.one(request.path_params["row_id"])
+    row_id = request.path_params["row_id"]
+    row = await ledger.one(row_id) if row_id < 2**63 else None  # a row id is a BIGINT at most
     if row is None:
         raise GatewayError("not_found", "No such request in the ledger.")
     return render(request, "request.html", row=row)

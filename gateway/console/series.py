@@ -2,9 +2,10 @@
 of its buckets, and the ledger's rows (:meth:`~gateway.telemetry.ledger.UsageLedger.series`) laid out
 as one array per series over every bucket. Pure: no I/O, no web framework.
 
-A window is the last hour, day or week, or a custom ``from``/``to``; a time typed without an offset
-is the browser's local time when the page says how far it is from UTC (``tz``: JavaScript's
-``Date.getTimezoneOffset()``, minutes to add to local time to get UTC), else UTC.
+A window is the last hour, day or week, or a custom ``from``/``to`` (from 1970, at most
+:data:`LONGEST_S`); a time typed without an offset is the browser's local time when the page says how
+far it is from UTC (``from_tz``, ``to_tz``, else ``tz``: JavaScript's ``Date.getTimezoneOffset()``,
+minutes to add to local time to get UTC), else UTC.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ RANGES = {"hour": 3600, "day": 86_400, "week": 604_800}
 #: Bucket sizes, s: a window gets the smallest that gives at most :data:`MOST_POINTS` buckets.
 BUCKETS = (60, 300, 900, 1800, 3600, 10_800, 21_600, 86_400, 604_800)
 MOST_POINTS = 120
+#: The longest custom window, s (a chart of it has at most 57 weekly points), and its earliest start.
+LONGEST_S = 400 * 86_400
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 #: Series drawn one by one; the rest are summed as ``other``.
 TOP = 8
 #: A series' name for requests of keys in no group.
@@ -53,11 +57,12 @@ def window(params: Mapping[str, str], now: datetime) -> Window:
     if name in RANGES:
         start, end = now - timedelta(seconds=RANGES[name]), now
     elif name == "custom":
-        offset = _offset(params.get("tz"))
-        start = _instant(params.get("from"), offset, "from")
-        end = _instant(params.get("to"), offset, "to") if params.get("to") else now
+        start = _instant(params, "from")
+        end = _instant(params, "to") if params.get("to") else now
         if end <= start:
             raise ValueError("the end of the range must come after its start")
+        if start < EARLIEST or (end - start).total_seconds() > LONGEST_S:
+            raise ValueError(f"a range starts in 1970 or later and spans at most {LONGEST_S // 86_400} days")
     else:
         raise ValueError(f"range must be hour, day, week or custom; got {name!r}")
     return Window(start, end, bucket_for((end - start).total_seconds()), name)
@@ -73,16 +78,22 @@ def _offset(text: str | None) -> timedelta:
     return timedelta(minutes=minutes)
 
 
-def _instant(text: str | None, offset: timedelta, what: str) -> datetime:
+def _instant(params: Mapping[str, str], what: str) -> datetime:
+    """The time ``params[what]`` (UTC); typed without an offset, the browser's local time, which is
+    ``{what}_tz`` minutes from UTC on that day (the browser's ``getTimezoneOffset()`` for that date, so
+    a summer date in winter is read right), else ``tz``."""
+    text = params.get(what)
     if not text:
         raise ValueError(f"a custom range needs its {what} time")
+    offset = _offset(params.get(f"{what}_tz") or params.get("tz"))
     try:
         parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"{what} must be a time such as 2026-12-01T09:00; got {text!r}") from None
-    if parsed.tzinfo is None:
-        parsed = (parsed + offset).replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
+    try:
+        return (parsed if parsed.tzinfo else (parsed + offset).replace(tzinfo=UTC)).astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{what} is outside the years 1 to 9999") from None
 
 
 def bucket_for(span_s: float) -> int:

@@ -9,7 +9,8 @@ holds a usable cookie. Two stores, one interface:
   with its own expiry.
 
 A session lives ``ttl_s`` seconds from sign-in, or less if the key or token it signed in with expires
-sooner; the memory store keeps at most ``limit`` (the oldest go first). Whether the secret it signed
+sooner; the memory store keeps at most ``limit`` sessions and ``pending_limit`` pending sign-ins (the
+oldest go first). Whether the secret it signed
 in with is still a valid admin key — not revoked, expired, or rotated away (past its grace) — is the
 pages' to check on each request (:func:`gateway.console.pages.page`): a session keeps the secret's
 SHA-256 (``credential``), as the key store does, for that. A *pending* sign-in is what an OpenID
@@ -19,15 +20,18 @@ verifier: :mod:`gateway.console.oidc_pages`), taken once.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
 import secrets
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from gateway.auth.principal import Principal
 from gateway.config import Settings
@@ -65,6 +69,12 @@ class Session:
         key_id, name, kind, scopes = data["who"]
         principal = Principal(key_id=key_id, name=name, kind=kind, scopes=tuple(scopes))
         return cls(principal, data["csrf"], data["expires_at"], data["credential"])
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+#: How long a call to the shared store may take, s.
+REDIS_TIMEOUT_S = 5.0
 
 
 class Sessions(Protocol):
@@ -111,6 +121,7 @@ class MemorySessions:
 
     ttl_s: float
     limit: int = 1000
+    pending_limit: int = 10_000
     _live: dict[str, Session] = field(default_factory=dict)
     _pending: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
 
@@ -139,7 +150,7 @@ class MemorySessions:
         now = time.time()
         for digest in [d for d, (ends, _) in self._pending.items() if ends <= now]:
             del self._pending[digest]
-        if len(self._pending) >= self.limit:
+        if len(self._pending) >= self.pending_limit:
             del self._pending[next(iter(self._pending))]
         self._pending[_digest(token)] = (now + ttl_s, pending)
 
@@ -153,20 +164,40 @@ class MemorySessions:
         return None
 
 
+class StoreUnavailable(Exception):
+    """The shared session store could not be reached (its Redis is down or does not answer)."""
+
+
+def _reached(call: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """``call``, with a Redis failure turned into :class:`StoreUnavailable` (a page to show, not a 500)."""
+
+    @functools.wraps(call)
+    async def reaching(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await call(*args, **kwargs)
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    return reaching
+
+
 class RedisSessions:
-    """The sessions and pending sign-ins in a Redis every replica shares, under ``namespace``."""
+    """The sessions and pending sign-ins in a Redis every replica shares, under ``namespace``; a call
+    the Redis does not answer within :data:`REDIS_TIMEOUT_S` raises :class:`StoreUnavailable`."""
 
     def __init__(self, client: Redis, namespace: str, ttl_s: float) -> None:
         self.ttl_s = ttl_s
         self._redis = client
         self._prefix = f"{namespace}:console:"
 
+    @_reached
     async def open(self, principal: Principal, secret: str, until: float | None = None) -> str:
         token, session = _new(principal, secret, self.ttl_s, until)
         lasts_ms = max(1, int((session.expires_at - time.time()) * 1000))
         await self._redis.set(self._key("session", token), session.dumps(), px=lasts_ms)
         return token
 
+    @_reached
     async def get(self, token: str | None) -> Session | None:
         if not token:
             return None
@@ -176,13 +207,16 @@ class RedisSessions:
         session = Session.loads(text)
         return session if session.expires_at > time.time() else None
 
+    @_reached
     async def close(self, token: str | None) -> None:
         if token:
             await self._redis.delete(self._key("session", token))
 
+    @_reached
     async def hold(self, token: str, pending: dict[str, Any], ttl_s: float) -> None:
         await self._redis.set(self._key("pending", token), json.dumps(pending), px=int(ttl_s * 1000))
 
+    @_reached
     async def take(self, token: str | None) -> dict[str, Any] | None:
         if not token:
             return None
@@ -201,7 +235,8 @@ def session_store(settings: Settings) -> Sessions:
     (``GATEWAY_ADMISSION_STORE=redis://…``), else this process's memory."""
     store, ttl_s = settings.admission_store, settings.console_session_ttl_s
     if store.startswith(("redis://", "rediss://", "unix://")):
-        return RedisSessions(Redis.from_url(store), settings.admission_namespace, ttl_s)
+        client = Redis.from_url(store, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
+        return RedisSessions(client, settings.admission_namespace, ttl_s)
     return MemorySessions(ttl_s)
 
 

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.admin import reads
 from gateway.console import series
-from gateway.console.pages import page, render
+from gateway.console.pages import SECURITY_HEADERS, page, render
 from gateway.console.sessions import Session
 from gateway.errors import GatewayError
 from gateway.telemetry.ledger import GroupBy, SeriesBy
@@ -26,7 +26,7 @@ from gateway.telemetry.ledger import GroupBy, SeriesBy
 #: What the totals are grouped by, in the order the page shows them.
 TOTALS: tuple[GroupBy, ...] = ("key", "group", "model", "day")
 #: The query fields that choose the figures (and so go on every link and export).
-QUERY = ("range", "from", "to", "tz", "by")
+QUERY = ("range", "from", "to", "from_tz", "to_tz", "tz", "by")
 
 
 def _split_by(request: Request) -> SeriesBy:
@@ -97,7 +97,7 @@ async def totals_export(request: Request, session: Session) -> Response:
 
 
 def _attachment(filename: str) -> dict[str, str]:
-    return {"Content-Disposition": f'attachment; filename="{filename}"'}
+    return {**SECURITY_HEADERS, "Content-Disposition": f'attachment; filename="{filename}"'}
 
 
 def _csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], filename: str) -> Response:

@@ -105,7 +105,7 @@ class UsageRow(Base):
     key_id: Mapped[str] = mapped_column(String(40), index=True)
     key_name: Mapped[str] = mapped_column(String(200))
     model: Mapped[str] = mapped_column(String(200))
-    route: Mapped[str] = mapped_column(String(64))
+    route: Mapped[str] = mapped_column(String(64), index=True)
     stream: Mapped[bool] = mapped_column(Boolean)
     arrived_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
     status: Mapped[int] = mapped_column(Integer)

@@ -281,10 +281,14 @@ class UsageLedger:
         """The requests that arrived in [``start``, ``end``) totalled per ``bucket_s``-second bucket of
         arrival and per key name, group name (null: in none) or model: rows ``{"bucket": Unix time of
         the bucket's start, s (a multiple of bucket_s), split_by: name, "requests", "prompt_tokens",
-        "completion_tokens"}`` by bucket. The bucket is computed by the database (``EXTRACT(EPOCH …)``
-        on PostgreSQL, ``strftime('%s', …)`` on SQLite), so a week of rows is not read one by one."""
+        "completion_tokens"}`` by bucket. The bucket is computed by the database (``FLOOR(EXTRACT(EPOCH
+        …))`` on PostgreSQL, ``strftime('%s', …)``, whole seconds, on SQLite), so a week of rows is not
+        read one by one."""
         name = {"key": UsageRow.key_name, "group": UsageRow.group_name, "model": UsageRow.model}[split_by]
-        bucket = cast(extract("epoch", UsageRow.arrived_at), BigInteger) // bucket_s * bucket_s
+        epoch: ColumnElement[Any] = extract("epoch", UsageRow.arrived_at)
+        if self._engine.dialect.name == "postgresql":  # EXTRACT gives fractions; a cast would round
+            epoch = func.floor(epoch)
+        bucket = cast(epoch, BigInteger) // bucket_s * bucket_s
         query = (
             select(  # type: ignore[var-annotated]  # SQLAlchemy 2.1 variadic Select
                 bucket.label("bucket"),

@@ -5,6 +5,7 @@ Redis (the provider's answer and the next page may each reach either), and sign-
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import httpx
@@ -77,3 +78,23 @@ def test_a_callback_without_its_sign_in_is_refused(start_sim, start_gateway, pro
     assert denied.status_code == 403 and "access_denied" in denied.text
     unreachable = httpx.get(gateway.url + "/console/oidc/start")  # the provider is not running yet
     assert unreachable.status_code == 503 and "could not be read" in unreachable.text
+
+
+def test_a_session_from_the_provider_ends_with_its_id_token(
+    start_sim, start_gateway, provider, browser_page
+) -> None:
+    """No key to check again on each page: an admin the provider disables is out when the token ends."""
+    gateway = start_gateway(start_sim().url, **provider.settings())
+    provider.start([gateway.url + "/console/oidc/callback"], id_token_ttl_s=3)
+    sign_in_at_the_provider(browser_page, gateway.url, "admin-carol")
+    expect(browser_page.locator("h1")).to_have_text("Overview")
+    time.sleep(3.5)
+    browser_page.goto(gateway.url + "/console/keys")
+    expect(browser_page).to_have_url(gateway.url + "/console/login")
+
+
+def test_the_sign_in_start_is_throttled_per_address(start_sim, start_gateway, provider) -> None:
+    gateway = start_gateway(start_sim().url, public_requests_per_minute=2, **provider.settings())
+    provider.start([gateway.url + "/console/oidc/callback"])
+    codes = [httpx.get(gateway.url + "/console/oidc/start").status_code for _ in range(3)]
+    assert codes == [303, 303, 429]

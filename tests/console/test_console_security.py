@@ -190,3 +190,22 @@ def test_a_throttled_sign_in_says_when_to_retry_and_pages_are_not_sniffed(consol
     with signed_in(console(), make_key("root", scopes=["admin"])) as browser:
         for path in ("/console", "/console/keys", "/console/login", "/console/static/console.js"):
             assert browser.get(path).headers["x-content-type-options"] == "nosniff", path
+
+
+def test_exports_carry_the_pages_headers_and_huge_numbers_are_no_500(console, make_key) -> None:
+    gateway = console()
+    with signed_in(gateway, make_key("root", scopes=["admin"])) as browser:
+        exported = browser.get("/console/usage/series.csv", params={"range": "hour"})
+        assert exported.status_code == 200 and exported.headers["cache-control"] == "no-store"
+        assert "default-src 'none'" in exported.headers["content-security-policy"]
+        huge = "9" * 25
+        assert browser.get("/console/requests", params={"page": huge}).status_code == 200
+        assert browser.get(f"/console/requests/{huge}").status_code == 404
+        too_long = browser.get(
+            "/console/usage/series.json", params={"range": "custom", "from": "0001-01-02T00:00"}
+        )
+        assert too_long.status_code == 400
+    admin = {"Authorization": f"Bearer {make_key('r2', scopes=['admin'])}"}
+    assert (
+        httpx.get(gateway.url + "/admin/requests", params={"offset": huge}, headers=admin).status_code == 400
+    )

@@ -136,7 +136,7 @@ def test_cli_against_a_running_gateway(admin_stack, make_key) -> None:
     secret = made.stdout.strip().splitlines()[-1]
     assert chat_ok(gateway.url, secret)
     assert "remote-team" in cli("list").stdout
-    assert '"tpm": 99' in cli("update", "remote-team", "--tpm", "99").stdout
+    assert cli("update", "remote-team", "--tpm", "99").stdout == "Updated key 'remote-team': tpm.\n"
     rotated = cli("rotate", "remote-team", "--grace", "1h")
     assert rotated.returncode == 0 and chat_ok(gateway.url, rotated.stdout.strip().splitlines()[-1])
     assert cli("revoke", "remote-team").returncode == 0 and not chat_ok(gateway.url, secret)
@@ -188,3 +188,24 @@ def test_expiry_as_a_lifetime_and_thinking_as_requests_name_it(admin_stack) -> N
             assert refused.status_code == 400, refused.text
             assert (error["code"], error["param"]) == ("invalid_request", param) and says in error["message"]
     assert "x" not in {k["name"] for k in admin.get("/admin/keys").json()["data"]}
+
+
+def test_an_update_is_audited_field_by_field_before_and_after(admin_stack) -> None:
+    """Even beside metadata nested as deep as a key's may be, and for a quota's period and mode set
+    before the quota itself (the listing hides them while there is none)."""
+    _, admin = admin_stack
+    admin.post("/admin/keys", json={"name": "audited", "rpm": 5})
+    deep = {"a": {"b": {"c": {"d": 1}}}}
+    changed = admin.patch("/admin/keys/audited", json={"metadata": deep, "rpm": 6, "models": ["m"]})
+    assert changed.status_code == 200, changed.text
+    admin.patch("/admin/keys/audited", json={"quota_period": "week", "quota_mode": "warn"})
+    first, second = [a for a in admin.get("/admin/audit").json()["data"] if a["action"] == "key.update"][:2]
+    assert second["target_name"] == "audited" and second["detail"]["changes"] == {
+        "metadata": {"from": {}, "to": deep},
+        "rpm": {"from": 5, "to": 6},
+        "models": {"from": None, "to": ["m"]},
+    }
+    assert first["detail"]["changes"] == {
+        "quota_period": {"from": None, "to": "week"},
+        "quota_mode": {"from": None, "to": "warn"},
+    }

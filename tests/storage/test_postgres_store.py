@@ -78,7 +78,7 @@ async def test_ledger_and_audit_on_postgres(engine: AsyncEngine) -> None:
     assert day["day"] == datetime.now(UTC).strftime("%Y-%m-%d")
     assert [r["request_id"] for r in await ledger.recent(2)] == ["r2", "r1"]
     noon = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-    for second in (1, 59, 90):  # bucketed by EXTRACT(EPOCH …)
+    for second in (1, 59.7, 90):  # bucketed by FLOOR(EXTRACT(EPOCH …)): 59.7 s is in the first minute
         record = RequestTelemetry(
             f"t{second}", "key_1", "pg-team", "m", "/v1/chat/completions", "chat", False,
             noon + timedelta(seconds=second),

@@ -1,7 +1,7 @@
 // A real OpenID Connect provider for the console's sign-in tests: panva's oidc-provider (an OpenID
 // Certified implementation) with its development login form, which takes any login and password.
 // Arguments: the path of oidc-provider's lib/index.js, then a JSON object {port, client_id,
-// client_secret, redirect_uris}. Accounts: a login that starts with "admin" is in the group
+// client_secret, redirect_uris, id_token_ttl_s}. Accounts: a login that starts with "admin" is in the group
 // "gateway-admins", any other in "staff"; its email is <login>@example.test.
 const [modulePath, json] = process.argv.slice(2);
 const { default: Provider } = await import(modulePath);
@@ -15,6 +15,7 @@ const provider = new Provider(`http://127.0.0.1:${config.port}`, {
     response_types: ["code"],
   }],
   pkce: { required: () => true },
+  ttl: { IdToken: config.id_token_ttl_s },
   features: { devInteractions: { enabled: true } },
   scopes: ["openid", "email", "profile", "groups"],
   claims: { openid: ["sub"], email: ["email"], groups: ["groups"] },

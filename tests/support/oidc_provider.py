@@ -41,11 +41,12 @@ class OidcProvider:
             "oidc_label": "the test provider",
         }
 
-    def start(self, redirect_uris: Sequence[str]) -> OidcProvider:
+    def start(self, redirect_uris: Sequence[str], id_token_ttl_s: int = 3600) -> OidcProvider:
+        """Serving, its ID tokens good for ``id_token_ttl_s`` seconds (a console session lasts as long)."""
         node = shutil.which("node")
         assert node and MODULE.exists(), "oidc-provider is not installed: run `make test-deps`"
         config = {"port": self.port, "client_id": CLIENT_ID, "client_secret": CLIENT_SECRET,
-                  "redirect_uris": list(redirect_uris)}  # fmt: skip
+                  "redirect_uris": list(redirect_uris), "id_token_ttl_s": id_token_ttl_s}  # fmt: skip
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
                 [node, str(SCRIPT), MODULE.as_uri(), json.dumps(config)], stdout=log, stderr=log

@@ -75,7 +75,22 @@ if (live) {
 // The usage page: the range form says how far local time is from UTC (a custom range is typed in
 // local time), and its charts are drawn by uPlot from the page's series (one line per key, group or
 // model; x in local time, y in tokens or requests per bucket).
-for (const tz of document.querySelectorAll("[data-tz]")) tz.value = String(new Date().getTimezoneOffset());
+// The offset of each typed time is its own date's (a summer date typed in winter is an hour apart).
+for (const tz of document.querySelectorAll("[data-tz]")) {
+  tz.value = String(new Date().getTimezoneOffset());
+  tz.form.addEventListener("submit", () => {
+    for (const input of tz.form.querySelectorAll("input[type=datetime-local]")) {
+      const at = new Date(input.value);
+      let offset = tz.form.querySelector(`input[name="${input.name}_tz"]`);
+      if (!input.value || Number.isNaN(at.getTime())) { if (offset) offset.remove(); continue; }
+      if (!offset) {
+        offset = Object.assign(document.createElement("input"), { type: "hidden", name: `${input.name}_tz` });
+        tz.form.append(offset);
+      }
+      offset.value = String(at.getTimezoneOffset());
+    }
+  });
+}
 
 const PALETTE = ["#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#bf3989", "#0a7ea4", "#6e7781", "#953800"];
 const compact = (v) => (v === null || v === undefined ? "–"

@@ -27,12 +27,19 @@ def test_a_window_is_a_named_range_or_a_custom_one_in_the_browsers_time() -> Non
         datetime(2026, 12, 1, 10, tzinfo=UTC),
     )
     assert series.window({"range": "custom", "from": "2026-12-06T00:00Z"}, NOW).end == NOW  # no end: now
+    # Paris in December (UTC+1, tz -60) asks for a July morning (UTC+2 then: its own offset, -120)
+    summer = {"range": "custom", "from": "2026-07-15T09:00", "from_tz": "-120", "tz": "-60"}
+    assert series.window(summer, NOW).start == datetime(2026, 7, 15, 7, tzinfo=UTC)
     for bad, says in (
         ({"range": "year"}, "range must be"),
         ({"range": "custom"}, "needs its from"),
         ({"range": "custom", "from": "yesterday"}, "from must be a time"),
         ({"range": "custom", "from": "2026-12-02T00:00", "to": "2026-12-01T00:00"}, "after its start"),
         ({"range": "custom", "from": "2026-12-02T00:00", "tz": "x"}, "minutes"),
+        ({"range": "custom", "from": "1969-12-31T00:00", "to": "1970-01-02T00:00"}, "1970 or later"),
+        ({"range": "custom", "from": "2020-01-01T00:00"}, "at most 400 days"),
+        ({"range": "custom", "from": "0001-01-01T00:30+01:00"}, "outside the years"),
+        ({"range": "custom", "from": "2026-01-01T00:00", "to": "9999-12-31T23:30", "tz": "60"}, "outside"),
     ):
         with pytest.raises(ValueError, match=says):
             series.window(bad, NOW)
