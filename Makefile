@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PACKAGES := gateway dspark_cli dspark_sim dspark_qualify dspark_runtime dspark_common
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install demo test unit lint test-deps
+.PHONY: install demo test unit lint test-deps screenshots
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ install: $(STAMP)
 
 demo: install
 	$(BIN)/python scripts/demo.py
+
+# docs/console-*.png from a real run: a gateway of its own, traffic, headless Chromium (make test-deps)
+screenshots: install
+	$(BIN)/python scripts/console_screenshots.py --out docs
 
 # Prometheus and Caddy (Debian packages) for the compatibility tests, PostgreSQL and Redis (binaries
 # for the throwaway servers of tests/support/services.py), Chromium for the console's browser tests

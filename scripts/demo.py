@@ -8,38 +8,8 @@ Uses a throwaway database; nothing is left behind.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-from pathlib import Path
-
-import httpx
+from local_gateway import local_gateway
 from openai import OpenAI
-
-BIN = Path(sys.executable).parent / "dspark-gateway"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_ready(url: str, server: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError("the gateway exited during startup")
-        try:
-            if httpx.get(url + "/ready", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("the gateway did not become ready")
 
 
 def show_prefix_cache(client: OpenAI) -> None:
@@ -67,54 +37,36 @@ def show_prefix_cache(client: OpenAI) -> None:
 
 
 def main() -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "GATEWAY_DATABASE_URL": f"sqlite+aiosqlite:///{tmp}/gateway.db"}
-        env.pop("GATEWAY_UPSTREAM", None)
-        print(f"$ dspark-gateway serve --port {port}   (no upstream: built-in simulator)")
-        log = open(Path(tmp) / "gateway.log", "wb")  # noqa: SIM115 - closed in finally
-        server = subprocess.Popen([str(BIN), "serve", "--port", str(port)], env=env, stdout=log, stderr=log)
-        try:
-            wait_ready(url, server)
-            print("$ dspark-gateway keys create demo")
-            created = subprocess.run(
-                [str(BIN), "keys", "create", "demo"], env=env, check=True, capture_output=True, text=True
-            )
-            print(created.stdout.rstrip().rsplit("\n", 1)[0])
-            key = created.stdout.strip().splitlines()[-1]
-            client = OpenAI(base_url=url + "/v1", api_key=key)
-            print("\nStreaming a chat completion through the gateway with the OpenAI SDK:\n")
-            stream = client.chat.completions.create(
-                model="deepseek-v4-flash-0731",
-                messages=[{"role": "user", "content": "Count from 1 to 10."}],
-                stream=True,
-            )
-            section = None
-            for chunk in stream:
-                if not chunk.choices:
-                    continue
-                delta = chunk.choices[0].delta
-                for name, text in (
-                    ("reasoning", (delta.model_extra or {}).get("reasoning")),
-                    ("answer", delta.content),
-                ):
-                    if text:
-                        if section != name:
-                            print(f"\n[{name}] ", end="")
-                            section = name
-                        print(text, end="", flush=True)
-            print("\n\nRound trip OK.")
-            show_prefix_cache(client)
-            print("\nStopping the gateway.")
-        except BaseException:
-            log.flush()
-            print("\n--- gateway log ---\n" + (Path(tmp) / "gateway.log").read_text(), file=sys.stderr)
-            raise
-        finally:
-            server.terminate()
-            server.wait(timeout=15)
-            log.close()
+    with local_gateway() as gateway:
+        print(f"$ dspark-gateway serve --port {gateway.port}   (no upstream: built-in simulator)")
+        print("$ dspark-gateway keys create demo")
+        created = gateway.cli("keys", "create", "demo")
+        print(created.rstrip().rsplit("\n", 1)[0])
+        key = created.strip().splitlines()[-1]
+        client = OpenAI(base_url=gateway.url + "/v1", api_key=key)
+        print("\nStreaming a chat completion through the gateway with the OpenAI SDK:\n")
+        stream = client.chat.completions.create(
+            model="deepseek-v4-flash-0731",
+            messages=[{"role": "user", "content": "Count from 1 to 10."}],
+            stream=True,
+        )
+        section = None
+        for chunk in stream:
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            for name, text in (
+                ("reasoning", (delta.model_extra or {}).get("reasoning")),
+                ("answer", delta.content),
+            ):
+                if text:
+                    if section != name:
+                        print(f"\n[{name}] ", end="")
+                        section = name
+                    print(text, end="", flush=True)
+        print("\n\nRound trip OK.")
+        show_prefix_cache(client)
+        print("\nStopping the gateway.")
 
 
 if __name__ == "__main__":
