@@ -68,12 +68,13 @@ def shown(value: Any) -> str:
 
 
 def record(fields: Mapping[str, Any]) -> Table:
-    """One record: a ``field  value`` row each (times, ``…_at``, as :func:`when`)."""
+    """One record: a ``field  value`` row each (times, ``…_at`` and ``…_until``, as :func:`when` in UTC)."""
     out = Table(box=None, show_header=False, pad_edge=False)
     out.add_column("field", style="bold", no_wrap=True)
     out.add_column("value", overflow="fold")
     for name, value in fields.items():
-        out.add_row(name, when(value) if name.endswith("_at") and value is not None else shown(value))
+        is_time = (name.endswith("_at") or name.endswith("_until")) and value is not None
+        out.add_row(name, f"{when(value)} UTC" if is_time else shown(value))
     return out
 
 

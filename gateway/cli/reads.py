@@ -71,13 +71,22 @@ def _newest(
 
 
 def _detail(detail: Any) -> str:
-    """An audit row's detail, one ``field value`` a line (who acted is in its own columns)."""
+    """An audit row's detail, one ``field value`` a line, an update's ``field before → after`` (who
+    acted and the target's name are in their own columns)."""
     if not isinstance(detail, dict):
         return json.dumps(detail, ensure_ascii=False)
+    changes = detail.get("changes")
+    if isinstance(changes, dict):
+        lines = [
+            f"{field} {output.shown(change.get('from'))} → {output.shown(change.get('to'))}"
+            for field, change in changes.items()
+            if isinstance(change, dict)
+        ]
+        return "\n".join(lines) or "nothing"
     lines = [
         f"{field} {output.shown(value)}"
         for field, value in detail.items()
-        if field not in ("actor_id", "actor_kind")
+        if field not in ("actor_id", "actor_kind", "name")
     ]
     return "\n".join(lines) or "-"
 
@@ -152,7 +161,7 @@ def audit(
                 output.when(row["at"]),
                 f"{row['actor']} ({row['actor_kind']})",
                 row["action"],
-                row["target"] or "-",
+                " ".join(filter(None, (row.get("target_name"), row["target"]))) or "-",
                 row["client"] or "-",
                 _detail(row["detail"]),
             )

@@ -62,7 +62,8 @@ def test_reads_through_the_admin_api_and_from_the_database(
         "root",
         "made-remotely",
     )
-    assert "name made-remotely" in cli("audit", *remote, DSPARK_ADMIN_KEY=admin_key, COLUMNS="160").stdout
+    listed = cli("audit", *remote, DSPARK_ADMIN_KEY=admin_key, COLUMNS="160").stdout
+    assert "made-remotely key_" in listed  # the target by name, then its id
 
     status = json.loads(cli("status", "--json", *remote, DSPARK_ADMIN_KEY=admin_key).stdout)
     assert status == api(gateway, admin_key, "/status")

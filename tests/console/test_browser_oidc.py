@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -17,7 +18,7 @@ from tests.support.oidc_provider import OidcProvider
 
 
 @pytest.fixture
-def provider(tmp_path) -> OidcProvider:
+def provider(tmp_path) -> Iterator[OidcProvider]:
     started = OidcProvider(tmp_path / "oidc.log")
     yield started
     started.stop()
