@@ -321,9 +321,11 @@ def rotate(
     if json_out:
         output.emit(rotated, json_out, output.record)
         return
-    typer.echo(
-        f"Rotated key {rotated['name']!r}; the old secret works until {rotated['previous_key_valid_until']}."
+    until = rotated["previous_key_valid_until"]
+    old = (
+        f"the old secret works until {output.when(until)} UTC" if until else "the old secret no longer works"
     )
+    typer.echo(f"Rotated key {rotated['name']!r}; {old}.")
     typer.echo(rotated["key"])
 
 

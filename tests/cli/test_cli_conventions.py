@@ -70,6 +70,9 @@ def test_the_url_may_name_the_api_and_a_table_keeps_its_rows_whole(
     assert as_json["name"] == "team"
     updated = cli("keys", "update", "root", "--rpm", "5", "--url", gateway.url, DSPARK_ADMIN_KEY=admin)
     assert updated.stdout == "Updated key 'root': rpm.\n"
+    rotated = cli("keys", "rotate", "root", "--grace", "0", "--url", gateway.url, DSPARK_ADMIN_KEY=admin)
+    assert rotated.stdout.splitlines()[0] == "Rotated key 'root'; the old secret no longer works."
+    admin = rotated.stdout.splitlines()[-1]
     audit = cli("audit", "--url", gateway.url, DSPARK_ADMIN_KEY=admin).stdout
     assert any(
         line.count(":") >= 2 and "key.update" in line for line in audit.splitlines()
