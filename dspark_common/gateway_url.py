@@ -23,6 +23,9 @@ class GatewayUrl:
 
     @classmethod
     def parse(cls, url: str) -> GatewayUrl:
+        """``ValueError`` for an address without ``http://`` or ``https://``."""
+        if not url.strip().startswith(("http://", "https://")):
+            raise ValueError(f"--url must start with http:// or https://, as http://{url.strip()} does")
         trimmed = url.strip().rstrip("/")
         given_api = trimmed.endswith("/v1")
         root = trimmed.removesuffix("/v1") if given_api else trimmed

@@ -76,7 +76,10 @@ class Output:
 
     def address(self, url: str) -> str:
         """The OpenAI base URL of ``--url`` (:class:`GatewayUrl`), saying so when it added ``/v1``."""
-        address = GatewayUrl.parse(url)
+        try:
+            address = GatewayUrl.parse(url)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--url") from None
         if note := address.api_note():
             self.console.print(escape(note))
         return address.api

@@ -53,6 +53,7 @@ CATALOGUE: Mapping[str, ErrorKind] = {
     # the admin API
     "key_not_found": ErrorKind(404, _INVALID, _INFO),
     "key_exists": ErrorKind(409, _INVALID, _INFO),
+    "key_revoked": ErrorKind(409, _INVALID, _INFO),
     "group_not_found": ErrorKind(404, _INVALID, _INFO),
     "group_exists": ErrorKind(409, _INVALID, _INFO),
     "group_in_use": ErrorKind(409, _INVALID, _INFO),

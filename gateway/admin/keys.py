@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse
 
 from gateway.admin.key_admin import Actor, KeyAdmin
 from gateway.admin.key_fields import KeyCreate, KeyLimits, KeyRotate
-from gateway.auth import KeyExistsError, KeyNotFoundError, KeyStore, Principal
+from gateway.auth import KeyExistsError, KeyNotFoundError, KeyRevokedError, KeyStore, Principal
 from gateway.auth.groups import GroupNotFoundError
 from gateway.body.json_limits import ADMIN
 from gateway.body.read import body_bounds, read_json
@@ -119,6 +119,8 @@ async def rotate_key(key_id: str, request: Request, actor: AdminDep) -> dict[str
         record, secret = await admin.rotate(who, key_id, grace_s)
     except KeyNotFoundError:
         raise _not_found(key_id) from None
+    except KeyRevokedError:
+        raise GatewayError("key_revoked", f"Key {key_id!r} is revoked: it gets no new secret.") from None
     changed(request)
     return {**record.public(datetime.now(UTC)), "key": secret}
 

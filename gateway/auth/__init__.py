@@ -2,12 +2,13 @@
 
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.principal import Principal
-from gateway.auth.store import KeyExistsError, KeyNotFoundError, KeyRecord, KeyStore
+from gateway.auth.store import KeyExistsError, KeyNotFoundError, KeyRecord, KeyRevokedError, KeyStore
 
 __all__ = [
     "Authenticator",
     "KeyExistsError",
     "KeyNotFoundError",
+    "KeyRevokedError",
     "KeyRecord",
     "KeyStore",
     "Principal",

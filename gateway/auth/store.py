@@ -216,6 +216,10 @@ class KeyNotFoundError(Exception):
     """No key with this name or id."""
 
 
+class KeyRevokedError(Exception):
+    """The key is revoked: it gets no new secret (one would never be accepted)."""
+
+
 class KeyStore:
     """Async CRUD over API keys. One instance per process; share it, it pools connections."""
 
@@ -362,10 +366,13 @@ class KeyStore:
         return await self._mutate(ref, apply)
 
     async def rotate(self, ref: str, grace: timedelta) -> tuple[KeyRecord, str]:
-        """Give the key a new secret; the old one keeps working for ``grace``. Returns the new secret."""
+        """Give the key a new secret; the old one keeps working for ``grace``. Returns the new secret.
+        Raises :class:`KeyNotFoundError`, :class:`KeyRevokedError`."""
         secret = generate_key()
 
         async def apply(session: AsyncSession, row: ApiKeyRow) -> None:
+            if row.revoked_at is not None:
+                raise KeyRevokedError(ref)
             row.previous_hash = row.key_hash
             row.previous_expires_at = datetime.now(UTC) + grace
             row.key_hash = hash_key(secret)

@@ -204,7 +204,7 @@ def _limits(key: dict[str, Any]) -> str:
         parts[-1] += f"/{key['quota_period']}" + (" warn" if key["quota_mode"] == "warn" else "")
     if key["priority"] != 1:
         parts.append(f"prio {key['priority']}")
-    return "\n".join(parts) or "-"
+    return output.joined(parts) or "-"
 
 
 _LIMITS = (("rpm", "rpm"), ("tpm", "tpm"), ("max_concurrency", "conc"), ("quota_tokens", "quota"))
@@ -220,8 +220,8 @@ def keys_table(keys: list[dict[str, Any]]) -> Table:
     narrow = output.console().width < NARROW
     table = output.table("name", "prefix", "state", "expires (UTC)", "models", "limits", narrow=narrow)
     for k in keys:
-        models = "\n".join(k["models"]) if k["models"] is not None else "(all)"
-        state = k["status"] + ("\nadmin" if "admin" in k["scopes"] else "")
+        models = output.joined(k["models"]) if k["models"] is not None else "(all)"
+        state = output.joined([k["status"], *(["admin"] if "admin" in k["scopes"] else [])])
         expires = output.when(k["expires_at"])[:16]  # to the minute
         table.add_row(k["name"], k["prefix"], state, expires, models, _limits(k))
     return table

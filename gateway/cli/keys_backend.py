@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.admin.key_admin import KeyAdmin
 from gateway.admin.key_fields import GroupCreate, GroupLimits, KeyCreate, KeyLimits
-from gateway.auth import KeyExistsError, KeyNotFoundError, KeyStore
+from gateway.auth import KeyExistsError, KeyNotFoundError, KeyRevokedError, KeyStore
 from gateway.auth.audit import AuditLog
 from gateway.auth.groups import GroupExistsError, GroupInUseError, GroupNotFoundError, GroupStore
 from gateway.cli.failures import CliError, validation_message
@@ -64,6 +64,8 @@ class LocalKeys:
                 return await action(KeyAdmin(store, AuditLog(engine)), store)
             except KeyNotFoundError as exc:
                 raise CliError(f"no key {exc.args[0]!r}") from None
+            except KeyRevokedError as exc:
+                raise CliError(f"key {exc.args[0]!r} is revoked: it gets no new secret") from None
             except KeyExistsError as exc:
                 raise CliError(f"a key named {exc.args[0]!r} already exists") from None
             except GroupNotFoundError as exc:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,7 +31,17 @@ def console() -> Console:
     """stdout for tables: a terminal's width on a terminal (or ``COLUMNS``, when set), else
     :data:`UNBOUNDED`."""
     out = Console()
-    return out if out.is_terminal or os.environ.get("COLUMNS") else Console(width=UNBOUNDED)
+    return out if _sized(out) else Console(width=UNBOUNDED)
+
+
+def _sized(out: Console) -> bool:
+    return out.is_terminal or bool(os.environ.get("COLUMNS"))
+
+
+def joined(values: Iterable[str]) -> str:
+    """The values of one cell: a line each where the table has a width (a terminal), ``; ``
+    between them where a row must stay on one line (stdout a file or a pipe)."""
+    return ("\n" if _sized(Console()) else "; ").join(values)
 
 
 def table(*columns: str, narrow: bool = False) -> Table:

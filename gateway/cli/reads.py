@@ -82,13 +82,13 @@ def _detail(detail: Any) -> str:
             for field, change in changes.items()
             if isinstance(change, dict)
         ]
-        return "\n".join(lines) or "nothing"
+        return output.joined(lines) or "nothing"
     lines = [
         f"{field} {output.shown(value)}"
         for field, value in detail.items()
         if field not in ("actor_id", "actor_kind", "name")
     ]
-    return "\n".join(lines) or "-"
+    return output.joined(lines) or "-"
 
 
 def _number(value: Any, digits: int = 0) -> str:
@@ -138,7 +138,8 @@ def usage(
     def table(rows: list[dict[str, Any]]) -> Table:
         out = output.table(group_by.value, "requests", "prompt", "completion", "cached", "reasoning")
         for row in rows:
-            out.add_row(str(row[group_by.value]), *(_number(row[c] or 0) for c in _USAGE))
+            name = row[group_by.value]
+            out.add_row("(none)" if name is None else str(name), *(_number(row[c] or 0) for c in _USAGE))
         return out
 
     output.emit(rows, json_out, table)

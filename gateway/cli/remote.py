@@ -22,7 +22,10 @@ class AdminClient:
     def __init__(self, url: str, admin_key: str | None) -> None:
         if not admin_key:
             raise CliError(f"--url needs an admin key: --admin-key or {ADMIN_KEY_ENV}")
-        address = GatewayUrl.parse(url)
+        try:
+            address = GatewayUrl.parse(url)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
         if note := address.root_note():
             typer.echo(note, err=True)
         self.url = address.root

@@ -84,9 +84,30 @@ def select(spec: Field, extra: Iterable[str] = ()) -> tuple[tuple[str, str], ...
     return spec.choices
 
 
-def body_fields(form: Mapping[str, str], names: Iterable[str], edit: bool) -> dict[str, Any]:
-    """The body fields of ``form``'s ``names`` (the admin API's names: ``expires`` gives ``expires_in``
-    or ``expires_at``); raises :class:`FormError` naming each field whose text cannot be read."""
+def body(
+    model: type[BaseModel],
+    form: Mapping[str, str],
+    names: Iterable[str],
+    edit: bool,
+    extra: Mapping[str, Any] | None = None,
+) -> Any:
+    """``model`` made of ``form``'s ``names`` and ``extra``: each field's text read by its kind (the
+    admin API's names: ``expires`` gives ``expires_in`` or ``expires_at``; empty: null on an edit, left
+    out on a create); :class:`FormError` naming every bad field at once, those whose text cannot be
+    read and those the model refuses."""
+    fields, errors = _fields(form, names, edit)
+    try:
+        made = validated(model, {**fields, **(extra or {})})
+    except FormError as refused:
+        errors = {**refused.errors, **errors}
+    if errors:
+        raise FormError(errors)
+    return made
+
+
+def _fields(
+    form: Mapping[str, str], names: Iterable[str], edit: bool
+) -> tuple[dict[str, Any], dict[str, str]]:
     fields: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for name in names:
@@ -99,11 +120,11 @@ def body_fields(form: Mapping[str, str], names: Iterable[str], edit: bool) -> di
             continue
         try:
             fields.update(_read(FIELDS[name], text))
-        except (ValueError, GatewayError) as exc:
-            errors[name] = exc.message if isinstance(exc, GatewayError) else str(exc)
-    if errors:
-        raise FormError(errors)
-    return fields
+        except ValueError as exc:
+            errors[name] = str(exc)
+        except GatewayError as exc:  # the admin API's JSON reader: its words are about a body
+            errors[name] = "too large or nested too deep" if exc.status == 413 else "must be a JSON object"
+    return fields, errors
 
 
 def _read(spec: Field, text: str) -> dict[str, Any]:

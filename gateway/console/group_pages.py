@@ -96,8 +96,8 @@ async def _group_view(
 async def create_group(request: Request, session: Session) -> Response:
     form: dict[str, str] = request.state.form
     try:
-        fields = forms.body_fields(form, forms.GROUP_FIELDS, edit=False)
-        body = forms.validated(GroupCreate, fields | {"name": form.get("name", "").strip()})
+        name = {"name": form.get("name", "").strip()}
+        body = forms.body(GroupCreate, form, forms.GROUP_FIELDS, edit=False, extra=name)
         admin, who = key_admin(request, session.principal)
         try:
             await admin.create_group(who, body)
@@ -114,7 +114,7 @@ async def update_group(request: Request, session: Session) -> Response:
     record = await _group(request)
     edited = {name: value for name, value in form.items() if form.get(f"was_{name}") != value}
     try:
-        body = forms.validated(GroupLimits, forms.body_fields(edited, forms.GROUP_FIELDS, edit=True))
+        body = forms.body(GroupLimits, edited, forms.GROUP_FIELDS, edit=True)
     except forms.FormError as refused:
         was = {name: form.get(f"was_{name}", "") for name in forms.GROUP_FIELDS}
         return await _group_view(request, record, form, refused.errors, was)

@@ -20,7 +20,7 @@ from gateway.admin import reads
 from gateway.admin.key_admin import stored_view
 from gateway.admin.key_fields import GRACE_MAX_S, KeyCreate, KeyLimits
 from gateway.admin.keys import changed, key_admin
-from gateway.auth import KeyExistsError, KeyNotFoundError, KeyRecord
+from gateway.auth import KeyExistsError, KeyNotFoundError, KeyRecord, KeyRevokedError
 from gateway.auth.groups import GroupNotFoundError, GroupRecord, GroupStore
 from gateway.console import forms
 from gateway.console.pages import page, render
@@ -120,11 +120,10 @@ async def _key(request: Request) -> KeyRecord:
 async def create_key(request: Request, session: Session) -> Response:
     form: dict[str, str] = request.state.form
     try:
-        fields = forms.body_fields(form, forms.KEY_FIELDS, edit=False)
-        fields["name"] = form.get("name", "").strip()
+        extra: dict[str, Any] = {"name": form.get("name", "").strip()}
         if form.get("admin") == "on":
-            fields["scopes"] = ["admin"]
-        body = forms.validated(KeyCreate, fields)
+            extra["scopes"] = ["admin"]
+        body = forms.body(KeyCreate, form, forms.KEY_FIELDS, edit=False, extra=extra)
         admin, who = key_admin(request, session.principal)
         try:
             record, secret = await admin.create(who, body)
@@ -145,7 +144,7 @@ async def update_key(request: Request, session: Session) -> Response:
     record = await _key(request)
     edited = {name: value for name, value in form.items() if form.get(f"was_{name}") != value}
     try:
-        body = forms.validated(KeyLimits, forms.body_fields(edited, forms.KEY_FIELDS, edit=True))
+        body = forms.body(KeyLimits, edited, forms.KEY_FIELDS, edit=True)
         admin, who = key_admin(request, session.principal)
         try:
             await admin.update(who, record.id, body)
@@ -170,7 +169,10 @@ async def rotate_key(request: Request, session: Session) -> Response:
     except ValueError as exc:
         return await _key_view(request, record, forms.shown(stored_view(record)), {"grace": str(exc)})
     admin, who = key_admin(request, session.principal)
-    record, secret = await admin.rotate(who, record.id, grace_s)
+    try:
+        record, secret = await admin.rotate(who, record.id, grace_s)
+    except KeyRevokedError:
+        raise GatewayError("key_revoked", "This key is revoked: it gets no new secret.") from None
     changed(request)
     return render(
         request,

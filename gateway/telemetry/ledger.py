@@ -47,12 +47,17 @@ def _row(record: RequestTelemetry) -> dict[str, Any]:
     return row
 
 
+#: What vLLM puts before the request id in an answer's ``id`` (``chatcmpl-req-…``): a client searching
+#: for the id it got finds its request.
+RESPONSE_ID_PREFIXES = ("chatcmpl-", "cmpl-")
+
+
 @dataclass(frozen=True, slots=True)
 class RequestFilter:
     """Which rows a request log shows; every condition given holds: ``key`` and ``group`` (names;
     ``group=""``: keys in none), ``route``, ``status`` (a code, or a class ``2xx`` | ``4xx`` | ``5xx``),
     ``end_reason``, arrival in [``since``, ``until``), and ``search``: text the request id, the
-    client's ``x-request-id`` or the trace id contains."""
+    client's ``x-request-id`` or the trace id contains (an answer's id, ``chatcmpl-…``, too)."""
 
     key: str | None = None
     group: str | None = None
@@ -82,6 +87,8 @@ class RequestFilter:
             out.append(UsageRow.arrived_at < self.until.astimezone(UTC))
         if self.search:
             text = self.search.strip()
+            for prefix in RESPONSE_ID_PREFIXES:  # vLLM's answer ids are the request id behind these
+                text = text.removeprefix(prefix)
             columns = (UsageRow.request_id, UsageRow.client_request_id, UsageRow.trace_id)
             out.append(or_(*(column.contains(text, autoescape=True) for column in columns)))
         return out

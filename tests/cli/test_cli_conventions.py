@@ -89,3 +89,17 @@ def test_a_port_in_use_is_one_line(cli: Cli) -> None:
         f"error: cannot listen on 127.0.0.1:{port}: another process listens there "
         "(choose another with --port or GATEWAY_PORT)"
     )
+
+
+def test_a_revoked_key_is_not_rotated(cli: Cli) -> None:
+    cli("keys", "create", "gone")
+    cli("keys", "revoke", "gone")
+    assert (
+        error_of(cli("keys", "rotate", "gone", ok=False))
+        == "error: key 'gone' is revoked: it gets no new secret"
+    )
+
+
+def test_an_address_without_its_scheme_is_one_clear_line(cli: Cli) -> None:
+    refused = cli("keys", "list", "--url", "127.0.0.1:9", DSPARK_ADMIN_KEY="x", ok=False)
+    assert error_of(refused) == "error: --url must start with http:// or https://, as http://127.0.0.1:9 does"

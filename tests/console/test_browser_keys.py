@@ -49,11 +49,13 @@ def test_a_key_shows_its_use_keeps_a_refused_edit_and_asks_before_revoke_and_del
     expect(page.locator("select[name=quota_period]")).to_have_value("day")
     expect(page.locator("input[name=expires]")).to_have_value(re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\dZ$"))
     page.fill("input[name=rpm]", "-5")
+    page.fill("input[name=expires]", "soon")  # two bad fields: both named at once
     page.fill("input[name=tpm]", "1234")
     page.select_option("select[name=default_thinking]", "low")
     page.select_option("select[name=group]", "team")
     page.get_by_role("button", name="Save").click()
     expect(page.locator("[data-error=rpm]")).to_contain_text("greater than or equal to 1")
+    expect(page.locator("[data-error=expires]")).to_contain_text("a duration such as 30d")
     expect(page.locator("input[name=rpm]")).to_have_value("-5")  # what was typed is kept
     expect(page.locator("input[name=tpm]")).to_have_value("1234")
     expect(page.locator("select[name=default_thinking]")).to_have_value("low")

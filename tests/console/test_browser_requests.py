@@ -89,4 +89,7 @@ def test_the_log_filters_pages_and_shows_one_requests_figures(
     expect(page.locator("input[name=status]")).to_have_value("abc")
     listed = api.get("/admin/requests", params={"key": "beta", "search": "order-77"}).json()
     assert [row["client_request_id"] for row in listed["data"]] == ["order-7731"] and not listed["has_more"]
+    request_id = listed["data"][0]["request_id"]  # the client saw it as its answer's id, chatcmpl-<id>
+    by_answer = api.get("/admin/requests", params={"search": f"chatcmpl-{request_id}"}).json()["data"]
+    assert [row["request_id"] for row in by_answer] == [request_id]
     assert api.get("/admin/requests", params={"status": "abc"}).status_code == 400

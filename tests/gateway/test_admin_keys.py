@@ -209,3 +209,12 @@ def test_an_update_is_audited_field_by_field_before_and_after(admin_stack) -> No
         "quota_period": {"from": None, "to": "week"},
         "quota_mode": {"from": None, "to": "warn"},
     }
+
+
+def test_a_revoked_key_gets_no_new_secret(admin_stack) -> None:
+    _, admin = admin_stack
+    admin.post("/admin/keys", json={"name": "gone"})
+    admin.post("/admin/keys/gone/revoke")
+    refused = admin.post("/admin/keys/gone/rotate", json={"grace_s": 0})
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "key_revoked"
+    assert admin.get("/admin/keys/gone").json()["status"] == "revoked"

@@ -7,44 +7,46 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gateway.admin.key_fields import KeyLimits
+from gateway.admin.key_fields import KeyCreate, KeyLimits
 from gateway.console import forms
 
 
 def test_each_kind_of_field_is_read_as_the_admin_api_takes_it() -> None:
-    fields = forms.body_fields(
-        {
-            "models": "a, b,",
-            "aliases": "gpt-4o=deepseek, x=y",
-            "metadata": '{"team": "search"}',
-            "max_wait_s": "2m",
-            "expires": "2027-01-31T00:00Z",
-            "rpm": "60",
-            "tpm": "",
-        },
-        forms.KEY_FIELDS,
-        edit=True,
-    )
-    assert fields == {
+    form = {
+        "models": "a, b,",
+        "aliases": "gpt-4o=deepseek, x=y",
+        "metadata": '{"team": "search"}',
+        "max_wait_s": "2m",
+        "expires": "2027-01-31T00:00Z",
+        "rpm": "60",
+        "tpm": "",
+        "quota_period": "week",
+    }
+    edited = forms.body(KeyLimits, form, forms.KEY_FIELDS, edit=True)
+    assert edited.changes() == {
         "models": ["a", "b"],
         "aliases": {"gpt-4o": "deepseek", "x": "y"},
         "metadata": {"team": "search"},
         "max_wait_s": 120.0,
         "expires_at": datetime(2027, 1, 31, tzinfo=UTC),
-        "rpm": "60",
+        "rpm": 60,
         "tpm": None,  # emptied on an edit: unlimited
+        "quota_period": "week",
     }
-    made = forms.body_fields({"expires": "30d", "tpm": ""}, forms.KEY_FIELDS, edit=False)
-    assert made == {"expires_in": timedelta(days=30)}  # a create leaves an empty field out
+    made = forms.body(
+        KeyCreate, {"expires": "30d", "tpm": ""}, forms.KEY_FIELDS, edit=False, extra={"name": "n"}
+    )
+    assert made.fields().keys() == {"expires_at", "scopes"}  # a create leaves an empty field out
+    assert made.expires_at - datetime.now(UTC) > timedelta(days=29)
 
 
-def test_a_refusal_names_every_bad_field() -> None:
-    with pytest.raises(forms.FormError) as read:
-        forms.body_fields({"expires": "soon", "metadata": "{", "max_wait_s": "x"}, forms.KEY_FIELDS, True)
-    assert set(read.value.errors) == {"expires", "metadata", "max_wait_s"}
-    with pytest.raises(forms.FormError) as checked:
-        forms.validated(KeyLimits, {"rpm": "-5", "priority": "500", "expires_at": "someday"})
-    assert set(checked.value.errors) == {"rpm", "priority", "expires"}
+def test_a_refusal_names_every_bad_field_at_once() -> None:
+    """Those whose text cannot be read and those the model refuses, together; in the form's words."""
+    form = {"expires": "soon", "metadata": "{", "max_wait_s": "x", "rpm": "abc", "priority": "500"}
+    with pytest.raises(forms.FormError) as refused:
+        forms.body(KeyLimits, form, forms.KEY_FIELDS, edit=True)
+    assert set(refused.value.errors) == {"expires", "metadata", "max_wait_s", "rpm", "priority"}
+    assert refused.value.errors["metadata"] == "must be a JSON object"
 
 
 def test_durations_are_written_in_their_largest_whole_unit() -> None:
@@ -65,7 +67,7 @@ def test_a_record_is_shown_as_its_form_reads_it_back() -> None:
         "quota_period": "week",
     }
     shown = forms.shown(record)
-    again = forms.body_fields(shown, forms.KEY_FIELDS, edit=True)
-    assert again["models"] == ["m"] and again["aliases"] == {"a": "m"} and again["metadata"] == {"k": "ü"}
-    assert again["max_wait_s"] == 300.0 and again["expires_at"] == datetime(2027, 1, 31, tzinfo=UTC)
+    again = forms.body(KeyLimits, shown, forms.KEY_FIELDS, edit=True)
+    assert again.models == ["m"] and again.aliases == {"a": "m"} and again.metadata == {"k": "ü"}
+    assert again.max_wait_s == 300.0 and again.expires_at == datetime(2027, 1, 31, tzinfo=UTC)
     assert (shown["quota_period"], shown["rpm"], shown["group"]) == ("week", "", "")
