@@ -53,10 +53,7 @@ async def usage(request: Request, session: Session) -> Response:
 
 async def _laid_out(request: Request) -> dict[str, Any]:
     split_by = _split_by(request)
-    try:
-        span = series.window(request.query_params, datetime.now(UTC))
-    except ValueError as exc:
-        raise GatewayError("invalid_value", str(exc)) from None
+    span = _window(request)
     ledger = await reads.flushed_ledger(request)
     return series.layout(await ledger.series(split_by, span.start, span.end, span.bucket_s), split_by, span)
 
@@ -64,9 +61,7 @@ async def _laid_out(request: Request) -> dict[str, Any]:
 async def series_export(request: Request, session: Session) -> Response:
     """``/console/usage/series.json`` (what the chart draws) or ``.csv`` (a row per bucket and series
     where anything arrived: :data:`gateway.console.series.CSV_COLUMNS`)."""
-    kind = request.path_params["kind"]
-    if kind not in ("csv", "json"):
-        raise GatewayError("not_found", f"No export as {kind!r}: csv or json.")
+    kind = _kind(request)
     laid_out = await _laid_out(request)
     name = f"usage-by-{laid_out['split_by']}-over-time"
     if kind == "json":
@@ -76,16 +71,11 @@ async def series_export(request: Request, session: Session) -> Response:
 
 async def totals_export(request: Request, session: Session) -> Response:
     """``/console/usage.csv`` or ``.json``: the range's totals grouped by ``group_by`` (:data:`TOTALS`)."""
-    kind = request.path_params["kind"]
-    if kind not in ("csv", "json"):
-        raise GatewayError("not_found", f"No export as {kind!r}: csv or json.")
+    kind = _kind(request)
     group = request.query_params.get("group_by", "key")
     if group not in TOTALS:
         raise GatewayError("invalid_value", f"group_by must be one of {', '.join(TOTALS)}.")
-    try:
-        span = series.window(request.query_params, datetime.now(UTC))
-    except ValueError as exc:
-        raise GatewayError("invalid_value", str(exc)) from None
+    span = _window(request)
     ledger = await reads.flushed_ledger(request)
     rows = await ledger.usage(cast(GroupBy, group), since=span.start, until=span.end)
     name = f"usage-by-{group}"
@@ -94,6 +84,22 @@ async def totals_export(request: Request, session: Session) -> Response:
         return JSONResponse(body, headers=_attachment(f"{name}.json"))
     columns = (group, "requests", "prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")
     return _csv(rows, columns, f"{name}.csv")
+
+
+def _window(request: Request) -> series.Window:
+    """The query's window (:func:`gateway.console.series.window`); 400 saying what is wrong."""
+    try:
+        return series.window(request.query_params, datetime.now(UTC))
+    except ValueError as exc:
+        raise GatewayError("invalid_value", str(exc)) from None
+
+
+def _kind(request: Request) -> str:
+    """An export's format, ``csv`` or ``json`` (404 for any other)."""
+    kind: str = request.path_params["kind"]
+    if kind not in ("csv", "json"):
+        raise GatewayError("not_found", f"No export as {kind!r}: csv or json.")
+    return kind
 
 
 def _attachment(filename: str) -> dict[str, str]:
