@@ -265,6 +265,14 @@ class Settings(BaseSettings):
         "(GATEWAY_STREAM_BUFFER_BYTES) is full, or once the backend has finished, is cut and its "
         "upstream aborted (end: client_slow)",
     )
+    client_ack_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A connection whose sent bytes the client leaves unacknowledged this long (its "
+        "window closed: it reads nothing) is aborted by the kernel (TCP_USER_TIMEOUT on the listening "
+        "socket): a stream cut as client_slow does not keep its socket and buffers until the client "
+        "closes",
+    )
     keep_alive_s: float = Field(
         default=15.0,
         gt=0,
