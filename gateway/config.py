@@ -265,6 +265,14 @@ class Settings(BaseSettings):
         "(GATEWAY_STREAM_BUFFER_BYTES) is full, or once the backend has finished, is cut and its "
         "upstream aborted (end: client_slow)",
     )
+    client_ack_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A connection whose sent bytes the client leaves unacknowledged this long (its "
+        "window closed: it reads nothing) is aborted by the kernel (TCP_USER_TIMEOUT on the listening "
+        "socket): a stream cut as client_slow does not keep its socket and buffers until the client "
+        "closes",
+    )
     keep_alive_s: float = Field(
         default=15.0,
         gt=0,
@@ -478,14 +486,22 @@ class Settings(BaseSettings):
     )
     oidc_redirect_url: str | None = Field(
         default=None,
-        description="The callback URL registered at the provider; none: this gateway's own address + "
-        "/console/oidc/callback, as the browser reached it",
+        description="The callback URL registered at the provider: the console's public address + "
+        "/console/oidc/callback; required with GATEWAY_OIDC_ISSUER (never taken from a request's Host "
+        "header, which the client chooses)",
     )
     oidc_label: str = Field(
         default="single sign-on", description="What the sign-in button calls the provider"
     )
     console_session_ttl_s: float = Field(
         default=8 * 3600.0, gt=0, description="A console sign-in lasts this long, s"
+    )
+    console_secret: str | None = Field(
+        default=None,
+        min_length=32,
+        description="Key of what the console seals into the browser (a pending sign-in at the identity "
+        "provider, the sign-in form's CSRF token): at least 32 characters, the same on every replica "
+        "behind one address; unset: a random one per process (one replica)",
     )
     affinity: bool = Field(
         default=True,
@@ -566,6 +582,11 @@ class Settings(BaseSettings):
     def _oidc_complete(self) -> Settings:
         if self.oidc_issuer and not (self.oidc_client_id and self.oidc_admin_values):
             raise ValueError("oidc_issuer needs oidc_client_id and oidc_admin_values (who is an admin)")
+        if self.oidc_issuer and not self.oidc_redirect_url:
+            raise ValueError(
+                "oidc_issuer needs oidc_redirect_url (GATEWAY_OIDC_REDIRECT_URL): the callback URL "
+                "registered at the provider, https://<console address>/console/oidc/callback"
+            )
         return self
 
     @model_validator(mode="after")
