@@ -353,6 +353,12 @@ class Settings(BaseSettings):
         description="HS256 secret of gateway-minted tokens: at least 32 characters (RFC 7518 section "
         "3.2: a key as long as the hash)",
     )
+    cache_salt_secret: str | None = Field(
+        default=None,
+        min_length=32,
+        description="Secret the prefix cache's per-group cache_salt is derived from (32+ characters); "
+        "none: one generated once and kept in the database (gateway_secrets), read by every replica",
+    )
     jwt_issuer: str = "dspark-gateway"
     jwt_audience: str = "dspark-gateway"
     jwt_jwks_file: str | None = Field(default=None, description="JWKS file of an external identity provider")

@@ -17,11 +17,13 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 from limits.aio.storage import Storage
 from redis.asyncio import BlockingConnectionPool, Redis
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.admission import Admission, Gate, SharedAdmission
 from gateway.app import routes
 from gateway.auth import Authenticator, KeyStore
 from gateway.auth.audit import AuditLog
+from gateway.auth.cache_salt import SECRET_NAME
 from gateway.auth.tokens import TokenConfig
 from gateway.backends.aiohttp_upstream import AiohttpUpstream, build_session
 from gateway.backends.counting import CountGate
@@ -45,6 +47,7 @@ from gateway.storage.batches import BatchStore
 from gateway.storage.db import open_engine
 from gateway.storage.files import FileStore
 from gateway.storage.response_owners import ResponseOwners
+from gateway.storage.secrets import shared_secret
 from gateway.telemetry import GatewayMetrics
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.sinks import TelemetrySinks
@@ -93,6 +96,14 @@ def quota_storage(settings: Settings, limits_storage: Storage) -> Storage:
     if store.startswith("unix://"):
         return storage_for("redis+" + store)  # the ``limits`` name of a Redis socket
     return limits_storage
+
+
+async def cache_secret(settings: Settings, engine: AsyncEngine) -> bytes:
+    """What every request's ``cache_salt`` is derived from (:mod:`gateway.auth.cache_salt`):
+    ``GATEWAY_CACHE_SALT_SECRET``, else the database's (generated once, the same for every replica)."""
+    if settings.cache_salt_secret:
+        return settings.cache_salt_secret.encode()
+    return await shared_secret(engine, SECRET_NAME)
 
 
 def admission_for(settings: Settings, backend: str) -> Admission | SharedAdmission:
@@ -183,6 +194,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
                 quota_storage(settings, limits_storage), QuotaWeights(**settings.quota_weights), ledger.spent
             ),
             tracing := Tracing.from_environment(),
+            await cache_secret(settings, engine),
         )
         app.state.throttle = AddressThrottle(
             limits_storage, settings.auth_failures_per_minute, settings.public_requests_per_minute

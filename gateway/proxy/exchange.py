@@ -29,6 +29,7 @@ from typing import Any
 
 from dspark_common import json_codec
 from gateway.admission import Need
+from gateway.auth import cache_salt
 from gateway.auth.principal import Principal
 from gateway.backends.kv_index import PromptBlocks
 from gateway.backends.pool import Backend, affinity_key
@@ -79,6 +80,7 @@ class Exchange:
         "_stored_at",
         "_count",
         "_need",
+        "_salt",
     )
 
     def __init__(
@@ -133,6 +135,7 @@ class Exchange:
         self._stored_at: Backend | None = None
         self._count: TokenCount | None = None
         self._need = Need()
+        self._salt = cache_salt.salt(pipeline.cache_secret, cache_salt.scope(principal))
 
     async def __aenter__(self) -> Exchange:
         return self
@@ -245,6 +248,7 @@ class Exchange:
         # the count holds the prompt's tree: the exchange keeps it until the prompt is sized, the
         # request waits with its bytes only
         self._count, prepared = ready.prepared.count, replace(ready.prepared, count=None)
+        prepared.salted(self._salt)
         self._translator = prepared.translator
         for param, stored_id in reversed(prepared.stored):  # the first decides the backend
             self._stored_at = await pipeline.stored_at(self.principal, stored_id, param)
@@ -276,7 +280,7 @@ class Exchange:
             backend.learn(counts_prompts=size.counts_prompts)
         self._prompt_tokens = size.tokens
         if size.token_ids is not None and backend.kv.enabled:
-            self._prompt = PromptBlocks(size.token_ids)
+            self._prompt = PromptBlocks(size.token_ids, self._salt)
         cached, source = 0, None
         if self._prompt is not None:
             backend = placement.prefer_cached(self._prompt, self._max_wait_s)

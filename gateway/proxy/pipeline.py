@@ -8,6 +8,7 @@ One :class:`Pipeline` lives on ``app.state``; each request is an
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -49,7 +50,9 @@ class Pipeline:
     """The shared parts of forwarding. ``background`` holds the recording tasks still running;
     ``owners`` remembers which key created which stored response (None: not tracked, as in the
     in-memory test pipelines that serve no Responses API); ``tracing``: OpenTelemetry spans of the
-    requests (None: off, :mod:`gateway.telemetry.tracing`)."""
+    requests (None: off, :mod:`gateway.telemetry.tracing`); ``cache_secret``: what every request's
+    ``cache_salt`` is derived from (:mod:`gateway.auth.cache_salt`; the app reads it from the settings
+    or the database, a pipeline made without one has its own)."""
 
     backends: Backends
     settings: Settings
@@ -58,6 +61,7 @@ class Pipeline:
     owners: Owners | None = None
     quotas: Quotas = field(default_factory=lambda: Quotas(storage_for("memory://"), QuotaWeights()))
     tracing: Tracing | None = None
+    cache_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     background: set[asyncio.Task[None]] = field(default_factory=set)
     aliases: ModelAliases = field(init=False)
 
