@@ -174,6 +174,42 @@ class Settings(BaseSettings):
         ge=1,
         description="Largest uploaded file, bytes (OpenAI's bound of a batch input: 200 MB); more -> 413",
     )
+    files_max_bytes_per_key: int | None = Field(
+        default=10 * 1024**3,
+        ge=1,
+        description="Bytes of files one key may keep (its batches' results count); past it an upload is "
+        "refused 400 storage_quota_exceeded; null: no bound",
+    )
+    files_max_count_per_key: int | None = Field(
+        default=1000, ge=1, description="Files one key may keep (results count); null: no bound"
+    )
+    files_max_bytes_per_group: int | None = Field(
+        default=None, ge=1, description="Bytes of files the keys of one group may keep together; null: none"
+    )
+    files_max_count_per_group: int | None = Field(
+        default=None, ge=1, description="Files the keys of one group may keep together; null: no bound"
+    )
+    files_max_total_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Bytes of files all keys may keep; past it an upload is refused 507 "
+        "insufficient_storage; null: no bound",
+    )
+    files_min_free_bytes: int = Field(
+        default=256 * 1024**2,
+        ge=0,
+        description="Free bytes an upload leaves on the files directory's disk: below it, 507 "
+        "insufficient_storage (the database and the ledger need room too)",
+    )
+    files_default_expiry_s: int | None = Field(
+        default=30 * 86_400,
+        ge=1,
+        description="Lifetime of a file uploaded without expires_after, and of a batch's result files "
+        "(OpenAI's default for batch files: 30 days); null: kept until deleted",
+    )
+    files_sweep_s: float = Field(
+        default=60.0, gt=0, description="Interval of the sweep that deletes expired files, seconds"
+    )
     batch_lease_ttl_s: float = Field(
         default=30.0,
         gt=0,
@@ -336,6 +372,12 @@ class Settings(BaseSettings):
     )
     backend_poll_s: float = Field(default=2.0, gt=0, description="Interval of the upstream /metrics poll")
     ledger_flush_s: float = Field(default=1.0, gt=0, description="Usage ledger batch interval (rows at risk)")
+    ledger_max_pending_rows: int = Field(
+        default=10_000,
+        ge=1,
+        description="Usage rows kept in memory while the database refuses them; at this many, inference "
+        "requests are refused 503 ledger_unavailable rather than served unrecorded",
+    )
     metrics_token: str | None = Field(
         default=None,
         min_length=16,

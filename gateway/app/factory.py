@@ -45,6 +45,8 @@ from gateway.limits.rate import RateLimiter, storage_for
 from gateway.proxy.pipeline import Pipeline
 from gateway.storage.batches import BatchStore
 from gateway.storage.db import open_engine
+from gateway.storage.file_bounds import FileBounds
+from gateway.storage.file_sweep import FileSweep
 from gateway.storage.files import FileStore
 from gateway.storage.response_owners import ResponseOwners
 from gateway.storage.secrets import shared_secret
@@ -104,6 +106,18 @@ async def cache_secret(settings: Settings, engine: AsyncEngine) -> bytes:
     if settings.cache_salt_secret:
         return settings.cache_salt_secret.encode()
     return await shared_secret(engine, SECRET_NAME)
+
+
+def file_bounds(settings: Settings) -> FileBounds:
+    """What keys, groups and everyone may keep in the files directory (``GATEWAY_FILES_*``)."""
+    return FileBounds(
+        settings.files_max_bytes_per_key,
+        settings.files_max_count_per_key,
+        settings.files_max_bytes_per_group,
+        settings.files_max_count_per_group,
+        settings.files_max_total_bytes,
+        settings.files_min_free_bytes,
+    )
 
 
 def admission_for(settings: Settings, backend: str) -> Admission | SharedAdmission:
@@ -172,7 +186,9 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
                 monitors.append(asyncio.create_task(backend.kv.feed.run()))
         for admission in shared:
             await admission.start()
-        ledger = UsageLedger(engine, flush_interval_s=settings.ledger_flush_s)
+        ledger = UsageLedger(
+            engine, flush_interval_s=settings.ledger_flush_s, max_pending=settings.ledger_max_pending_rows
+        )
         ledger.start()
         app.state.ledger = ledger
         app.state.store = store = KeyStore(engine)
@@ -182,8 +198,15 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         )
         limits_storage = storage_for(settings.limits_storage)
         owners = ResponseOwners(engine)
-        app.state.files = FileStore(engine, settings.files_dir, settings.files_max_bytes)
-        await app.state.files.sweep()
+        app.state.files = FileStore(
+            engine,
+            settings.files_dir,
+            settings.files_max_bytes,
+            file_bounds(settings),
+            settings.files_default_expiry_s,
+        )
+        file_sweep = FileSweep(app.state.files, settings.files_sweep_s)
+        file_sweep.start()
         app.state.pipeline = pipeline = Pipeline(
             backends,
             settings,
@@ -212,6 +235,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             running_batches.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await running_batches
+            await file_sweep.close()
             # uvicorn cancels requests still running past its shutdown timeout and starts this shutdown
             # at once: let their exchanges release slots and queue their usage rows first.
             if not await drain.wait_idle(_CLEAN_UP_S):

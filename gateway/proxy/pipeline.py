@@ -29,9 +29,13 @@ from gateway.telemetry.tracing import Tracing
 
 class Sink(Protocol):
     """Where finished records go (:class:`~gateway.telemetry.sinks.TelemetrySinks`: Prometheus, the
-    ledger, the log). ``publish`` does no I/O on the caller's path."""
+    ledger, the log). ``publish`` does no I/O on the caller's path; ``check`` raises the
+    :class:`~gateway.errors.GatewayError` of a sink that can't keep a record now (503
+    ``ledger_unavailable``), before the request is served."""
 
     def publish(self, record: RequestTelemetry) -> None: ...
+
+    def check(self) -> None: ...
 
 
 class Owners(Protocol):

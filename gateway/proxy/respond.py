@@ -78,6 +78,12 @@ class ExchangeResponse(Response):
         reply = Reply(send, self.dialect, settings.keep_alive_s)
         telemetry = request.headers.get("x-gateway-telemetry") == "1"
         request_id = scope["state"]["request_id"]
+        try:
+            pipeline.sink.check()  # refused unrecorded, as it would be served unrecorded
+        except GatewayError as error:
+            log.log(error.kind.log_level, "request %s: %d %s", request_id, error.status, error.code)
+            await reply.fail(error, [])
+            return
         asked = Asked(
             request.headers.get("x-session-affinity"),
             request.headers.get("x-max-wait-s"),
