@@ -329,6 +329,8 @@ async def _prepare(
         raise SimError(400, "priority other than 0 needs --scheduling-policy priority", param="priority")
     limit = _check_length(config, prompt.tokens, max_tokens, prompt_param, limit_param)
     faults = parse_faults(prompt.instruction)
+    if faults.ignore_max_tokens:
+        limit = config.max_model_len - prompt.tokens
     call = scripted_call(prompt.instruction, prompt.tools)
     await _apply_faults(faults)
     output = build_output(

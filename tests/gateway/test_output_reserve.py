@@ -1,7 +1,8 @@
 """A request that sets no output cap is given one, ``GATEWAY_OUTPUT_RESERVE_TOKENS`` (64 here), spliced
 into its body in each API and reserved of its quotas — so one member's uncapped request holds that of
-its group's quota, not the whole of it. Through a real gateway and the simulator, with the official
-SDKs; one gateway serves the module (each test has keys and a group of its own)."""
+its group's quota, not the whole of it; a stream whose backend generates past the cap it was sent is
+cut there with an error event. Through a real gateway and the simulator, with the official SDKs; one
+gateway serves the module (each test has keys and a group of its own)."""
 
 from __future__ import annotations
 
@@ -143,3 +144,28 @@ def own_quotas(stack: Stack, key: str) -> list[dict[str, Any]]:
     answer = httpx.get(stack.gateway.url + "/v1/key", headers={"Authorization": f"Bearer {key}"})
     assert answer.status_code == 200, answer.text
     return answer.json()["quotas"]
+
+
+def test_a_stream_past_the_cap_it_was_sent_is_cut_with_an_error_event(stack: Stack) -> None:
+    """The backend ignores ``max_tokens`` 10: the stream stops at the chunk that passes it, with the
+    error event in OpenAI's stream shape, and the ledger holds the tokens delivered."""
+    name, key = stack.key()
+    prompt = [{"role": "user", "content": "hi #sim:ignore_max_tokens=1"}]
+    stream = stack.client(key).chat.completions.create(
+        model=MODEL,
+        messages=prompt,
+        max_tokens=10,
+        stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
+    )
+    delivered = 0
+    with pytest.raises(openai.APIError) as cut:
+        for chunk in stream:
+            if chunk.usage is not None:
+                delivered = chunk.usage.completion_tokens
+    assert cut.value.code == "upstream_overran_cap"
+    wait_until(lambda: stack.record(name).get("status") == 502, timeout_s=60, what="the ledger row")
+    # up to the chunk that passed it (one engine step: 1 + K=5 drafts at most), whose text may have
+    # gone out with the error event (the reasoning split holds a would-be marker back) with no usage
+    recorded = stack.record(name)["completion_tokens"]
+    assert 10 < recorded <= 10 + 6 and delivered <= recorded
