@@ -444,11 +444,14 @@ class Settings(BaseSettings):
     max_model_len: int = Field(
         default=1_048_576, ge=1, description="The backend's context window, tokens (vLLM --max-model-len)"
     )
-    kv_output_reserve_tokens: int = Field(
+    output_reserve_tokens: int = Field(
         default=32_768,
         ge=1,
-        description="KV tokens reserved for each sequence's output when a request sets no output budget "
-        "(vLLM's own default, the rest of the context, would let only one such request run at a time)",
+        description="Output budget given to each sequence of a request that sets none (max_tokens, "
+        "max_completion_tokens, max_output_tokens), spliced into its body as its cap and reserved of its "
+        "quotas and the KV pool; 32,768 holds an agent's turn (its reasoning, then its answer or tool "
+        "calls, rarely past 20k tokens). vLLM's own default, the rest of a 1M context, would let one "
+        "such request hold a whole group's quota and the KV pool of one more",
     )
     long_prompt_tokens: int = Field(
         default=32_768,

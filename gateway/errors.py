@@ -79,6 +79,7 @@ CATALOGUE: Mapping[str, ErrorKind] = {
     "upstream_rejected": ErrorKind(400, _INVALID, _INFO),  # its own 4xx: status as it answered
     "upstream_error": ErrorKind(502, _UPSTREAM, _WARNING),  # its own 5xx: status as it answered
     "upstream_stream_error": ErrorKind(502, _UPSTREAM, _WARNING),
+    "upstream_overran_cap": ErrorKind(502, _UPSTREAM, _WARNING),  # generated past the output cap it was sent
     "upstream_unavailable": ErrorKind(503, "service_unavailable_error", _WARNING),
     "upstream_timeout": ErrorKind(504, _UPSTREAM, _WARNING),
     # ours

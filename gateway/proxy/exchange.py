@@ -297,9 +297,10 @@ class Exchange:
         return await self.placement.enqueue(self._need, self._prompt)
 
     async def reserve(self, prepared: Prepared) -> dict[str, str]:
-        """The request's cost reserved of its quotas and its key's tokens per minute (429 when they
-        don't fit, :meth:`~gateway.proxy.billing.Billing.reserve`), its output capped at what its
-        quotas have left (``prepared`` changed); the key's ``x-ratelimit-*`` headers."""
+        """The request's cost reserved of its quotas and its key's and group's tokens per minute (429
+        when they don't fit, :meth:`~gateway.proxy.billing.Billing.reserve`), its output capped at
+        ``GATEWAY_OUTPUT_RESERVE_TOKENS`` when it set none and at what its quotas have left
+        (``prepared`` changed); the key's ``x-ratelimit-*`` headers."""
         headers, cap = await self.billing.reserve(
             self._prompt_tokens, prepared.sequences, prepared.output_budget
         )

@@ -92,14 +92,14 @@ class Pipeline:
 
     def need(self, prepared: Prepared, prompt_tokens: int, cached_tokens: int = 0) -> Need:
         """What the request holds while it runs: its sequences, ``sequences x (prompt + output)`` KV
-        tokens — the output budget capped at what the context leaves, ``GATEWAY_KV_OUTPUT_RESERVE_TOKENS``
-        when it sets none; the cached prefix counts too, as vLLM cannot evict blocks a running
-        sequence uses — and the lane if what it must prefill, the prompt less the prefix the backend's
-        cache holds (``cached_tokens``), is long. 400 ``context_length_exceeded`` when that is more than
-        the whole pool."""
+        tokens — the output budget capped at what the context leaves, ``GATEWAY_OUTPUT_RESERVE_TOKENS``
+        when it sets none (its cap, spliced once its tokens are reserved); the cached prefix counts
+        too, as vLLM cannot evict blocks a running sequence uses — and the lane if what it must
+        prefill, the prompt less the prefix the backend's cache holds (``cached_tokens``), is long.
+        400 ``context_length_exceeded`` when that is more than the whole pool."""
         settings = self.settings
         room = max(0, settings.max_model_len - prompt_tokens)
-        output = min(room, prepared.output_budget or settings.kv_output_reserve_tokens)
+        output = min(room, prepared.output_budget or settings.output_reserve_tokens)
         whole = prepared.sequences * (prompt_tokens + output)
         if whole > settings.kv_budget_tokens:
             message = (

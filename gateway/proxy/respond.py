@@ -216,7 +216,9 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
     settings = exchange.pipeline.settings
     outcome = RelayOutcome()
     exchange.streaming()
-    events = relay_events(placement.upstream, prepared.translator, outcome, 2 * settings.max_body_bytes)
+    events = relay_events(
+        placement.upstream, prepared.translator, outcome, 2 * settings.max_body_bytes, prepared.output_budget
+    )
     buffer = StreamBuffer(settings.stream_buffer_bytes)
     timeout_s = settings.client_write_timeout_s
     reading = asyncio.create_task(_read(events, buffer, outcome, timeout_s, exchange))
@@ -268,7 +270,9 @@ async def _read(
     """Put the relay's output into ``buffer`` (closed at the end) and record what the translator saw
     on the way; when the backend has finished the sequence, hand its last event the client's
     telemetry object and the slot on (at the latest once the upstream has ended);
-    :class:`ClientTooSlowError` when there was no room for ``timeout_s``."""
+    :class:`ClientTooSlowError` when there was no room for ``timeout_s``. A relay that ended before
+    the sequence's end (broken, or cut past its output cap) closes the upstream first: the backend
+    aborts what it still runs before the slot is handed on."""
     placement = exchange.placement
     async with contextlib.aclosing(events):
         async for item in events:
@@ -279,6 +283,8 @@ async def _read(
                 await placement.sequence_ended()
             elif item.data and not await buffer.put(item.data, timeout_s, final=outcome.done):
                 raise ClientTooSlowError(timeout_s, buffer.size)
+    if not outcome.done:
+        placement.abort()
     await placement.upstream_done()
     buffer.close()
 

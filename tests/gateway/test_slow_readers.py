@@ -28,9 +28,16 @@ LONGER = "count from 1 to 100000"
 
 
 def stalled_stream(gateway_port: int, key: str, prompt: str = LONG) -> socket.socket:
-    """A streamed chat of ``prompt`` whose client reads the response head, then nothing; the open socket."""
+    """A streamed chat of ``prompt`` whose client reads the response head, then nothing; the open socket.
+    Its ``max_tokens`` holds the whole count (~200k tokens at most; without one, the gateway's output
+    reserve would cut it)."""
     body = json.dumps(
-        {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "stream": True}
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": prompt}],
+            "stream": True,
+            "max_tokens": 250_000,
+        }
     ).encode()
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

@@ -3,7 +3,7 @@
 expired files. Files recorded before have none.
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 """
 
 from __future__ import annotations
