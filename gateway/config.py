@@ -17,6 +17,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from dspark_common.zmq_endpoints import check_endpoint
+
 #: The async driver of each database a URL may name without one (``sqlite://``, ``postgresql://``).
 #: The kinds of tokens a quota weighs (:class:`gateway.limits.quota.QuotaWeights`).
 QUOTA_KINDS = ("prompt", "cached_prompt", "output", "reasoning")
@@ -112,7 +114,8 @@ def upstream_list(value: str) -> tuple[tuple[str, str], ...]:
 def endpoint_map(value: str | None, names: list[str]) -> dict[str, str]:
     """``name=endpoint`` or bare ZMQ endpoints (``tcp://``, ``ipc://``), comma-separated -> ``{backend
     name: endpoint}``, a bare one for the backend in its place of ``names``; ``ValueError`` for an
-    unknown name, one too many, or what is not a ZMQ endpoint."""
+    unknown name, one too many, or an endpoint that may not carry KV events (:func:`check_endpoint`:
+    ipc, or tcp on loopback)."""
     mapped: dict[str, str] = {}
     for index, item in enumerate(part.strip() for part in (value or "").split(",") if part.strip()):
         name, _, endpoint = item.partition("=") if "=" in item.split("://", 1)[0] else ("", "", item)
@@ -122,9 +125,7 @@ def endpoint_map(value: str | None, names: list[str]) -> dict[str, str]:
             name = names[index]
         if name not in names:
             raise ValueError(f"{item}: no backend is named {name!r}")
-        if not re.fullmatch(r"(tcp://[^\s/]+:\d{1,5}|ipc://\S+)", endpoint):
-            raise ValueError(f"{item}: a ZMQ endpoint is tcp://host:port or ipc://path")
-        mapped[name] = endpoint
+        mapped[name] = check_endpoint(endpoint)
     return mapped
 
 
@@ -468,8 +469,10 @@ class Settings(BaseSettings):
     kv_events: str | None = Field(
         default=None,
         description="Where each backend publishes its KV cache events (vLLM --kv-events-config "
-        "endpoint): ZMQ endpoints, comma-separated, each name=endpoint or in GATEWAY_UPSTREAM's order "
-        "(e.g. tcp://127.0.0.1:5557). A backend without: its prefix cache is estimated",
+        "endpoint): ZMQ endpoints, comma-separated, each name=endpoint or in GATEWAY_UPSTREAM's order: "
+        "ipc:///path in a directory others cannot reach (e.g. ipc:///run/dspark/kv-events/events), or "
+        "tcp on loopback; anything else is refused (the events carry every tenant's token ids). A "
+        "backend without: its prefix cache is estimated",
     )
     kv_events_replay: str | None = Field(
         default=None,
@@ -477,9 +480,9 @@ class Settings(BaseSettings):
     )
     kv_events_bind: bool = Field(
         default=False,
-        description="Bind GATEWAY_KV_EVENTS instead of connecting to them: vLLM, given an endpoint "
-        "without a wildcard (tcp://127.0.0.1:5557), connects its publisher there, so its events stay "
-        "on loopback (one gateway process per endpoint)",
+        description="Bind GATEWAY_KV_EVENTS instead of connecting to them (tcp only): vLLM, given a tcp "
+        "endpoint without a wildcard (tcp://127.0.0.1:5557), connects its publisher there (one gateway "
+        "process per endpoint). vLLM binds every ipc:// endpoint itself: the gateway connects",
     )
     session_hold_s: float = Field(
         default=3.0,
@@ -490,7 +493,15 @@ class Settings(BaseSettings):
     kv_block_size: int = Field(
         default=256,
         ge=1,
-        description="Tokens per KV block (vLLM --block-size), the estimate's unit; events carry their own",
+        description="Tokens per KV block (vLLM --block-size): the estimate's unit, and the only block size "
+        "of KV events believed (events of another are counted and ignored)",
+    )
+    kv_events_max_bytes: int = Field(
+        default=1 << 20,
+        ge=4096,
+        description="Largest KV event message taken, bytes (ZMQ_MAXMSGSIZE: libzmq cuts the connection "
+        "that sends a larger one). A batch holds one engine step's blocks: ~5 bytes per token of "
+        "MAX_NUM_BATCHED_TOKENS. The receive queue holds 32 MiB of such messages",
     )
     kv_events_stale_s: float = Field(
         default=10.0,
@@ -626,7 +637,9 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _kv_endpoints(self) -> Settings:
         if self.upstream:
-            self.kv_feeds  # noqa: B018 (checked at start: a bad endpoint would never be subscribed)
+            feeds = self.kv_feeds  # checked at start: a bad endpoint would never be subscribed
+            if self.kv_events_bind and any(e.startswith("ipc://") for e, _ in feeds.values()):
+                raise ValueError("kv_events_bind is for tcp endpoints: vLLM binds an ipc:// one itself")
         return self
 
     @model_validator(mode="after")

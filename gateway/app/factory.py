@@ -139,9 +139,11 @@ def backend_pairs(
     settings: Settings,
     upstream_factory: UpstreamFactory,
     admissions: Mapping[str, Gate],
+    views: Mapping[str, KVView],
     metrics: GatewayMetrics,
 ) -> list[Backend]:
-    """One :class:`Backend` per ``GATEWAY_UPSTREAM`` entry: its client, admission and monitor."""
+    """One :class:`Backend` per ``GATEWAY_UPSTREAM`` entry: its client, admission, prefix cache view
+    and monitor."""
     backends = []
     for name, url in settings.upstreams:
         upstream = upstream_factory(settings, url)
@@ -149,8 +151,7 @@ def backend_pairs(
         counts = CountGate(
             upstream_factory(settings, url), settings.count_concurrency, settings.count_concurrency_per_key
         )
-        kv = KVView.configured(settings, name)
-        backends.append(Backend(name, upstream, admissions[name], monitor, counts, kv))
+        backends.append(Backend(name, upstream, admissions[name], monitor, counts, views[name]))
     return backends
 
 
@@ -160,11 +161,14 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
 
     The lifespan opens the database, the upstream client, the usage ledger writer and the backend
     poller, and closes them in reverse on shutdown (the ledger flushes what is left).
-    Raises ``ValueError`` if no upstream is configured.
+    Raises ``ValueError`` if no upstream is configured, or a KV event socket's directory is one other
+    users can reach (:func:`~dspark_common.zmq_endpoints.private_ipc_dir`).
     """
     if not settings.upstream:
         raise ValueError("settings.upstream is required (e.g. http://127.0.0.1:8000)")
     admissions = {name: admission_for(settings, name) for name, _ in settings.upstreams}
+    # here, not in the lifespan: a KV event socket others could reach refuses the start at once
+    views = {name: KVView.configured(settings, name) for name, _ in settings.upstreams}
     shared = [a for a in admissions.values() if isinstance(a, SharedAdmission)]
     metrics = GatewayMetrics()
     drain = Drain()
@@ -172,7 +176,9 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = await open_engine(settings.database_url)
-        backends = Backends(backend_pairs(settings, upstream_factory, admissions, metrics), settings.affinity)
+        backends = Backends(
+            backend_pairs(settings, upstream_factory, admissions, views, metrics), settings.affinity
+        )
         metrics.watch(backends)
         monitors = []
         for backend in backends.all:
@@ -183,6 +189,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             backend.monitor.on_health = functools.partial(backends.mark, backend)
             monitors.append(asyncio.create_task(backend.monitor.run()))
             if backend.kv.feed is not None:
+                metrics.watch_kv_events(backend.name, backend.kv.feed)
                 monitors.append(asyncio.create_task(backend.kv.feed.run()))
         for admission in shared:
             await admission.start()
