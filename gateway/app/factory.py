@@ -197,6 +197,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             engine, flush_interval_s=settings.ledger_flush_s, max_pending=settings.ledger_max_pending_rows
         )
         ledger.start()
+        metrics.watch_ledger(lambda: ledger.backlog)
         app.state.ledger = ledger
         app.state.store = store = KeyStore(engine)
         app.state.audit = AuditLog(engine)

@@ -1,7 +1,8 @@
 """What a storage failure means to a client: a disk that is full (``ENOSPC``, ``EDQUOT``, SQLite's
-"database or disk is full") is 507 ``insufficient_storage``; a database that refuses or fails a
-write for any other reason (locked, read-only, unreachable) is 503 ``database_unavailable``. The
-reason given is the driver's first line (it names the condition, never a row's values).
+"database or disk is full", PostgreSQL's ``disk_full``) is 507 ``insufficient_storage``; a database
+that refuses or fails a write for any other reason (locked, read-only, unreachable) is 503
+``database_unavailable``. The reason given is the driver's first line (it names the condition, never
+a row's values).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from gateway.errors import GatewayError
 
 #: ``errno`` values of a disk (or the user's quota on it) that has no room.
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: What a database's message says when its disk is full (SQLite's "database or disk is full",
+#: PostgreSQL's disk_full: "could not extend file ...: No space left on device").
+FULL_DISK_WORDS = ("disk is full", "disk full", "no space left")
 #: How long a reason may be, characters.
 REASON_CHARS = 200
 
@@ -22,7 +26,7 @@ def no_space(error: BaseException) -> bool:
     """True if ``error`` says a disk is full: an ``OSError`` of :data:`NO_SPACE`, or a database's."""
     if isinstance(error, OSError):
         return error.errno in NO_SPACE
-    return isinstance(error, DBAPIError) and "full" in reason(error)
+    return isinstance(error, DBAPIError) and any(words in reason(error).lower() for words in FULL_DISK_WORDS)
 
 
 def reason(error: BaseException) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import ColumnElement
 
 from gateway.errors import GatewayError
 from gateway.storage.failures import insufficient_storage
@@ -72,8 +73,10 @@ async def room(conn: AsyncConnection, bounds: FileBounds, owner: Owner) -> Room:
     usage = select(func.count(), func.coalesce(func.sum(FileRow.bytes), 0))
     left: list[tuple[int, GatewayError]] = []
 
-    async def bound(query: object, whose: str, max_bytes: int | None, max_count: int | None) -> None:
-        count, used = (await conn.execute(query)).one()  # type: ignore[call-overload]
+    async def bound(
+        where: ColumnElement[bool], whose: str, max_bytes: int | None, max_count: int | None
+    ) -> None:
+        count, used = (await conn.execute(usage.where(where, live))).one()
         if max_count is not None and count >= max_count:
             raise _quota(whose, f"{max_count} files", count)
         if max_bytes is not None:
@@ -83,12 +86,10 @@ async def room(conn: AsyncConnection, bounds: FileBounds, owner: Owner) -> Room:
             left.append((max_bytes - used, error))
 
     if bounds.key_bytes is not None or bounds.key_count is not None:
-        mine = usage.where(FileRow.key_id == owner.key_id, live)
-        await bound(mine, "this key", bounds.key_bytes, bounds.key_count)
+        await bound(FileRow.key_id == owner.key_id, "this key", bounds.key_bytes, bounds.key_count)
     if owner.group_id is not None and (bounds.group_bytes is not None or bounds.group_count is not None):
         keys = select(ApiKeyRow.id).where(ApiKeyRow.group_id == owner.group_id)
-        ours = usage.where(FileRow.key_id.in_(keys), live)
-        await bound(ours, "this key's group", bounds.group_bytes, bounds.group_count)
+        await bound(FileRow.key_id.in_(keys), "this key's group", bounds.group_bytes, bounds.group_count)
     if bounds.total_bytes is not None:
         used = int((await conn.execute(select(func.coalesce(func.sum(FileRow.bytes), 0)))).scalar_one())
         error = insufficient_storage(f"the files of every key may take {bounds.total_bytes} bytes")

@@ -30,8 +30,8 @@ class FileSweep:
         self._task = asyncio.create_task(self._run())
 
     async def once(self) -> int:
-        """One sweep now: the expired files deleted (the first, at start, also removes temporary files
-        left by a process that died)."""
+        """One sweep now: the expired files deleted, and the temporary files of uploads a process that
+        died left a day ago or more; how many expired files went."""
         gone = await self._files.remove_expired()
         await self._files.sweep()
         if gone:

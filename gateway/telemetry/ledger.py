@@ -160,16 +160,22 @@ class UsageLedger:
         """Rows not written yet: waiting, and in the write under way."""
         return len(self._pending) + self._writing
 
+    @property
+    def backlog(self) -> int:
+        """Rows not written yet after a failed write (0 while writes succeed: rows between two
+        flushes are not a backlog)."""
+        return self.unwritten if self.failure is not None else 0
+
     def trouble(self) -> str | None:
         """Why rows wait unwritten, while any wait after a failed write; None otherwise."""
-        if self.failure is None or not self.unwritten:
+        if not self.backlog:
             return None
-        return f"{self.unwritten} usage row(s) not written yet: {self.failure}"
+        return f"{self.backlog} usage row(s) not written yet: {self.failure}"
 
     def check(self) -> None:
         """Raises 503 ``ledger_unavailable`` while ``max_pending`` rows or more wait after a failed
         write: a request served now would not be recorded."""
-        if self.failure is not None and self.unwritten >= self._max_pending:
+        if self.backlog >= self._max_pending:
             message = f"The gateway cannot record usage ({self.failure}): requests are refused until it can."
             raise GatewayError("ledger_unavailable", message)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
 from prometheus_client import (
@@ -187,6 +187,11 @@ class GatewayMetrics:
             "Lines not answered yet of the batch this process runs (0: none runs here)",
             registry=registry,
         )
+        self._ledger_pending = Gauge(
+            "gateway_ledger_pending_rows",
+            "Usage rows kept in memory after a failed write, until the database takes them (0: writing)",
+            registry=registry,
+        )
         # by (model, key, api): bounded by the key table times the dialects
         self._series: dict[tuple[str, str, str], BoundSeries] = {}
         self.requests = Counter(
@@ -319,6 +324,10 @@ class GatewayMetrics:
     def watch_holds(self, name: str, admission: SessionHolds) -> None:
         """Read how many sessions backend ``name``'s admission holds at every scrape."""
         self._session_holds.labels(name).set_function(functools.partial(_held, admission))
+
+    def watch_ledger(self, backlog: Callable[[], int]) -> None:
+        """Read the usage rows kept after a failed write (``backlog()``) at every scrape."""
+        self._ledger_pending.set_function(backlog)
 
     def batch_line(self, ok: bool) -> None:
         """A batch line answered and recorded."""

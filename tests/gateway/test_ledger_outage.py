@@ -19,7 +19,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.config import Settings
-from tests.support.probes import wait_until
+from tests.support.probes import scrape, wait_until
 from tests.support.servers import ThreadedServer
 
 MODEL = "deepseek-v4-flash-0731"
@@ -63,6 +63,7 @@ def test_a_ledger_that_cannot_write_keeps_its_rows_refuses_past_its_bound_and_wr
                 ]
 
             wait_until(degraded, timeout_s=60, what="/health to report the rows waiting")
+            assert scrape(server.url)["gateway_ledger_pending_rows"] == 3
             with pytest.raises(openai.APIStatusError) as refused:
                 sdk.chat.completions.create(model=MODEL, messages=HI, max_tokens=5)
             assert refused.value.status_code == 503 and refused.value.code == "ledger_unavailable"
@@ -85,6 +86,7 @@ def test_a_ledger_that_cannot_write_keeps_its_rows_refuses_past_its_bound_and_wr
                    timeout_s=60, what="the rows to be written")  # fmt: skip
         written = rows(database)
         assert len(written) == 4 == len(set(written))  # the first, the three served; each once
+        assert scrape(server.url)["gateway_ledger_pending_rows"] == 0
         sdk.chat.completions.create(model=MODEL, messages=HI, max_tokens=5)  # served again
     finally:
         server.stop()
