@@ -174,6 +174,12 @@ class Settings(BaseSettings):
         ge=1,
         description="Largest uploaded file, bytes (OpenAI's bound of a batch input: 200 MB); more -> 413",
     )
+    message_batch_max_bytes: int | None = Field(
+        default=None,
+        ge=1024,
+        description="Largest body of an Anthropic message batch create, bytes, read as it arrives; "
+        "None: 4 x GATEWAY_MAX_BODY_BYTES; more -> 413",
+    )
     batch_lease_ttl_s: float = Field(
         default=30.0,
         gt=0,
