@@ -211,6 +211,12 @@ class Settings(BaseSettings):
     files_sweep_s: float = Field(
         default=60.0, gt=0, description="Interval of the sweep that deletes expired files, seconds"
     )
+    message_batch_max_bytes: int | None = Field(
+        default=None,
+        ge=1024,
+        description="Largest body of an Anthropic message batch create, bytes, read as it arrives; "
+        "None: 4 x GATEWAY_MAX_BODY_BYTES; more -> 413",
+    )
     batch_lease_ttl_s: float = Field(
         default=30.0,
         gt=0,

@@ -69,6 +69,7 @@ CATALOGUE: Mapping[str, ErrorKind] = {
     "queue_full": ErrorKind(429, "rate_limit_error", _WARNING),
     "queue_timeout": ErrorKind(429, "rate_limit_error", _WARNING),
     "wait_too_long": ErrorKind(429, "rate_limit_error", _INFO),  # expected past its x-max-wait-s
+    "create_in_progress": ErrorKind(429, "rate_limit_error", _INFO),  # one message batch create per key
     "draining": ErrorKind(503, "service_unavailable_error", _INFO),
     "admission_unavailable": ErrorKind(503, "service_unavailable_error", _ERROR),  # Redis, when shared
     "limits_unavailable": ErrorKind(503, "service_unavailable_error", _ERROR),  # the limits' store

@@ -231,6 +231,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             limits_storage, settings.auth_failures_per_minute, settings.public_requests_per_minute
         )
         app.state.batches = batches = BatchStore(engine)
+        app.state.message_batch_creates = set[str]()  # keys creating a message batch now: one each
         app.state.batch_runner = runner = BatchRunner(
             app, pipeline, batches, app.state.files, store, settings.batch_lease_ttl_s, drain, metrics
         )

@@ -10,8 +10,9 @@ long call that keeps the loop from its turn.
 The requests file (``<files directory>/.batches/<batch id>.requests``, shared by the replicas as the
 files are) is a sequence of records, each a little-endian header ``(line index: u64, custom_id bytes:
 u32, body bytes: u64)`` followed by the ``custom_id`` (UTF-8) and the body (the JSON sent). It is
-written whole under a temporary name and renamed, so a reader never sees half of it; it is written
-only for an input without errors.
+written whole under a temporary name (an upload's, swept as theirs are) and renamed, so a reader
+never sees half of it; it is written only for an input without errors, and removed when the batch
+ends.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ async def prepare(
     ``limits``: (its number of requests, the errors found). Without errors its requests are written
     to ``target``."""
     checking = InputCheck(endpoint, max_line_bytes, limits)
-    path, handle = await asyncio.to_thread(_temporary, target)
+    path, handle = await asyncio.to_thread(_temporary, files.directory, target)
     try:
         pending: list[bytes] = []
         size = 0
@@ -87,9 +88,11 @@ async def remove(path: Path) -> None:
         await asyncio.to_thread(path.unlink)
 
 
-def _temporary(target: Path) -> tuple[Path, IO[bytes]]:
+def _temporary(directory: Path, target: Path) -> tuple[Path, IO[bytes]]:
+    """A temporary file named as an upload's in ``directory`` (so that one a killed process left is
+    swept as theirs are), and ``target``'s folder made."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, name = tempfile.mkstemp(prefix=".prepare-", dir=target.parent)
+    descriptor, name = tempfile.mkstemp(prefix=".upload-batch-", dir=directory)
     return Path(name), os.fdopen(descriptor, "wb")
 
 

@@ -246,13 +246,15 @@ class BatchRunner:
 
     async def _requests(self, batch: Batch) -> AsyncIterator[BatchLine]:
         """``batch``'s requests as its validation kept them (checked again if they are not kept: a batch
-        validated by an older gateway)."""
+        validated by an older gateway; none for a batch cancelled while its faulty input was checked)."""
         path = self._requests_path(batch.id)
         if not await asyncio.to_thread(path.exists):
             stored = await self._files.get(batch.key_id, batch.input_file_id)
             if stored is None:  # deleted by hand past the API (which refuses while a batch reads it)
                 raise RuntimeError(f"the input file {batch.input_file_id} is gone")
             _, errors = await self._prepare(batch, stored)
+            if errors and batch.times["in_progress_at"] is None:
+                return
             if errors:
                 raise RuntimeError(f"the input file {batch.input_file_id} changed since it was checked")
         async for line in read_requests(path):

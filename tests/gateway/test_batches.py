@@ -310,3 +310,25 @@ def test_hostile_lines_are_refused_by_their_shape_without_holding_up_the_gateway
     finally:
         gateway.terminate()
         gateway.wait(timeout_s=30)
+
+
+def test_a_batch_checked_by_a_gateway_that_kept_no_requests_is_checked_again_and_runs(
+    start_sim, start_gateway, make_key, tmp_path: Path
+) -> None:
+    """A batch under way whose kept requests are missing (validated by an older gateway, which kept
+    none) is checked again by the gateway that takes it up, and every line is answered once."""
+    sim, files = start_sim(decode_tps=40), tmp_path / "files"
+    first = start_gateway(sim.url, files_dir=files)
+    sdk = client(first, make_key("owner"))
+    batch = create(sdk, upload(sdk, b"".join(line(f"k-{n}") for n in range(30))))
+    wait_until(lambda: sdk.batches.retrieve(batch.id).request_counts.completed >= 2, what="two lines")
+    first.stop()  # its lease given back
+    kept = files / ".batches" / f"{batch.id}.requests"
+    assert kept.exists()
+    kept.unlink()
+    second = start_gateway(sim.url, files_dir=files)
+    again = client(second, sdk.api_key)
+    done = until_ended(again, batch.id)
+    assert done.status == "completed" and done.request_counts.completed == 30
+    assert sorted(results(again, done.output_file_id)) == sorted(f"k-{n}" for n in range(30))
+    assert not kept.exists()  # removed when the batch ended
