@@ -115,8 +115,8 @@ def test_frames_over_the_bound_cut_their_sender_and_memory_stays_flat(
 ) -> None:
     """Four local processes flood a loopback port the gateway process binds (the weakest
     configuration) with 2 MiB frames, twice the default bound: libzmq cuts each connection before
-    allocating the frame, so the gateway's memory does not follow; each cut is counted; vLLM's
-    batches still come."""
+    allocating the frame, so the gateway's memory does not follow; each cut is counted. Frames within
+    the bound queue up to 32 MiB a connection, not without end. vLLM's batches still come."""
     events, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
     env = clean_env(
         database_url=database_url, upstream=sim.url, kv_events=events, kv_events_replay=replay,
@@ -124,24 +124,49 @@ def test_frames_over_the_bound_cut_their_sender_and_memory_stays_flat(
     )  # fmt: skip
     served = GatewayProcess(env, tmp_path / "gateway.log").start(timeout_s=120)
     context = zmq.Context.instance()
-    forgers = [context.socket(zmq.PUB) for _ in range(4)]
-    frame = b"x" * (2 << 20)
-    try:
+    forgers: list[zmq.Socket] = []
+
+    def connected() -> list[zmq.Socket]:
+        """Four new forgers (the old ones still hold the frames they queued, each cut on its way)."""
+        for forger in forgers:
+            forger.close(linger=0)
+        forgers[:] = [context.socket(zmq.PUB) for _ in range(4)]
         for forger in forgers:
             forger.connect(events)
-        before = served.rss_bytes()
-        rounds, deadline = 0, time.monotonic() + 60
-        while rounds < 100 or ignored(served, "disconnected") < 8:
-            assert time.monotonic() < deadline, f"{ignored(served, 'disconnected')} cuts within 60 s"
-            for forger in forgers:
-                forger.send_multipart((b"", rounds.to_bytes(8, "big"), frame))
-            rounds += 1
-            time.sleep(0.01)
-        assert served.rss_bytes() - before < 64 << 20
-        assert feed(served, admin)["batches"] == 0
-        with Publisher(events, replay, connect=True) as vllm:
+        return forgers
+
+    def read() -> float:  # frames within the bound that the feed took off its queue
+        return ignored(served, "out_of_order")
+
+    try:
+        with Publisher(events, replay, connect=True) as vllm:  # its replay answers from the start
+            before = served.rss_bytes()
+            # numbered far ahead: never the next batch, and never confirmed by the replay
+            seq, sent, frame = (1 << 62).to_bytes(8, "big"), 0, b"x" * (2 << 20)
+            deadline = time.monotonic() + 60
+            connected()
+            while sent < 100 or ignored(served, "disconnected") < 8:
+                assert time.monotonic() < deadline, f"{ignored(served, 'disconnected')} cuts within 60 s"
+                for forger in forgers:
+                    forger.send_multipart((b"", seq, frame))
+                sent += 1
+                time.sleep(0.01)
+            assert served.rss_bytes() - before < 64 << 20
+            assert feed(served, admin)["batches"] == 0 and read() == 0
+            # the flood that took it to 5.9 GiB before: frames within the bound from every
+            # connection, faster than they are read; each connection's queue holds 32 MiB of them
+            sent, frame, deadline = 0, b"x" * (1 << 20), time.monotonic() + 60
+            connected()
+            while sent < 100 or read() < 20:
+                assert time.monotonic() < deadline, f"{read()} frames read within 60 s"
+                for _ in range(10):
+                    for forger in forgers:
+                        forger.send_multipart((b"", seq, frame))
+                    sent += 1
+                time.sleep(0.01)
+            assert served.rss_bytes() - before < 256 << 20
             publish_until_taken(vllm, served, admin)
-        assert feed(served, admin)["blocks"] >= 1
+            assert feed(served, admin)["blocks"] >= 1
     finally:
         for forger in forgers:
             forger.close(linger=0)

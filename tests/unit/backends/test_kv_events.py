@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dspark_common import kv_events
 from dspark_common.kv_events import AllBlocksCleared
+from gateway.backends import kv_events as feed_module
 from gateway.backends.kv_events import FeedEndpoints, KVEventFeed
 from gateway.backends.kv_index import ResidentBlocks
 from tests.support import kv_publisher
@@ -179,3 +180,21 @@ async def test_a_bound_feed_takes_the_batches_of_a_publisher_that_connects_to_it
             await subscribed(feed, publisher, 0, payload(stored(1)))
             assert len(feed.index) == 1 and feed.last_seq == 0
             assert standby.batches == 0
+
+
+async def test_with_its_replay_silent_the_feed_takes_nothing_out_of_order(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A replay that does not answer confirms nothing: the batch is ignored, the feed goes on; once a
+    request's events are overdue it subscribes again."""
+    monkeypatch.setattr(feed_module, "REPLAY_TIMEOUT_S", 0.2)
+    events = ipc(tmp_path, "events")
+    with Publisher(events) as publisher:  # no replay socket at the feed's replay endpoint
+        async with running(make_feed(events, ipc(tmp_path, "replay"), stale_s=0.3)) as feed:
+            async with asyncio.timeout(60):
+                while feed.ignored["out_of_order"] == 0:
+                    publisher.publish(3, payload(stored(1)))
+                    await asyncio.sleep(0.05)
+            assert feed.last_seq == -1 and feed.batches == 0 and len(feed.index) == 0
+            feed.expect(time.monotonic())
+            await until(lambda: feed.resubscribed >= 1, "a new subscription")
