@@ -140,7 +140,7 @@ class SimEngine:
         config, scheduler, cache = self.config, self.scheduler, self.cache
         left = seq.prompt_tokens + seq.generated
         if cache is not None and seq.prompt_ids is not None:
-            cached = cache.lookup(seq.prompt_ids, id(seq))
+            cached = cache.lookup(seq.prompt_ids, id(seq), seq.cache_salt)
             if seq.generated == 0:
                 seq.cached_tokens = cached
             scheduler.grow(seq, cached)
@@ -155,7 +155,7 @@ class SimEngine:
         finally:
             seq.prefilling = False
         if cache is not None and seq.prompt_ids is not None:
-            self._publish(cache.store(seq.prompt_ids, scheduler.kv_tokens, id(seq)))
+            self._publish(cache.store(seq.prompt_ids, scheduler.kv_tokens, id(seq), seq.cache_salt))
 
     def _publish(self, events: list[KVCacheEvent]) -> None:
         if events and self._events is not None:

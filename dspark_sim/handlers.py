@@ -40,6 +40,8 @@ SSE_MEDIA_TYPE = "text/event-stream"
 #: ``owned_by`` of every model card: how a client (``dspark-gateway proof``/``bench``) tells the
 #: simulator from a real vLLM (``"vllm"``), directly or through the gateway, which passes cards on.
 SIMULATOR_OWNED_BY = "dspark-sim"
+#: The longest ``cache_salt`` vLLM takes (vLLM 0.32 ``validate_cache_salt``).
+MAX_SALT = 128
 
 
 class FastJSONResponse(JSONResponse):
@@ -119,6 +121,11 @@ def _priority(body: BaseModel) -> Any:
     return (body.model_extra or {}).get("priority", 0)
 
 
+def _cache_salt(body: BaseModel) -> Any:
+    """The request's ``cache_salt`` (vLLM's field; None when absent), as sent: :func:`_prepare` checks it."""
+    return (body.model_extra or {}).get("cache_salt")
+
+
 def _counting(sim: SimState, tokens: int) -> contextlib.AbstractAsyncContextManager[None]:
     """A prompt count of ``tokens`` as the metrics see it, taking the tokenizer's time."""
     tps = sim.config.tokenize_tps
@@ -194,6 +201,7 @@ async def _chat(request: Request, body: ChatRequest) -> Response:
         seed=body.seed,
         ignore_eos=body.ignore_eos,
         priority=_priority(body),
+        cache_salt=_cache_salt(body),
         include_usage=body.include_usage,
         continuous_usage=body.continuous_usage,
     )
@@ -227,6 +235,7 @@ async def _completion(request: Request, body: CompletionRequest) -> Response:
         seed=body.seed,
         ignore_eos=body.ignore_eos,
         priority=_priority(body),
+        cache_salt=_cache_salt(body),
         include_usage=body.include_usage,
         continuous_usage=body.continuous_usage,
         prompt_param="prompt",
@@ -269,6 +278,7 @@ async def _responses(request: Request, body: ResponsesRequest) -> Response:
         seed=body.seed,
         ignore_eos=body.ignore_eos,
         priority=_priority(body),
+        cache_salt=_cache_salt(body),
         prompt_param="input",
         limit_param="max_output_tokens",
     )
@@ -294,6 +304,7 @@ async def _messages(request: Request, body: MessagesRequest) -> Response:
         max_tokens=body.max_tokens,
         seed=None,
         ignore_eos=False,
+        cache_salt=_cache_salt(body),
     )
     if body.stream:
         events = streams.dialect_events(sim.engine, gen, render_messages.MessagesStream(gen))
@@ -317,6 +328,7 @@ async def _prepare(
     limit_param: str = "max_tokens",
     split: bool | None = None,
     priority: Any = 0,
+    cache_salt: Any = None,
 ) -> tuple[streams.Generation, Faults]:
     """What every generation route does once its body is read: check the length, read the
     directives, stall or fail as they ask, script the output and build its engine sequence.
@@ -327,8 +339,13 @@ async def _prepare(
         raise SimError(400, "priority must be an integer", param="priority")
     if priority != 0 and config.scheduling_policy != "priority":
         raise SimError(400, "priority other than 0 needs --scheduling-policy priority", param="priority")
+    if cache_salt is not None and not (isinstance(cache_salt, str) and 0 < len(cache_salt) <= MAX_SALT):
+        # vLLM 0.32 validate_cache_salt
+        raise SimError(400, f"cache_salt must be a string of 1 to {MAX_SALT} characters", param="cache_salt")
     limit = _check_length(config, prompt.tokens, max_tokens, prompt_param, limit_param)
     faults = parse_faults(prompt.instruction)
+    if faults.ignore_max_tokens:
+        limit = config.max_model_len - prompt.tokens
     call = scripted_call(prompt.instruction, prompt.tools)
     await _apply_faults(faults)
     output = build_output(
@@ -355,6 +372,7 @@ async def _prepare(
         rng=random.Random(step_seed),
         decode_tps=faults.decode_tps,
         priority=priority,
+        cache_salt=cache_salt,
     )
     gen = streams.Generation(
         envelope=envelope,

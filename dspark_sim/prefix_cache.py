@@ -14,6 +14,12 @@ running sequences hold beyond their pinned blocks (partial blocks, generated tok
 way) is not free to cache either: past the pool, the least recently used unpinned blocks are evicted
 (vLLM's free-block queue, evicting from its head).
 
+A request's ``cache_salt`` is an extra key of its prompt's first block only, as vLLM's
+(``generate_block_hash_extra_keys`` in ``vllm/v1/core/kv_cache_utils.py``): the later blocks differ
+through their chained parent, so prompts of different salts share no block. Its ``BlockStored``
+carries the salt as vLLM's does (``to_event_extra_keys``: ``(salt,)`` for that block, None for the
+rest).
+
 Only prompt blocks are cached: vLLM caches generated blocks too, but a next turn re-tokenises the
 answer's text through the chat template, which seldom gives the generated ids back.
 
@@ -49,19 +55,22 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._resident)
 
-    def _hashes(self, ids: Sequence[int]) -> list[BlockHash]:
+    def _hashes(self, ids: Sequence[int], salt: str | None) -> list[BlockHash]:
         size, hashes, parent = self.block_size, list[BlockHash](), b""
         for start in range(0, len(ids) - size + 1, size):
-            parent = hashlib.sha256(parent + array("I", ids[start : start + size]).tobytes()).digest()
+            block = parent + array("I", ids[start : start + size]).tobytes()
+            if start == 0 and salt:
+                block += b"\0salt\0" + salt.encode()
+            parent = hashlib.sha256(block).digest()
             hashes.append(parent)
         return hashes
 
-    def lookup(self, ids: Sequence[int], owner: int | None = None) -> int:
-        """Tokens of a prompt of ``ids`` served from the cache (touched: now the most recently used;
-        pinned to ``owner``, a sequence about to run on them)."""
+    def lookup(self, ids: Sequence[int], owner: int | None = None, salt: str | None = None) -> int:
+        """Tokens of a prompt of ``ids`` (sent with ``cache_salt`` ``salt``) served from the cache
+        (touched: now the most recently used; pinned to ``owner``, a sequence about to run on them)."""
         usable = max(0, (len(ids) - 1) // self.block_size)
         hits: list[BlockHash] = []
-        for block_hash in self._hashes(ids)[:usable]:
+        for block_hash in self._hashes(ids, salt)[:usable]:
             if block_hash not in self._resident:
                 break
             hits.append(block_hash)
@@ -91,11 +100,13 @@ class PrefixCache:
             if self._pins[block_hash] <= 0:
                 del self._pins[block_hash]
 
-    def store(self, ids: Sequence[int], held_tokens: int, owner: int | None = None) -> list[KVCacheEvent]:
-        """A prefill of ``ids`` finished: its full blocks are resident (pinned to ``owner``, the
-        sequence now decoding on them); then :meth:`trim` to what running sequences' KV,
-        ``held_tokens`` in all, leave free. The events, in order."""
-        hashes = self._hashes(ids)
+    def store(
+        self, ids: Sequence[int], held_tokens: int, owner: int | None = None, salt: str | None = None
+    ) -> list[KVCacheEvent]:
+        """A prefill of ``ids`` (sent with ``cache_salt`` ``salt``) finished: its full blocks are
+        resident (pinned to ``owner``, the sequence now decoding on them); then :meth:`trim` to what
+        running sequences' KV, ``held_tokens`` in all, leave free. The events, in order."""
+        hashes = self._hashes(ids, salt)
         events: list[KVCacheEvent] = []
         new = [i for i, block_hash in enumerate(hashes) if block_hash not in self._resident]
         self._touch(hashes)
@@ -110,6 +121,7 @@ class PrefixCache:
                     lora_id=None,
                     medium=MEDIUM,
                     lora_name=None,
+                    extra_keys=[(salt,)] + [None] * (len(hashes) - 1) if salt and not first else None,
                 )
             )
         if owner is not None:

@@ -41,6 +41,8 @@ class Sequence:
     """This sequence's decode speed, tokens/s (None: the server's ``SimConfig.decode_tps``)."""
     prompt_ids: list[int] | None = None
     """The prompt's token ids, for the prefix cache (None: not cached)."""
+    cache_salt: str | None = None
+    """The request's ``cache_salt``: it shares cached blocks only with requests of the same one."""
     cached_tokens: int = 0
     """Prompt tokens its first prefill found in the prefix cache (``cached_tokens`` of its usage)."""
     priority: int = 0

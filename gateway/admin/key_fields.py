@@ -213,6 +213,11 @@ class GroupLimits(SharedFields):
 
     rpm: int | None = Field(default=None, ge=1, le=INT_MAX, description="Requests per minute, all its keys")
     tpm: int | None = Field(default=None, ge=1, le=INT_MAX, description="Tokens per minute, all its keys")
+    prefix_cache: Literal["group", "shared"] | None = Field(
+        default=None,
+        description="Whose cached prompt prefixes its keys reuse: group, its own keys' only; shared, "
+        "every shared group's; null: group (docs/prefix-cache.md)",
+    )
 
     def changes(self) -> dict[str, Any]:
         """The fields this body sets (null included)."""

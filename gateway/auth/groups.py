@@ -22,7 +22,7 @@ from gateway.auth.principal import RESERVED_NAME_PREFIXES, Group, Quota
 from gateway.storage.tables import ApiKeyRow, KeyGroupRow, utc
 
 #: Fields of a group an admin may set (at creation, or later: PATCH).
-GROUP_FIELDS = ("rpm", "tpm", "quota_tokens", "quota_period", "quota_mode", "metadata")
+GROUP_FIELDS = ("rpm", "tpm", "quota_tokens", "quota_period", "quota_mode", "metadata", "prefix_cache")
 #: How every group's id starts (then 24 hex digits).
 ID_PREFIX = "grp_"
 
@@ -66,6 +66,7 @@ class GroupRecord:
     quota_period: str | None = None
     quota_mode: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    prefix_cache: str = "group"
 
     @classmethod
     def from_row(cls, row: KeyGroupRow) -> GroupRecord:
@@ -81,6 +82,7 @@ class GroupRecord:
             quota_period=row.quota_period,
             quota_mode=row.quota_mode,
             metadata=dict(row.meta or {}),
+            prefix_cache=row.prefix_cache or "group",
         )
 
     def quota(self) -> Quota | None:
@@ -88,7 +90,7 @@ class GroupRecord:
 
     def group(self) -> Group:
         """What its keys' principals carry."""
-        return Group(self.id, self.name, self.rpm, self.tpm, self.quota())
+        return Group(self.id, self.name, self.rpm, self.tpm, self.quota(), self.prefix_cache)
 
     def public(self, keys: int | None = None) -> dict[str, Any]:
         """JSON view for the admin API and CLI; ``keys``: how many keys it has, when counted."""
@@ -103,6 +105,7 @@ class GroupRecord:
             "quota_period": quota.period if quota else None,
             "quota_mode": quota.mode if quota else None,
             "metadata": dict(self.metadata),
+            "prefix_cache": self.prefix_cache,
         }
         if keys is not None:
             view["keys"] = keys
@@ -183,5 +186,7 @@ def _apply(row: KeyGroupRow, fields: Mapping[str, Any]) -> None:
     for name, value in fields.items():
         if name == "metadata":
             row.meta = dict(value or {})
+        elif name == "prefix_cache":
+            row.prefix_cache = value or "group"
         else:
             setattr(row, name, value)

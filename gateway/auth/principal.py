@@ -30,13 +30,15 @@ class Quota:
 @dataclass(frozen=True, slots=True)
 class Group:
     """The group (team) a key belongs to and what its keys share: requests and tokens per minute
-    (None: unlimited) and a token quota."""
+    (None: unlimited), a token quota, and vLLM's prefix cache: ``prefix_cache`` ``group`` (with each
+    other only) or ``shared`` (with every ``shared`` group; :mod:`gateway.auth.cache_salt`)."""
 
     id: str
     name: str
     rpm: int | None = None
     tpm: int | None = None
     quota: Quota | None = None
+    prefix_cache: str = "group"
 
 
 @dataclass(frozen=True, slots=True)

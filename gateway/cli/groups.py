@@ -14,13 +14,27 @@ from gateway.cli.failures import CliError
 from gateway.cli.keys import QuotaMode, QuotaPeriod, QuotaTokens, Rpm, Tpm, backend
 from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt
 
+PrefixCache = Annotated[
+    str | None,
+    typer.Option(
+        "--prefix-cache",
+        help="group (default): its keys reuse cached prompt prefixes of their own group only; "
+        "shared: of every shared group",
+    ),
+]
+
 groups_app = typer.Typer(
     help="Manage groups of keys: shared limits and quota (database, or --url).", rich_markup_mode=None
 )
 
 
 def _fields(
-    rpm: int | None, tpm: int | None, quota: int | None, quota_period: str | None, quota_mode: str | None
+    rpm: int | None,
+    tpm: int | None,
+    quota: int | None,
+    quota_period: str | None,
+    quota_mode: str | None,
+    prefix_cache: str | None,
 ) -> dict[str, Any]:
     given = {
         "rpm": rpm,
@@ -28,6 +42,7 @@ def _fields(
         "quota_tokens": quota,
         "quota_period": quota_period,
         "quota_mode": quota_mode,
+        "prefix_cache": prefix_cache,
     }
     return {name: value for name, value in given.items() if value is not None}
 
@@ -40,25 +55,27 @@ def create(
     quota: QuotaTokens = None,
     quota_period: QuotaPeriod = None,
     quota_mode: QuotaMode = None,
+    prefix_cache: PrefixCache = None,
     json_out: JsonOpt = False,
     url: UrlOpt = None,
     admin_key: AdminKeyOpt = None,
     database_url: DatabaseOpt = None,
 ) -> None:
-    """Create a group; its keys share the limits and quota given."""
-    body = {"name": name, **_fields(rpm, tpm, quota, quota_period, quota_mode)}
+    """Create a group; its keys share the limits and quota given, and their cached prompt prefixes."""
+    body = {"name": name, **_fields(rpm, tpm, quota, quota_period, quota_mode, prefix_cache)}
     created = backend(url, admin_key, database_url).create_group(body)
     output.emit(created, json_out, lambda group: f"Created group {group['name']!r}.")
 
 
 def groups_table(groups: list[dict[str, Any]]) -> Table:
-    """One row a group: name, keys, rpm, tpm, quota."""
-    table = output.table("name", "keys", "rpm", "tpm", "quota")
+    """One row a group: name, keys, rpm, tpm, quota, prefix cache."""
+    table = output.table("name", "keys", "rpm", "tpm", "quota", "prefix cache")
     for g in groups:
         quota = f"{g['quota_tokens']}/{g['quota_period']}" if g["quota_tokens"] is not None else "-"
         if g["quota_mode"] == "warn":
             quota += " warn"
-        table.add_row(g["name"], str(g["keys"]), str(g["rpm"] or "-"), str(g["tpm"] or "-"), quota)
+        rpm, tpm = str(g["rpm"] or "-"), str(g["tpm"] or "-")
+        table.add_row(g["name"], str(g["keys"]), rpm, tpm, quota, g.get("prefix_cache", "group"))
     return table
 
 
@@ -93,16 +110,17 @@ def update(
     quota: QuotaTokens = None,
     quota_period: QuotaPeriod = None,
     quota_mode: QuotaMode = None,
+    prefix_cache: PrefixCache = None,
     no_quota: Annotated[bool, typer.Option("--no-quota", help="Remove the group's quota")] = False,
     json_out: JsonOpt = False,
     url: UrlOpt = None,
     admin_key: AdminKeyOpt = None,
     database_url: DatabaseOpt = None,
 ) -> None:
-    """Change a group's limits or quota."""
+    """Change a group's limits, quota or prefix-cache sharing."""
     if no_quota and quota:
         raise CliError("--no-quota and --quota contradict each other: give one")
-    changes = _fields(rpm, tpm, quota, quota_period, quota_mode)
+    changes = _fields(rpm, tpm, quota, quota_period, quota_mode, prefix_cache)
     if no_quota:
         changes["quota_tokens"] = None
     if not changes:

@@ -62,11 +62,18 @@ FIELDS = {
         Field("aliases", "Aliases", "pairs", hint="name=model, …"),
         Field("expires", "Expires", "expiry", hint="30d or 12h from now, or 2027-01-31T00:00Z; empty: never"),
         Field("metadata", "Metadata", "json", hint='JSON object, {"team": "search"}'),
+        Field(
+            "prefix_cache",
+            "Prefix cache",
+            "select",
+            _choices("group (default)", "group", "shared"),
+            hint="group: cached prompts reused by its own keys only; shared: by every shared group",
+        ),
     )
 }
 #: The fields of a key's forms, and of a group's, in the order they are shown.
-KEY_FIELDS = tuple(FIELDS)
-GROUP_FIELDS = ("rpm", "tpm", "quota_tokens", "quota_period", "quota_mode", "metadata")
+KEY_FIELDS = tuple(name for name in FIELDS if name != "prefix_cache")
+GROUP_FIELDS = ("rpm", "tpm", "quota_tokens", "quota_period", "quota_mode", "prefix_cache", "metadata")
 
 
 class FormError(Exception):
@@ -197,6 +204,7 @@ def shown(record: Mapping[str, Any]) -> dict[str, str]:
         "quota_tokens": _text(record.get("quota_tokens")),
         "quota_period": record.get("quota_period") or "",
         "quota_mode": record.get("quota_mode") or "",
+        "prefix_cache": record.get("prefix_cache") or "",
         "default_thinking": record.get("default_thinking") or "",
         "request_class": record.get("request_class") or "",
         "max_wait_s": duration_text(record.get("max_wait_s")),

@@ -132,14 +132,25 @@ class Prepared:
     count: TokenCount | None = None
 
     def capped(self, tokens: int) -> None:
-        """Generate at most ``tokens`` per sequence: ``output_param`` spliced last into :attr:`body`, so
-        it wins over one the client sent (vLLM parses a body with ``json.loads``, where the last of a
-        repeated key counts); not re-serialised, as a 1M-token prompt would be."""
-        assert self.body.endswith(b"}"), "a dialect's upstream body is a JSON object"
-        rest = self.body[:-1].rstrip()
-        separator = b"" if rest.endswith(b"{") else b","
-        self.body = rest + b'%s"%s":%d}' % (separator, self.output_param.encode(), tokens)
+        """Generate at most ``tokens`` per sequence: ``output_param`` spliced last into :attr:`body`
+        (:func:`splice_last`)."""
+        self.body = splice_last(self.body, self.output_param, b"%d" % tokens)
         self.output_budget = tokens
+
+    def salted(self, cache_salt: str) -> None:
+        """Share the backend's prefix cache only with requests of the same ``cache_salt``
+        (:mod:`gateway.auth.cache_salt`; hex, so no JSON escaping), spliced last (:func:`splice_last`)."""
+        self.body = splice_last(self.body, "cache_salt", b'"%s"' % cache_salt.encode())
+
+
+def splice_last(body: bytes, name: str, value: bytes) -> bytes:
+    """``body`` (a JSON object) with ``"name": value`` (``value`` JSON already) as its last member, so it
+    wins over one the client sent (vLLM parses a body with ``json.loads``, where the last of a repeated
+    key counts); not re-serialised, as a 1M-token prompt would be."""
+    assert body.endswith(b"}"), "a dialect's upstream body is a JSON object"
+    rest = body[:-1].rstrip()
+    separator = b"" if rest.endswith(b"{") else b","
+    return rest + b'%s"%s":%s}' % (separator, name.encode(), value)
 
 
 def text_length(value: Any) -> int:

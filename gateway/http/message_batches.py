@@ -114,7 +114,7 @@ async def create_message_batch(request: Request) -> JSONResponse:
     asked = body.get("requests")
     if not isinstance(asked, list) or not 0 < len(asked) <= MAX_REQUESTS:
         raise _invalid(f"requests must be a list of 1 to {MAX_REQUESTS} requests.")
-    checking = InputCheck(ROUTE, settings.max_body_bytes)
+    checking = InputCheck(ROUTE, settings.max_body_bytes, INFERENCE)
     upload = await files.upload()
     try:
         for n, item in enumerate(asked):

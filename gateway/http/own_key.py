@@ -9,7 +9,11 @@ answer carries the key's ``x-ratelimit-*`` headers, read without charging anythi
      "rate_limits": {"requests": {"limit", "remaining", "reset"} | null, "tokens": … | null},
      "quotas": [{"holder", "tokens", "period", "mode", "used", "remaining", "resets_at"}, …],
      "group": {"name", "rpm", "tpm"} | null,
+     "prefix_cache": {"scope": "group <name>" | "key" | "shared", "shared_with"},
      "aliases", "default_thinking"}
+
+``prefix_cache``: whose cached prompt prefixes its requests reuse, and so who could learn from its
+``cached_tokens`` (or its time to first token) what it sent (:mod:`gateway.auth.cache_salt`).
 
 ``expires_at`` is the key's (ISO 8601 UTC), a JWT's ``exp``, or null for never.
 """
@@ -23,6 +27,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from gateway.auth import cache_salt
 from gateway.auth.principal import Principal
 from gateway.auth.tokens import expires_at
 from gateway.dialects.wire import bearer_token
@@ -56,6 +61,7 @@ async def own_key(request: Request) -> JSONResponse:
         "rate_limits": {what: _window(windows.get(what)) for what in ("requests", "tokens")},
         "quotas": quotas,
         "group": {"name": group.name, "rpm": group.rpm, "tpm": group.tpm} if group is not None else None,
+        "prefix_cache": cache_salt.described(principal),
         "aliases": dict(principal.aliases) if principal.aliases is not None else None,
         "default_thinking": principal.default_thinking,
     }

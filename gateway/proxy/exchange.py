@@ -29,6 +29,7 @@ from typing import Any
 
 from dspark_common import json_codec
 from gateway.admission import Need
+from gateway.auth import cache_salt
 from gateway.auth.principal import Principal
 from gateway.backends.kv_index import PromptBlocks
 from gateway.backends.pool import Backend, affinity_key
@@ -80,6 +81,7 @@ class Exchange:
         "_stored_at",
         "_count",
         "_need",
+        "_salt",
     )
 
     def __init__(
@@ -134,6 +136,7 @@ class Exchange:
         self._stored_at: Backend | None = None
         self._count: TokenCount | None = None
         self._need = Need()
+        self._salt = cache_salt.salt(pipeline.cache_secret, cache_salt.scope(principal))
 
     async def __aenter__(self) -> Exchange:
         return self
@@ -247,6 +250,7 @@ class Exchange:
         # the count holds the prompt's tree: the exchange keeps it until the prompt is sized, the
         # request waits with its bytes only
         self._count, prepared = ready.prepared.count, replace(ready.prepared, count=None)
+        prepared.salted(self._salt)
         self._translator = prepared.translator
         for param, stored_id in reversed(prepared.stored):  # the first decides the backend
             self._stored_at = await pipeline.stored_at(self.principal, stored_id, param)
@@ -278,7 +282,7 @@ class Exchange:
             backend.learn(counts_prompts=size.counts_prompts)
         self._prompt_tokens = size.tokens
         if size.token_ids is not None and backend.kv.enabled:
-            self._prompt = PromptBlocks(size.token_ids)
+            self._prompt = PromptBlocks(size.token_ids, self._salt)
         cached, source = 0, None
         if self._prompt is not None:
             backend = placement.prefer_cached(self._prompt, self._max_wait_s)
@@ -295,9 +299,10 @@ class Exchange:
         return await self.placement.enqueue(self._need, self._prompt)
 
     async def reserve(self, prepared: Prepared) -> dict[str, str]:
-        """The request's cost reserved of its quotas and its key's tokens per minute (429 when they
-        don't fit, :meth:`~gateway.proxy.billing.Billing.reserve`), its output capped at what its
-        quotas have left (``prepared`` changed); the key's ``x-ratelimit-*`` headers."""
+        """The request's cost reserved of its quotas and its key's and group's tokens per minute (429
+        when they don't fit, :meth:`~gateway.proxy.billing.Billing.reserve`), its output capped at
+        ``GATEWAY_OUTPUT_RESERVE_TOKENS`` when it set none and at what its quotas have left
+        (``prepared`` changed); the key's ``x-ratelimit-*`` headers."""
         headers, cap = await self.billing.reserve(
             self._prompt_tokens, prepared.sequences, prepared.output_budget
         )

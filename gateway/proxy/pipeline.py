@@ -8,6 +8,7 @@ One :class:`Pipeline` lives on ``app.state``; each request is an
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -28,9 +29,13 @@ from gateway.telemetry.tracing import Tracing
 
 class Sink(Protocol):
     """Where finished records go (:class:`~gateway.telemetry.sinks.TelemetrySinks`: Prometheus, the
-    ledger, the log). ``publish`` does no I/O on the caller's path."""
+    ledger, the log). ``publish`` does no I/O on the caller's path; ``check`` raises the
+    :class:`~gateway.errors.GatewayError` of a sink that can't keep a record now (503
+    ``ledger_unavailable``), before the request is served."""
 
     def publish(self, record: RequestTelemetry) -> None: ...
+
+    def check(self) -> None: ...
 
 
 class Owners(Protocol):
@@ -49,7 +54,9 @@ class Pipeline:
     """The shared parts of forwarding. ``background`` holds the recording tasks still running;
     ``owners`` remembers which key created which stored response (None: not tracked, as in the
     in-memory test pipelines that serve no Responses API); ``tracing``: OpenTelemetry spans of the
-    requests (None: off, :mod:`gateway.telemetry.tracing`)."""
+    requests (None: off, :mod:`gateway.telemetry.tracing`); ``cache_secret``: what every request's
+    ``cache_salt`` is derived from (:mod:`gateway.auth.cache_salt`; the app reads it from the settings
+    or the database, a pipeline made without one has its own)."""
 
     backends: Backends
     settings: Settings
@@ -58,6 +65,7 @@ class Pipeline:
     owners: Owners | None = None
     quotas: Quotas = field(default_factory=lambda: Quotas(storage_for("memory://"), QuotaWeights()))
     tracing: Tracing | None = None
+    cache_secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     background: set[asyncio.Task[None]] = field(default_factory=set)
     aliases: ModelAliases = field(init=False)
 
@@ -84,14 +92,14 @@ class Pipeline:
 
     def need(self, prepared: Prepared, prompt_tokens: int, cached_tokens: int = 0) -> Need:
         """What the request holds while it runs: its sequences, ``sequences x (prompt + output)`` KV
-        tokens — the output budget capped at what the context leaves, ``GATEWAY_KV_OUTPUT_RESERVE_TOKENS``
-        when it sets none; the cached prefix counts too, as vLLM cannot evict blocks a running
-        sequence uses — and the lane if what it must prefill, the prompt less the prefix the backend's
-        cache holds (``cached_tokens``), is long. 400 ``context_length_exceeded`` when that is more than
-        the whole pool."""
+        tokens — the output budget capped at what the context leaves, ``GATEWAY_OUTPUT_RESERVE_TOKENS``
+        when it sets none (its cap, spliced once its tokens are reserved); the cached prefix counts
+        too, as vLLM cannot evict blocks a running sequence uses — and the lane if what it must
+        prefill, the prompt less the prefix the backend's cache holds (``cached_tokens``), is long.
+        400 ``context_length_exceeded`` when that is more than the whole pool."""
         settings = self.settings
         room = max(0, settings.max_model_len - prompt_tokens)
-        output = min(room, prepared.output_budget or settings.kv_output_reserve_tokens)
+        output = min(room, prepared.output_budget or settings.output_reserve_tokens)
         whole = prepared.sequences * (prompt_tokens + output)
         if whole > settings.kv_budget_tokens:
             message = (

@@ -79,6 +79,12 @@ class ExchangeResponse(Response):
         reply = Reply(send, self.dialect, settings.keep_alive_s)
         telemetry = request.headers.get("x-gateway-telemetry") == "1"
         request_id = scope["state"]["request_id"]
+        try:
+            pipeline.sink.check()  # refused unrecorded, as it would be served unrecorded
+        except GatewayError as error:
+            log.log(error.kind.log_level, "request %s: %d %s", request_id, error.status, error.code)
+            await reply.fail(error, [])
+            return
         asked = Asked(
             request.headers.get("x-session-affinity"),
             request.headers.get("x-max-wait-s"),
@@ -211,7 +217,9 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
     settings = exchange.pipeline.settings
     outcome = RelayOutcome()
     exchange.streaming()
-    events = relay_events(placement.upstream, prepared.translator, outcome, 2 * settings.max_body_bytes)
+    events = relay_events(
+        placement.upstream, prepared.translator, outcome, 2 * settings.max_body_bytes, prepared.output_budget
+    )
     buffer = StreamBuffer(settings.stream_buffer_bytes)
     timeout_s = settings.client_write_timeout_s
     sent = Delivery()
@@ -265,7 +273,9 @@ async def _read(
     """Put the relay's output into ``buffer`` (closed at the end) and record what the translator saw
     on the way (and mark it in ``sent``); when the backend has finished the sequence, hand its last
     event the client's telemetry object and the slot on (at the latest once the upstream has
-    ended); :class:`ClientTooSlowError` when there was no room for ``timeout_s``."""
+    ended); :class:`ClientTooSlowError` when there was no room for ``timeout_s``. A relay that ended
+    before the sequence's end (broken, or cut past its output cap) closes the upstream first: the
+    backend aborts what it still runs before the slot is handed on."""
     placement = exchange.placement
     async with contextlib.aclosing(events):
         async for item in events:
@@ -279,6 +289,8 @@ async def _read(
                 if not await buffer.put(item.data, timeout_s, final=outcome.done):
                     raise ClientTooSlowError(timeout_s, buffer.size)
                 sent.put(len(item.data))
+    if not outcome.done:
+        placement.abort()
     await placement.upstream_done()
     buffer.close()
 

@@ -41,6 +41,9 @@ class KeyGroupRow(Base):
     quota_period: Mapped[str | None] = mapped_column(String(8), nullable=True)
     quota_mode: Mapped[str | None] = mapped_column(String(8), nullable=True)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    prefix_cache: Mapped[str] = mapped_column(String(8), default="group", server_default="group")
+    """``group``: its keys' prompts share vLLM's prefix cache among themselves only; ``shared``: with
+    every other ``shared`` group (:mod:`gateway.auth.cache_salt`)."""
 
 
 class ApiKeyRow(Base):
@@ -165,6 +168,8 @@ class FileRow(Base):
     bytes: Mapped[int] = mapped_column(BigInteger)
     lines: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    #: When it expires (deleted by the sweep, unseen by its key from then); None: never.
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, index=True)
 
 
 class BatchRow(Base):
@@ -214,3 +219,14 @@ class BatchLineRow(Base):
     custom_id: Mapped[str] = mapped_column(String(512))
     ok: Mapped[bool] = mapped_column(Boolean)
     result: Mapped[str] = mapped_column(Text)
+
+
+class GatewaySecretRow(Base):
+    """A secret the gateway generated once for every replica to read (:mod:`gateway.storage.secrets`):
+    ``name`` (e.g. ``cache_salt``), ``value`` (hex)."""
+
+    __tablename__ = "gateway_secrets"
+
+    name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    value: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -88,6 +88,9 @@ def test_groups_are_made_joined_listed_and_deleted_once_empty(cli: Cli) -> None:
         json.loads(cli("groups", "update", "search", "--quota-mode", "warn", "--json").stdout)["quota_mode"]
         == "warn"
     )
+    assert group["prefix_cache"] == "group"
+    shared = cli("groups", "update", "search", "--prefix-cache", "shared", "--json").stdout
+    assert json.loads(shared)["prefix_cache"] == "shared" and "shared" in cli("groups", "list").stdout
     cli("groups", "delete", "search")
     assert json.loads(cli("groups", "list", "--json").stdout) == []
     actions = cli("audit", "--json").stdout

@@ -114,10 +114,14 @@ def test_groups_are_made_joined_changed_and_deleted_from_the_console(
                 "was_quota_mode": "enforce",
                 "rpm": "30",
                 "was_rpm": "30",
+                "prefix_cache": "shared",
+                "was_prefix_cache": "group",
             },
         )
         assert changed.status_code == 303
-        assert httpx.get(gateway.url + "/admin/groups/search", headers=api).json()["quota_mode"] == "warn"
+        stored = httpx.get(gateway.url + "/admin/groups/search", headers=api).json()
+        assert (stored["quota_mode"], stored["prefix_cache"]) == ("warn", "shared")
+        assert "prefix cache shared" in browser.get("/console/groups").text
         in_use = browser.post(f"/console/groups/{group['id']}/delete", data={"csrf": token})
         assert in_use.status_code == 409 and "still has keys" in in_use.text
         browser.post("/console/keys/member", data={"csrf": token, "group": "", "was_group": "search"})

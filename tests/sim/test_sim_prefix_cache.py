@@ -153,3 +153,40 @@ def test_the_command_line_takes_the_event_endpoints(tmp_path) -> None:
         subscriber.close(linger=0)
     finally:
         sim.kill()
+
+
+def test_a_cache_salt_keeps_a_prompt_from_every_other_salt_on_every_route(new_sim) -> None:
+    """As vLLM's: ``cache_salt`` goes into the first block's hash, so a prompt is served from the cache
+    only to requests of its own salt; a salt vLLM would refuse is refused."""
+    sim = new_sim(block_size=BLOCK)
+    text = "word " * 600
+    routes = {
+        "/v1/chat/completions": ({"messages": [{"role": "user", "content": text}], "max_tokens": 2}, "chat"),
+        "/v1/completions": ({"prompt": "c " + text, "max_tokens": 2}, "chat"),
+        "/v1/responses": ({"input": "r " + text, "max_output_tokens": 2}, "responses"),
+        "/v1/messages": (
+            {"messages": [{"role": "user", "content": "m " + text}], "max_tokens": 2},
+            "messages",
+        ),
+    }
+
+    def cached(path: str, salt: str | None) -> int:
+        body, shape = routes[path]
+        answer = httpx.post(
+            f"{sim.base_url}{path}", json={"model": MODEL, **body, "cache_salt": salt}, timeout=30
+        )
+        assert answer.status_code == 200, answer.text
+        usage = answer.json()["usage"]
+        if shape == "chat":
+            return usage["prompt_tokens_details"]["cached_tokens"]
+        if shape == "responses":
+            return usage["input_tokens_details"]["cached_tokens"]
+        return usage.get("cache_read_input_tokens", 0)
+
+    for path in routes:
+        assert cached(path, "a" * 64) == 0
+        assert cached(path, "b" * 64) == 0 and cached(path, None) == 0
+        assert cached(path, "a" * 64) > 0, path
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "cache_salt": "x" * 129}
+    refused = httpx.post(f"{sim.base_url}/v1/chat/completions", json=body, timeout=30)
+    assert refused.status_code == 400 and "cache_salt" in refused.text

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+from dspark_common import kv_events
 from dspark_common.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
 from dspark_sim.prefix_cache import PrefixCache
 from gateway.backends.kv_index import PromptBlocks, ResidentBlocks
@@ -24,7 +25,7 @@ def batch(*events) -> KVEventBatch:
 
 def test_the_prediction_is_what_the_cache_serves_through_stores_and_evictions() -> None:
     rng = random.Random(7)
-    cache, index = PrefixCache(BLOCK, pool_blocks=40), ResidentBlocks(256, 1000, "events")
+    cache, index = PrefixCache(BLOCK, pool_blocks=40), ResidentBlocks(BLOCK, 1000, "events")
     stems = [[rng.randrange(1000, 2000) for _ in range(BLOCK * 6)] for _ in range(4)]
     for _ in range(200):
         prompt = rng.choice(stems)[: rng.randrange(1, BLOCK * 6)] + [rng.randrange(5)] * rng.randrange(40)
@@ -91,9 +92,21 @@ def test_events_that_are_not_vllms_change_nothing() -> None:
             block_size=size, lora_id=None, medium="GPU", lora_name=None,
         )  # fmt: skip
 
-    index.apply(batch(stored(b"a", tokens)))
-    index.apply(batch(stored(b"x", [], size=10**9, hashes=[]), stored(b"y", [-1] + tokens[1:])))
+    assert index.apply(batch(stored(b"a", tokens))) == {}
+    ignored = index.apply(
+        batch(
+            stored(b"x", [], size=10**9, hashes=[]),
+            stored(b"y", [-1] + tokens[1:]),
+            stored(b"z", [], hashes=[]),
+        )
+    )
+    assert ignored == {"block_size": 1, "malformed": 2}
     assert index.block_size == BLOCK and len(index) == 1 and cached(index, tokens + [0]) == BLOCK
+    # a block of one token (another size than the configured one) changes nothing, the size included
+    assert index.apply(batch(stored(b"one", [1], size=1), stored(b"two", [1, 1], size=2))) == {
+        "block_size": 2
+    }
+    assert index.block_size == BLOCK and len(index) == 1 and cached(index, [1, 1, 1]) == 0
     for n in range(100):  # the same content under ever new hashes: the newest names it, nothing piles up
         index.apply(batch(stored(n, tokens)))
     index.apply(batch(BlockRemoved(block_hashes=[98], medium="GPU")))  # an older name: still resident
@@ -110,3 +123,29 @@ def test_a_prompts_blocks_are_computed_once_per_block_size() -> None:
     index = ResidentBlocks(BLOCK, 100, "estimate")
     index.remember(prompt)
     assert index.match(prompt).cached_tokens == 5 * BLOCK
+
+
+def test_salted_prompts_are_predicted_as_the_cache_serves_them_and_share_only_with_their_salt() -> None:
+    """vLLM salts a prompt's first block only (its extra keys, ``(salt,)`` in its KV event); the index
+    keys a salted prompt's first block the same, through the events' msgpack wire (a list, not a tuple)."""
+    rng = random.Random(11)
+    cache, index = PrefixCache(BLOCK, pool_blocks=60), ResidentBlocks(BLOCK, 1000, "events")
+    stems = [[rng.randrange(1000, 2000) for _ in range(BLOCK * 5)] for _ in range(3)]
+    salts = ["a" * 64, "b" * 64, None]
+    for _ in range(200):
+        salt = rng.choice(salts)
+        prompt = rng.choice(stems)[: rng.randrange(1, BLOCK * 5)] + [rng.randrange(5)] * rng.randrange(30)
+        predicted = index.match(PromptBlocks(prompt, salt)).cached_tokens
+        assert predicted == cache.lookup(prompt, salt=salt), (prompt, salt)
+        events = cache.store(prompt, held_tokens=rng.randrange(0, BLOCK * 20), salt=salt)
+        index.apply(kv_events.decode(kv_events.encode(batch(*events))))
+    assert len(index) == len(cache) and index.orphans == 0
+
+    prompt = stems[0] + [1]
+    [stored, *_] = PrefixCache(BLOCK, 100).store(prompt, 0, salt="a" * 64)
+    assert isinstance(stored, BlockStored) and stored.extra_keys == [("a" * 64,)] + [None] * 4
+    fresh = ResidentBlocks(BLOCK, 100, "events")
+    fresh.apply(kv_events.decode(kv_events.encode(batch(stored))))
+    assert fresh.match(PromptBlocks(prompt, "a" * 64)).cached_tokens == 5 * BLOCK
+    assert fresh.match(PromptBlocks(prompt, "b" * 64)).cached_tokens == 0
+    assert fresh.match(PromptBlocks(prompt)).cached_tokens == 0
