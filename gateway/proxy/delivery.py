@@ -3,7 +3,7 @@
 The relay reads the upstream into the stream's buffer as fast as the backend produces
 (:mod:`gateway.proxy.respond`), so what the translator saw runs ahead of what the client was sent. A
 stream whose usage never came (a Responses or Messages stream the client left, or that was cut, before
-its closing event) is charged by its output (:meth:`~gateway.telemetry.recorder.Recorder.delivered`):
+its closing event) is charged by its output (:meth:`~gateway.telemetry.recorder.RequestRecorder.delivered`):
 what was sent, not what was read. Each put into the buffer is marked with the output seen up to it
 (its events are in that put or an earlier one); the writer takes whole puts, so once ``n`` bytes have
 been sent, the last mark at or below ``n`` is what the client was sent. Pure.
