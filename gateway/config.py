@@ -568,8 +568,8 @@ class Settings(BaseSettings):
         default=None,
         min_length=32,
         description="Key of what the console seals into the browser (a pending sign-in at the identity "
-        "provider, the sign-in form's CSRF token): at least 32 characters, the same on every replica "
-        "behind one address; unset: a random one per process (one replica)",
+        "provider, the sign-in form's CSRF token): at least 32 characters; none: one generated once "
+        "and kept in the database (gateway_secrets), read by every replica",
     )
     affinity: bool = Field(
         default=True,

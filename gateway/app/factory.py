@@ -33,6 +33,7 @@ from gateway.backends.pool import Backend, Backends
 from gateway.backends.upstream import Upstream
 from gateway.batch.runner import BatchRunner
 from gateway.config import Settings
+from gateway.console.sealing import console_secret
 from gateway.http.drain import Drain
 from gateway.http.edge import EdgeMiddleware
 from gateway.http.errors import install_error_handlers, renderer
@@ -227,6 +228,8 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             tracing := Tracing.from_environment(),
             await cache_secret(settings, engine),
         )
+        if settings.console:
+            app.state.console_secret = await console_secret(settings, engine)
         app.state.throttle = AddressThrottle(
             limits_storage, settings.auth_failures_per_minute, settings.public_requests_per_minute
         )

@@ -4,9 +4,9 @@ and callback URL into a cookie (:mod:`gateway.console.sealing`: the browser can 
 one, it is good for :data:`PENDING_TTL_S`) and sends the browser to the provider;
 ``/console/oidc/callback`` opens it, checks the answer (:class:`~gateway.auth.oidc.OidcClient`),
 deletes it and opens a session for an admin. Nothing is kept on the server until then, so no number
-of anonymous starts can push out a sign-in in progress; any replica sharing
-``GATEWAY_CONSOLE_SECRET`` can take the provider's answer. A sealed cookie replayed by the browser that
-holds it gains nothing: the provider's code is good once.
+of anonymous starts can push out a sign-in in progress; any replica sharing the console's secret
+(:func:`~gateway.console.sealing.console_secret`) can take the provider's answer. A sealed cookie
+replayed by the browser that holds it gains nothing: the provider's code is good once.
 
 The pending sign-in's cookie is ``SameSite=Lax``: the provider's answer is a navigation from another
 site, which a ``Strict`` cookie would not come with. For the same reason the callback answers a page
@@ -59,6 +59,11 @@ def _client(request: Request) -> OidcClient:
     return client
 
 
+def _pending_seal(request: Request) -> Sealer:
+    """The sealer of pending sign-ins (``app.state.console_secret``: set by the lifespan)."""
+    return Sealer(request.app.state.console_secret, "oidc-pending")
+
+
 async def start(request: Request) -> Response:
     try:
         client = _client(request)
@@ -66,7 +71,7 @@ async def start(request: Request) -> Response:
     except OidcError as error:
         return sign_in_page(request, 503, error.message)
     response = RedirectResponse(url, status_code=303)
-    sealed = request.app.state.oidc_pending.seal(pending.as_dict())
+    sealed = _pending_seal(request).seal(pending.as_dict())
     set_cookie(request, response, PENDING_COOKIE, sealed, PENDING_TTL_S, samesite="lax")
     return response
 
@@ -76,7 +81,7 @@ async def callback(request: Request) -> Response:
     if params.get("error"):  # the sign-in in progress is left as it is: anyone can send this address
         code = "".join(c for c in params["error"][:64] if c.isalnum() or c in "_-.")
         return sign_in_page(request, 403, f"The identity provider did not sign you in ({code}).")
-    kept = request.app.state.oidc_pending.open(request.cookies.get(PENDING_COOKIE), PENDING_TTL_S)
+    kept = _pending_seal(request).open(request.cookies.get(PENDING_COOKIE), PENDING_TTL_S)
     if kept is None:
         return _refused(request, 400, "This sign-in has expired or was used already; sign in again.")
     pending = Pending(**kept)
@@ -109,7 +114,6 @@ def _refused(request: Request, code: int, message: str) -> Response:
 def install(app: Any) -> None:
     """The sign-in's two public routes (:data:`PUBLIC`) and its client (``app.state.oidc``)."""
     app.state.oidc = client_for(app.state.settings)
-    app.state.oidc_pending = Sealer.for_console(app.state.settings, "oidc-pending")
     throttled = [Depends(public_limit)]  # public: each address gets GATEWAY_PUBLIC_REQUESTS_PER_MINUTE
     app.add_api_route(
         "/console/oidc/start",

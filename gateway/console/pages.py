@@ -167,7 +167,7 @@ def sign_in_page(
     """The sign-in form saying ``message`` (why the last attempt failed), HTTP ``code``, with a fresh
     sign-in CSRF token in the form and in :data:`LOGIN_COOKIE` (:func:`login`): a random value sealed
     for that use (:mod:`gateway.console.sealing`), so only this gateway can have issued one."""
-    token = request.app.state.login_seal.seal({"login": secrets.token_urlsafe(16)})
+    token = _login_seal(request).seal({"login": secrets.token_urlsafe(16)})
     settings = request.app.state.settings
     sso = settings.oidc_label if settings.oidc_issuer else None
     response = render(request, "login.html", code, headers, message=message, login_csrf=token, sso=sso)
@@ -188,7 +188,7 @@ async def login(request: Request) -> Response:
     form = await read_form(request)
     expected = request.cookies.get(LOGIN_COOKIE, "")
     sent = form.get("login_csrf", "")
-    issued = request.app.state.login_seal.open(expected, LOGIN_TTL_S) is not None
+    issued = _login_seal(request).open(expected, LOGIN_TTL_S) is not None
     if not issued or not hmac.compare_digest(sent.encode(), expected.encode()):
         return sign_in_page(request, 403, "The sign-in form has expired; sign in again.")
     token = form.get("secret", "").strip()
@@ -207,6 +207,11 @@ async def login(request: Request) -> Response:
     set_cookie(request, response, COOKIE, session, int(settings.console_session_ttl_s))
     response.delete_cookie(LOGIN_COOKIE, path="/console")
     return response
+
+
+def _login_seal(request: Request) -> Sealer:
+    """The sealer of sign-in CSRF tokens (``app.state.console_secret``: set by the lifespan)."""
+    return Sealer(request.app.state.console_secret, "login-csrf")
 
 
 def set_cookie(
@@ -284,7 +289,6 @@ def install(app: Any) -> None:
     """The console's routes under ``/console`` and its static files; only sign-in and the static
     files are public (:data:`PUBLIC`), every other page checks its session itself (:func:`page`)."""
     app.state.console_sessions = session_store(app.state.settings)
-    app.state.login_seal = Sealer.for_console(app.state.settings, "login-csrf")
     get, post = ["GET"], ["POST"]
     for path, endpoint, methods in (
         ("/console/login", login_form, get),

@@ -39,6 +39,7 @@ from gateway.errors import GatewayError
 from gateway.proxy import preparation
 from gateway.proxy.asks import Asked, too_long
 from gateway.proxy.billing import Billing
+from gateway.proxy.delivery import Delivery
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.placement import Placement
 from gateway.proxy.prompt_size import estimate, prompt_size
@@ -200,9 +201,10 @@ class Exchange:
         """A stream's relay has begun: its status is 200 (the head went, or goes, out)."""
         self._status = 200
 
-    def stream_ended(self, delivered: bool, error: GatewayError | None) -> None:
+    def stream_ended(self, delivered: bool, error: GatewayError | None, sent: Delivery) -> None:
         """The stream ended: ``delivered`` its last event (a client that hangs up right after it got
-        it all), or ``error`` sent in its place."""
+        it all), or ``error`` sent in its place; ``sent``: the output the client was sent."""
+        self.recorder.delivered(sent.events, sent.chars)
         if error is not None:
             self._status = error.status
         if delivered:

@@ -106,10 +106,10 @@ def test_anonymous_starts_leave_a_sign_in_in_progress_alone(
     start_sim, start_gateway, provider, browser_page
 ) -> None:
     """The pending sign-in is the browser's, sealed: hundreds of anonymous starts push nothing out, and
-    a replica that shares only the console's secret with the one that started it (no session store
-    between them) takes the provider's answer."""
+    a replica that shares only the database (and so the console's generated secret) with the one that
+    started it, no session store, takes the provider's answer."""
     sim = start_sim()
-    shared = {"console_secret": "c" * 32, "public_requests_per_minute": 10_000}
+    shared = {"public_requests_per_minute": 10_000}
     one = start_gateway(sim.url, **shared, **provider.settings(free_port()))
     callback = one.url + "/console/oidc/callback"  # the address both replicas are reached at
     two_settings = {**provider.settings(free_port()), "oidc_redirect_url": callback}

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gateway.config import Settings
-from gateway.console.sealing import Sealer
+from gateway.console.sealing import SECRET_NAME, Sealer, console_secret
+from gateway.storage.db import open_engine
+from gateway.storage.secrets import shared_secret
 
 SECRET = b"k" * 32
 
@@ -21,10 +25,14 @@ def test_a_sealed_value_opens_only_for_its_purpose_secret_and_age() -> None:
         assert sealer.open(refused, 60) is None
 
 
-def test_without_a_configured_secret_each_sealer_has_its_own() -> None:
-    settings = Settings(upstream="http://127.0.0.1:8000")
-    one, two = (Sealer.for_console(settings, "login-csrf") for _ in range(2))
-    assert two.open(one.seal({"login": "x"}), 60) is None
-    shared = Settings(upstream="http://127.0.0.1:8000", console_secret="c" * 32)
-    one, two = (Sealer.for_console(shared, "login-csrf") for _ in range(2))
-    assert two.open(one.seal({"login": "x"}), 60) == {"login": "x"}
+async def test_the_console_secret_is_the_configured_one_else_the_databases(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'console.db'}"
+    engine = await open_engine(url)
+    try:
+        configured = Settings(upstream="http://127.0.0.1:8000", database_url=url, console_secret="c" * 32)
+        assert await console_secret(configured, engine) == b"c" * 32
+        unset = Settings(upstream="http://127.0.0.1:8000", database_url=url)
+        generated = await console_secret(unset, engine)
+        assert generated == await shared_secret(engine, SECRET_NAME) and len(generated) == 32
+    finally:
+        await engine.dispose()
