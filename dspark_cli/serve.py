@@ -27,8 +27,6 @@ def serve(
     database_url: DatabaseOpt = None,
 ) -> None:
     """Run the gateway. Without an upstream, starts the built-in simulator on loopback and says so."""
-    from gateway.cli.serve import run_gateway
-
     config = settings(
         host=host,
         port=port,
@@ -40,6 +38,8 @@ def serve(
     # named, and opened once before anything starts: an unreachable database, or one at another
     # schema (`db upgrade`), is the command's one-line failure as for every local command
     on_database(config, _opened, create=True)
+    from gateway.cli.serve import run_gateway  # the whole gateway: imported once the database opened
+
     uvloop.run(run_gateway(config, _simulator))  # libuv's loop: the relay's per-chunk socket work costs less
 
 

@@ -65,13 +65,8 @@ def check_profile(profile: RuntimeProfile) -> list[Problem]:
             f"vLLM must bind a loopback address, not {profile.vllm_host}: the gateway is the "
             "only authenticated door (vLLM's --api-key leaves inference routes open)",
         )
-    ports = {"VLLM_PORT": profile.vllm_port, "KV_EVENTS_PORT": profile.kv_events_port,
-             "KV_EVENTS_REPLAY_PORT": profile.kv_events_replay_port}  # fmt: skip
-    for setting, port in ports.items():
-        if not 1 <= port <= 65535:
-            refuse(setting, f"must be a TCP port (1-65535), got {port}")
-    if len(set(ports.values())) < len(ports):
-        refuse("KV_EVENTS_PORT", f"VLLM_PORT, KV_EVENTS_PORT and KV_EVENTS_REPLAY_PORT must differ: {ports}")
+    if not 1 <= profile.vllm_port <= 65535:
+        refuse("VLLM_PORT", f"must be a TCP port (1-65535), got {profile.vllm_port}")
     if profile.max_num_seqs < 1:
         refuse("MAX_NUM_SEQS", f"must be >= 1, got {profile.max_num_seqs}")
     if not 0 < profile.gpu_memory_utilization < 1:

@@ -21,8 +21,8 @@ class GatewayDefaults(TypedDict):
     ``express_slots``: slots kept for short prompts while long ones run; ``upstream_priority``: whether
     vLLM schedules by ``priority`` (``SCHEDULING_POLICY=priority``), so batch requests may say so;
     ``kv_events``, ``kv_events_replay``, ``kv_events_bind``, ``kv_block_size``: where vLLM's KV cache
-    events come from (the gateway binds the first on loopback, vLLM's publisher connects) and its
-    block size."""
+    events come from (Unix sockets in ``KV_EVENTS_DIR``, which vLLM binds and the gateway connects
+    to) and its block size."""
 
     slots: int
     served_model: str
@@ -55,8 +55,8 @@ def gateway_defaults(profile: RuntimeProfile) -> GatewayDefaults:
         long_prompt_tokens=8 * profile.max_num_batched_tokens,
         express_slots=1 if profile.max_num_seqs >= 2 else 0,
         upstream_priority=profile.scheduling_policy == "priority",
-        kv_events=f"tcp://127.0.0.1:{profile.kv_events_port}",
-        kv_events_replay=f"tcp://127.0.0.1:{profile.kv_events_replay_port}",
-        kv_events_bind=True,
+        kv_events=profile.kv_events_endpoints[0],
+        kv_events_replay=profile.kv_events_endpoints[1],
+        kv_events_bind=False,
         kv_block_size=profile.block_size,
     )

@@ -110,10 +110,12 @@ class RuntimeProfile(BaseModel):
     default_thinking: str = Field("low", alias="DEFAULT_THINKING")
     kv_cache_dtype: str = Field("nvfp4_ds_mla", alias="KV_CACHE_DTYPE")
     block_size: int = Field(256, alias="BLOCK_SIZE")
-    #: Loopback ports of vLLM's KV cache events: the gateway binds the first (vLLM's publisher connects
-    #: to it), vLLM binds the second (replay).
-    kv_events_port: int = Field(5557, alias="KV_EVENTS_PORT")
-    kv_events_replay_port: int = Field(5558, alias="KV_EVENTS_REPLAY_PORT")
+    #: The directory of vLLM's KV cache event sockets (``events`` and ``replay``, ``ipc://``: vLLM
+    #: binds both, the gateway connects): only vLLM's and the gateway's users may reach it
+    #: (the gateway refuses it otherwise: ``dspark_common/zmq_endpoints.py``). An absolute path only:
+    #: the compose file puts it into vLLM's ``bash -c`` command line unquoted; 100 bytes at most, so
+    #: that a socket's path fits a Unix socket address (107).
+    kv_events_dir: str = Field("/run/dspark-kv", alias="KV_EVENTS_DIR", pattern=r"^/[A-Za-z0-9._/-]{0,99}$")
     moe_backend: str = Field("flashinfer_b12x", alias="MOE_BACKEND")
     tokenizer_mode: str = Field("deepseek_v4", alias="TOKENIZER_MODE")
     reasoning_parser: str = Field("deepseek_v4", alias="REASONING_PARSER")
@@ -145,6 +147,12 @@ class RuntimeProfile(BaseModel):
             if not filled.get(alias):  # unset, or blank (``TOKENIZER_MODE=``)
                 filled[alias] = getattr(generation, attr)
         return filled
+
+    @property
+    def kv_events_endpoints(self) -> tuple[str, str]:
+        """vLLM's KV cache event endpoints ``(events, replay)``: Unix sockets in ``KV_EVENTS_DIR``."""
+        directory = self.kv_events_dir.rstrip("/")
+        return f"ipc://{directory}/events", f"ipc://{directory}/replay"
 
     @property
     def verify_tokens(self) -> int:

@@ -84,15 +84,12 @@ def render(profile: RuntimeProfile, rank: int) -> tuple[list[str], dict[str, str
 
 
 def kv_events_config(profile: RuntimeProfile) -> dict[str, object]:
-    """vLLM's ``--kv-events-config``: events on ZMQ, all on loopback. An endpoint without a wildcard
-    makes vLLM's publisher connect (to the gateway, which binds it: ``GATEWAY_KV_EVENTS_BIND``); the
-    replay endpoint vLLM binds as given (``vllm/distributed/kv_events.py``, ``ZmqEventPublisher``)."""
-    return {
-        "enable_kv_cache_events": True,
-        "publisher": "zmq",
-        "endpoint": f"tcp://127.0.0.1:{profile.kv_events_port}",
-        "replay_endpoint": f"tcp://127.0.0.1:{profile.kv_events_replay_port}",
-    }
+    """vLLM's ``--kv-events-config``: events on ZMQ over Unix sockets in ``KV_EVENTS_DIR``, which vLLM
+    binds (it binds every ``ipc://`` endpoint: ``vllm/distributed/kv_events.py``,
+    ``ZmqEventPublisher``) and the gateway connects to. Not tcp: the events carry every tenant's
+    token ids, and any process of the host could read or forge them on a port."""
+    events, replay = profile.kv_events_endpoints
+    return {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": events, "replay_endpoint": replay}
 
 
 def render_env(profile: RuntimeProfile) -> dict[str, str]:

@@ -53,6 +53,9 @@ Fault directives, written anywhere in the last user message (chat, Responses, Me
   request joins the queue), e.g. to trip client or gateway timeouts.
 - ``#sim:decode_tps=R`` (0 < R <= 1e6): decode this sequence at R tokens/s instead of ``decode_tps``
   (a benchmark holds the offered load constant across concurrency levels with it).
+- ``#sim:ignore_max_tokens=1``: generate as if the request set no output cap (``max_tokens``,
+  ``max_completion_tokens``, ``max_output_tokens`` checked, then ignored): an upstream that overruns
+  the cap it was given.
 Order: validation (model, length) -> stall -> status -> queue -> generate.
 
 Serving: ``run_sim(config, host, port)`` blocks; ``SimServer(config)`` runs one in a thread on a free

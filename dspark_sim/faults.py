@@ -26,6 +26,8 @@ class Faults:
     """Sleep this long, seconds, before anything is sent (before admission to a slot)."""
     decode_tps: float | None = None
     """This sequence's decode speed, tokens/s, instead of the server's ``--decode-tps``."""
+    ignore_max_tokens: bool = False
+    """Generate as if the request set no output cap (an upstream that ignores the one it was given)."""
 
 
 def parse_faults(text: str) -> Faults:
@@ -53,6 +55,10 @@ def parse_faults(text: str) -> Faults:
                 if not 0 < speed <= 1e6:
                     raise ValueError(raw)
                 values["decode_tps"] = speed
+            elif name == "ignore_max_tokens":
+                if raw not in ("0", "1"):
+                    raise ValueError(raw)
+                values["ignore_max_tokens"] = raw == "1"
             else:
                 raise SimError(400, f"unknown simulator directive #sim:{name}", param="messages")
         except ValueError:

@@ -344,6 +344,8 @@ async def _prepare(
         raise SimError(400, f"cache_salt must be a string of 1 to {MAX_SALT} characters", param="cache_salt")
     limit = _check_length(config, prompt.tokens, max_tokens, prompt_param, limit_param)
     faults = parse_faults(prompt.instruction)
+    if faults.ignore_max_tokens:
+        limit = config.max_model_len - prompt.tokens
     call = scripted_call(prompt.instruction, prompt.tools)
     await _apply_faults(faults)
     output = build_output(

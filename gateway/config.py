@@ -17,6 +17,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from dspark_common.zmq_endpoints import check_endpoint
+
 #: The async driver of each database a URL may name without one (``sqlite://``, ``postgresql://``).
 #: The kinds of tokens a quota weighs (:class:`gateway.limits.quota.QuotaWeights`).
 QUOTA_KINDS = ("prompt", "cached_prompt", "output", "reasoning")
@@ -112,7 +114,8 @@ def upstream_list(value: str) -> tuple[tuple[str, str], ...]:
 def endpoint_map(value: str | None, names: list[str]) -> dict[str, str]:
     """``name=endpoint`` or bare ZMQ endpoints (``tcp://``, ``ipc://``), comma-separated -> ``{backend
     name: endpoint}``, a bare one for the backend in its place of ``names``; ``ValueError`` for an
-    unknown name, one too many, or what is not a ZMQ endpoint."""
+    unknown name, one too many, or an endpoint that may not carry KV events (:func:`check_endpoint`:
+    ipc, or tcp on loopback)."""
     mapped: dict[str, str] = {}
     for index, item in enumerate(part.strip() for part in (value or "").split(",") if part.strip()):
         name, _, endpoint = item.partition("=") if "=" in item.split("://", 1)[0] else ("", "", item)
@@ -122,9 +125,7 @@ def endpoint_map(value: str | None, names: list[str]) -> dict[str, str]:
             name = names[index]
         if name not in names:
             raise ValueError(f"{item}: no backend is named {name!r}")
-        if not re.fullmatch(r"(tcp://[^\s/]+:\d{1,5}|ipc://\S+)", endpoint):
-            raise ValueError(f"{item}: a ZMQ endpoint is tcp://host:port or ipc://path")
-        mapped[name] = endpoint
+        mapped[name] = check_endpoint(endpoint)
     return mapped
 
 
@@ -173,6 +174,48 @@ class Settings(BaseSettings):
         default=200 * 1024 * 1024,
         ge=1,
         description="Largest uploaded file, bytes (OpenAI's bound of a batch input: 200 MB); more -> 413",
+    )
+    files_max_bytes_per_key: int | None = Field(
+        default=10 * 1024**3,
+        ge=1,
+        description="Bytes of files one key may keep (its batches' results count); past it an upload is "
+        "refused 400 storage_quota_exceeded; null: no bound",
+    )
+    files_max_count_per_key: int | None = Field(
+        default=1000, ge=1, description="Files one key may keep (results count); null: no bound"
+    )
+    files_max_bytes_per_group: int | None = Field(
+        default=None, ge=1, description="Bytes of files the keys of one group may keep together; null: none"
+    )
+    files_max_count_per_group: int | None = Field(
+        default=None, ge=1, description="Files the keys of one group may keep together; null: no bound"
+    )
+    files_max_total_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description="Bytes of files all keys may keep; past it an upload is refused 507 "
+        "insufficient_storage; null: no bound",
+    )
+    files_min_free_bytes: int = Field(
+        default=256 * 1024**2,
+        ge=0,
+        description="Free bytes an upload leaves on the files directory's disk: below it, 507 "
+        "insufficient_storage (the database and the ledger need room too)",
+    )
+    files_default_expiry_s: int | None = Field(
+        default=30 * 86_400,
+        ge=1,
+        description="Lifetime of a file uploaded without expires_after, and of a batch's result files "
+        "(OpenAI's default for batch files: 30 days); null: kept until deleted",
+    )
+    files_sweep_s: float = Field(
+        default=60.0, gt=0, description="Interval of the sweep that deletes expired files, seconds"
+    )
+    message_batch_max_bytes: int | None = Field(
+        default=None,
+        ge=1024,
+        description="Largest body of an Anthropic message batch create, bytes, read as it arrives; "
+        "None: 4 x GATEWAY_MAX_BODY_BYTES; more -> 413",
     )
     batch_lease_ttl_s: float = Field(
         default=30.0,
@@ -265,6 +308,14 @@ class Settings(BaseSettings):
         "(GATEWAY_STREAM_BUFFER_BYTES) is full, or once the backend has finished, is cut and its "
         "upstream aborted (end: client_slow)",
     )
+    client_ack_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A connection whose sent bytes the client leaves unacknowledged this long (its "
+        "window closed: it reads nothing) is aborted by the kernel (TCP_USER_TIMEOUT on the listening "
+        "socket): a stream cut as client_slow does not keep its socket and buffers until the client "
+        "closes",
+    )
     keep_alive_s: float = Field(
         default=15.0,
         gt=0,
@@ -328,6 +379,12 @@ class Settings(BaseSettings):
     )
     backend_poll_s: float = Field(default=2.0, gt=0, description="Interval of the upstream /metrics poll")
     ledger_flush_s: float = Field(default=1.0, gt=0, description="Usage ledger batch interval (rows at risk)")
+    ledger_max_pending_rows: int = Field(
+        default=10_000,
+        ge=1,
+        description="Usage rows kept in memory while the database refuses them; at this many, inference "
+        "requests are refused 503 ledger_unavailable rather than served unrecorded",
+    )
     metrics_token: str | None = Field(
         default=None,
         min_length=16,
@@ -394,11 +451,14 @@ class Settings(BaseSettings):
     max_model_len: int = Field(
         default=1_048_576, ge=1, description="The backend's context window, tokens (vLLM --max-model-len)"
     )
-    kv_output_reserve_tokens: int = Field(
+    output_reserve_tokens: int = Field(
         default=32_768,
         ge=1,
-        description="KV tokens reserved for each sequence's output when a request sets no output budget "
-        "(vLLM's own default, the rest of the context, would let only one such request run at a time)",
+        description="Output budget given to each sequence of a request that sets none (max_tokens, "
+        "max_completion_tokens, max_output_tokens), spliced into its body as its cap and reserved of its "
+        "quotas and the KV pool; 32,768 holds an agent's turn (its reasoning, then its answer or tool "
+        "calls, rarely past 20k tokens). vLLM's own default, the rest of a 1M context, would let one "
+        "such request hold a whole group's quota and the KV pool of one more",
     )
     long_prompt_tokens: int = Field(
         default=32_768,
@@ -415,8 +475,10 @@ class Settings(BaseSettings):
     kv_events: str | None = Field(
         default=None,
         description="Where each backend publishes its KV cache events (vLLM --kv-events-config "
-        "endpoint): ZMQ endpoints, comma-separated, each name=endpoint or in GATEWAY_UPSTREAM's order "
-        "(e.g. tcp://127.0.0.1:5557). A backend without: its prefix cache is estimated",
+        "endpoint): ZMQ endpoints, comma-separated, each name=endpoint or in GATEWAY_UPSTREAM's order: "
+        "ipc:///path in a directory others cannot reach (e.g. ipc:///run/dspark/kv-events/events), or "
+        "tcp on loopback; anything else is refused (the events carry every tenant's token ids). A "
+        "backend without: its prefix cache is estimated",
     )
     kv_events_replay: str | None = Field(
         default=None,
@@ -424,9 +486,9 @@ class Settings(BaseSettings):
     )
     kv_events_bind: bool = Field(
         default=False,
-        description="Bind GATEWAY_KV_EVENTS instead of connecting to them: vLLM, given an endpoint "
-        "without a wildcard (tcp://127.0.0.1:5557), connects its publisher there, so its events stay "
-        "on loopback (one gateway process per endpoint)",
+        description="Bind GATEWAY_KV_EVENTS instead of connecting to them (tcp only): vLLM, given a tcp "
+        "endpoint without a wildcard (tcp://127.0.0.1:5557), connects its publisher there (one gateway "
+        "process per endpoint). vLLM binds every ipc:// endpoint itself: the gateway connects",
     )
     session_hold_s: float = Field(
         default=3.0,
@@ -437,7 +499,15 @@ class Settings(BaseSettings):
     kv_block_size: int = Field(
         default=256,
         ge=1,
-        description="Tokens per KV block (vLLM --block-size), the estimate's unit; events carry their own",
+        description="Tokens per KV block (vLLM --block-size): the estimate's unit, and the only block size "
+        "of KV events believed (events of another are counted and ignored)",
+    )
+    kv_events_max_bytes: int = Field(
+        default=1 << 20,
+        ge=4096,
+        description="Largest KV event message taken, bytes (ZMQ_MAXMSGSIZE: libzmq cuts the connection "
+        "that sends a larger one). A batch holds one engine step's blocks: ~5 bytes per token of "
+        "MAX_NUM_BATCHED_TOKENS. The receive queue holds 32 MiB of such messages",
     )
     kv_events_stale_s: float = Field(
         default=10.0,
@@ -484,14 +554,22 @@ class Settings(BaseSettings):
     )
     oidc_redirect_url: str | None = Field(
         default=None,
-        description="The callback URL registered at the provider; none: this gateway's own address + "
-        "/console/oidc/callback, as the browser reached it",
+        description="The callback URL registered at the provider: the console's public address + "
+        "/console/oidc/callback; required with GATEWAY_OIDC_ISSUER (never taken from a request's Host "
+        "header, which the client chooses)",
     )
     oidc_label: str = Field(
         default="single sign-on", description="What the sign-in button calls the provider"
     )
     console_session_ttl_s: float = Field(
         default=8 * 3600.0, gt=0, description="A console sign-in lasts this long, s"
+    )
+    console_secret: str | None = Field(
+        default=None,
+        min_length=32,
+        description="Key of what the console seals into the browser (a pending sign-in at the identity "
+        "provider, the sign-in form's CSRF token): at least 32 characters; none: one generated once "
+        "and kept in the database (gateway_secrets), read by every replica",
     )
     affinity: bool = Field(
         default=True,
@@ -565,13 +643,20 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _kv_endpoints(self) -> Settings:
         if self.upstream:
-            self.kv_feeds  # noqa: B018 (checked at start: a bad endpoint would never be subscribed)
+            feeds = self.kv_feeds  # checked at start: a bad endpoint would never be subscribed
+            if self.kv_events_bind and any(e.startswith("ipc://") for e, _ in feeds.values()):
+                raise ValueError("kv_events_bind is for tcp endpoints: vLLM binds an ipc:// one itself")
         return self
 
     @model_validator(mode="after")
     def _oidc_complete(self) -> Settings:
         if self.oidc_issuer and not (self.oidc_client_id and self.oidc_admin_values):
             raise ValueError("oidc_issuer needs oidc_client_id and oidc_admin_values (who is an admin)")
+        if self.oidc_issuer and not self.oidc_redirect_url:
+            raise ValueError(
+                "oidc_issuer needs oidc_redirect_url (GATEWAY_OIDC_REDIRECT_URL): the callback URL "
+                "registered at the provider, https://<console address>/console/oidc/callback"
+            )
         return self
 
     @model_validator(mode="after")

@@ -42,6 +42,9 @@ CATALOGUE: Mapping[str, ErrorKind] = {
     "request_timeout": ErrorKind(408, _INVALID, _INFO),  # the body stopped arriving
     "unsupported_field": ErrorKind(400, _INVALID, _INFO),  # a field this key may not set
     "request_headers_too_large": ErrorKind(431, _INVALID, _INFO),
+    # OpenAI answers a full file storage quota 400 invalid_request_error ("You have exceeded your file
+    # storage quota ... Please delete old files")
+    "storage_quota_exceeded": ErrorKind(400, _INVALID, _INFO),
     # who is asking
     "invalid_api_key": ErrorKind(401, "authentication_error", _INFO),
     "invalid_metrics_token": ErrorKind(401, "authentication_error", _INFO),
@@ -66,13 +69,18 @@ CATALOGUE: Mapping[str, ErrorKind] = {
     "queue_full": ErrorKind(429, "rate_limit_error", _WARNING),
     "queue_timeout": ErrorKind(429, "rate_limit_error", _WARNING),
     "wait_too_long": ErrorKind(429, "rate_limit_error", _INFO),  # expected past its x-max-wait-s
+    "create_in_progress": ErrorKind(429, "rate_limit_error", _INFO),  # one message batch create per key
     "draining": ErrorKind(503, "service_unavailable_error", _INFO),
     "admission_unavailable": ErrorKind(503, "service_unavailable_error", _ERROR),  # Redis, when shared
     "limits_unavailable": ErrorKind(503, "service_unavailable_error", _ERROR),  # the limits' store
+    "ledger_unavailable": ErrorKind(503, "service_unavailable_error", _ERROR),  # rows it can't write
+    "database_unavailable": ErrorKind(503, "service_unavailable_error", _ERROR),  # a write refused
+    "insufficient_storage": ErrorKind(507, "server_error", _ERROR),  # a disk (nearly) full
     # the backend
     "upstream_rejected": ErrorKind(400, _INVALID, _INFO),  # its own 4xx: status as it answered
     "upstream_error": ErrorKind(502, _UPSTREAM, _WARNING),  # its own 5xx: status as it answered
     "upstream_stream_error": ErrorKind(502, _UPSTREAM, _WARNING),
+    "upstream_overran_cap": ErrorKind(502, _UPSTREAM, _WARNING),  # generated past the output cap it was sent
     "upstream_unavailable": ErrorKind(503, "service_unavailable_error", _WARNING),
     "upstream_timeout": ErrorKind(504, _UPSTREAM, _WARNING),
     # ours

@@ -118,13 +118,13 @@ def revoke_key(database_url: str) -> Callable[[str], Any]:
 @pytest.fixture
 def start_gateway(database_url: str, tmp_path: Path) -> Iterator[Callable[..., ThreadedServer]]:
     """Factory: ``start_gateway(upstream_url, **Settings fields)`` -> a running gateway (its files in the
-    test's folder unless ``files_dir`` is given)."""
+    test's folder unless ``files_dir`` is given; on ``port`` if given, else a free one)."""
     started: list[ThreadedServer] = []
 
     def start(upstream: str, **fields: Any) -> ThreadedServer:
         fields.setdefault("files_dir", tmp_path / "gateway-files")
         settings = Settings(upstream=upstream, database_url=database_url, **fields)
-        server = ThreadedServer(create_app(settings)).start()
+        server = ThreadedServer(create_app(settings), settings.port if "port" in fields else None).start()
         started.append(server)
         return server
 

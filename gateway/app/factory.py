@@ -33,6 +33,7 @@ from gateway.backends.pool import Backend, Backends
 from gateway.backends.upstream import Upstream
 from gateway.batch.runner import BatchRunner
 from gateway.config import Settings
+from gateway.console.sealing import console_secret
 from gateway.http.drain import Drain
 from gateway.http.edge import EdgeMiddleware
 from gateway.http.errors import install_error_handlers, renderer
@@ -45,6 +46,8 @@ from gateway.limits.rate import RateLimiter, storage_for
 from gateway.proxy.pipeline import Pipeline
 from gateway.storage.batches import BatchStore
 from gateway.storage.db import open_engine
+from gateway.storage.file_bounds import FileBounds
+from gateway.storage.file_sweep import FileSweep
 from gateway.storage.files import FileStore
 from gateway.storage.response_owners import ResponseOwners
 from gateway.storage.secrets import shared_secret
@@ -106,6 +109,18 @@ async def cache_secret(settings: Settings, engine: AsyncEngine) -> bytes:
     return await shared_secret(engine, SECRET_NAME)
 
 
+def file_bounds(settings: Settings) -> FileBounds:
+    """What keys, groups and everyone may keep in the files directory (``GATEWAY_FILES_*``)."""
+    return FileBounds(
+        settings.files_max_bytes_per_key,
+        settings.files_max_count_per_key,
+        settings.files_max_bytes_per_group,
+        settings.files_max_count_per_group,
+        settings.files_max_total_bytes,
+        settings.files_min_free_bytes,
+    )
+
+
 def admission_for(settings: Settings, backend: str) -> Admission | SharedAdmission:
     """Backend ``backend``'s admission: this process's (``GATEWAY_ADMISSION_STORE=memory://``), or the
     one every replica shares in Redis (``redis://...``)."""
@@ -125,9 +140,11 @@ def backend_pairs(
     settings: Settings,
     upstream_factory: UpstreamFactory,
     admissions: Mapping[str, Gate],
+    views: Mapping[str, KVView],
     metrics: GatewayMetrics,
 ) -> list[Backend]:
-    """One :class:`Backend` per ``GATEWAY_UPSTREAM`` entry: its client, admission and monitor."""
+    """One :class:`Backend` per ``GATEWAY_UPSTREAM`` entry: its client, admission, prefix cache view
+    and monitor."""
     backends = []
     for name, url in settings.upstreams:
         upstream = upstream_factory(settings, url)
@@ -135,8 +152,7 @@ def backend_pairs(
         counts = CountGate(
             upstream_factory(settings, url), settings.count_concurrency, settings.count_concurrency_per_key
         )
-        kv = KVView.configured(settings, name)
-        backends.append(Backend(name, upstream, admissions[name], monitor, counts, kv))
+        backends.append(Backend(name, upstream, admissions[name], monitor, counts, views[name]))
     return backends
 
 
@@ -146,11 +162,14 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
 
     The lifespan opens the database, the upstream client, the usage ledger writer and the backend
     poller, and closes them in reverse on shutdown (the ledger flushes what is left).
-    Raises ``ValueError`` if no upstream is configured.
+    Raises ``ValueError`` if no upstream is configured, or a KV event socket's directory is one other
+    users can reach (:func:`~dspark_common.zmq_endpoints.private_ipc_dir`).
     """
     if not settings.upstream:
         raise ValueError("settings.upstream is required (e.g. http://127.0.0.1:8000)")
     admissions = {name: admission_for(settings, name) for name, _ in settings.upstreams}
+    # here, not in the lifespan: a KV event socket others could reach refuses the start at once
+    views = {name: KVView.configured(settings, name) for name, _ in settings.upstreams}
     shared = [a for a in admissions.values() if isinstance(a, SharedAdmission)]
     metrics = GatewayMetrics()
     drain = Drain()
@@ -158,7 +177,9 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = await open_engine(settings.database_url)
-        backends = Backends(backend_pairs(settings, upstream_factory, admissions, metrics), settings.affinity)
+        backends = Backends(
+            backend_pairs(settings, upstream_factory, admissions, views, metrics), settings.affinity
+        )
         metrics.watch(backends)
         monitors = []
         for backend in backends.all:
@@ -169,11 +190,15 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             backend.monitor.on_health = functools.partial(backends.mark, backend)
             monitors.append(asyncio.create_task(backend.monitor.run()))
             if backend.kv.feed is not None:
+                metrics.watch_kv_events(backend.name, backend.kv.feed)
                 monitors.append(asyncio.create_task(backend.kv.feed.run()))
         for admission in shared:
             await admission.start()
-        ledger = UsageLedger(engine, flush_interval_s=settings.ledger_flush_s)
+        ledger = UsageLedger(
+            engine, flush_interval_s=settings.ledger_flush_s, max_pending=settings.ledger_max_pending_rows
+        )
         ledger.start()
+        metrics.watch_ledger(lambda: ledger.backlog)
         app.state.ledger = ledger
         app.state.store = store = KeyStore(engine)
         app.state.audit = AuditLog(engine)
@@ -182,8 +207,15 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         )
         limits_storage = storage_for(settings.limits_storage)
         owners = ResponseOwners(engine)
-        app.state.files = FileStore(engine, settings.files_dir, settings.files_max_bytes)
-        await app.state.files.sweep()
+        app.state.files = FileStore(
+            engine,
+            settings.files_dir,
+            settings.files_max_bytes,
+            file_bounds(settings),
+            settings.files_default_expiry_s,
+        )
+        file_sweep = FileSweep(app.state.files, settings.files_sweep_s)
+        file_sweep.start()
         app.state.pipeline = pipeline = Pipeline(
             backends,
             settings,
@@ -196,10 +228,13 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             tracing := Tracing.from_environment(),
             await cache_secret(settings, engine),
         )
+        if settings.console:
+            app.state.console_secret = await console_secret(settings, engine)
         app.state.throttle = AddressThrottle(
             limits_storage, settings.auth_failures_per_minute, settings.public_requests_per_minute
         )
         app.state.batches = batches = BatchStore(engine)
+        app.state.message_batch_creates = set[str]()  # keys creating a message batch now: one each
         app.state.batch_runner = runner = BatchRunner(
             app, pipeline, batches, app.state.files, store, settings.batch_lease_ttl_s, drain, metrics
         )
@@ -212,6 +247,7 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
             running_batches.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await running_batches
+            await file_sweep.close()
             # uvicorn cancels requests still running past its shutdown timeout and starts this shutdown
             # at once: let their exchanges release slots and queue their usage rows first.
             if not await drain.wait_idle(_CLEAN_UP_S):

@@ -10,8 +10,8 @@ PERIODS = ("day", "week", "month")
 MODES = ("enforce", "warn")
 
 
-#: Name prefixes of identities that are not keys (a JWT's ``jwt:<sub>``, the bootstrap admin key): a key
-#: named so would pass for them in the audit trail, the queue and the usage ledger.
+#: Name prefixes of identities that are not keys (a JWT's ``jwt:<issuer>:<sub>``, the bootstrap admin
+#: key): a key named so would pass for them in the audit trail, the queue and the usage ledger.
 RESERVED_NAME_PREFIXES = ("jwt:", "bootstrap-")
 
 

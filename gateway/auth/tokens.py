@@ -14,12 +14,14 @@ confusion attack, CVE-2016-10555 class). An identity provider's token is checked
 key its ``kid`` names whose type (``kty``) fits its algorithm (or the only such key, when it names
 none): python-jose, given the whole set, would try to build every key with the token's algorithm
 and fail on one of another type. Every JOSE failure is a 401; so is an ``iat`` in the future (beyond
-:data:`LEEWAY_S`). Claims map to a :class:`Principal`: ``sub`` -> name, ``scope`` (space-separated)
+:data:`LEEWAY_S`). Claims map to a :class:`Principal`: ``iss`` and ``sub`` -> id and name
+(:func:`principal_ids`), ``scope`` (space-separated)
 or ``scopes`` (list), ``models``, ``rpm``, ``tpm``, ``max_concurrency``, ``priority``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -162,6 +164,17 @@ def idp_key(jwks: dict[str, Any], kid: Any, alg: str) -> dict[str, Any]:
     raise _invalid("the token names no key (kid) and the key set has several")
 
 
+def principal_ids(issuer: str, subject: str) -> tuple[str, str]:
+    """The id and name of the principal ``subject`` of ``issuer`` is. A subject is unique only within
+    its issuer (OpenID Connect Core §2), so both carry the issuer: the name
+    ``jwt:<SHA-256 of iss, 12 hex>:<sub>`` (what the audit trail and the ledger show), the id
+    ``jwt:<SHA-256 of iss and sub, 32 hex>`` (what owns files, stored responses, batches and queue
+    places: 36 characters whatever the subject's length, as the tables' 40-character ``key_id`` hold)."""
+    name = f"jwt:{hashlib.sha256(issuer.encode()).hexdigest()[:12]}:{subject}"
+    key_id = "jwt:" + hashlib.sha256(f"{issuer}\n{subject}".encode()).hexdigest()[:32]
+    return key_id, name
+
+
 def _principal(claims: dict[str, Any]) -> Principal:
     subject = claims.get("sub")
     if not isinstance(subject, str) or not subject:
@@ -185,9 +198,10 @@ def _principal(claims: dict[str, Any]) -> Principal:
             raise _invalid(f"{name} claim is not a positive integer")
         return value
 
+    key_id, name = principal_ids(str(claims["iss"]), subject)  # decode checked it: the configured one
     return Principal(
-        key_id=f"jwt:{subject}",
-        name=f"jwt:{subject}",
+        key_id=key_id,
+        name=name,
         kind="jwt",
         models=tuple(models) if models is not None else None,
         scopes=scopes,

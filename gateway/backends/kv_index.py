@@ -23,7 +23,9 @@ index predicts of it is what vLLM reports; extra keys are digested as msgpack, w
 list are one array.
 
 Only the first KV cache group (``group_idx`` 0 or none) on the GPU medium is indexed: a prefix is a
-hit only where every group holds it, and the first group stands for them. Memory is bounded by
+hit only where every group holds it, and the first group stands for them. The block size is the
+configured one (vLLM ``--block-size``): a ``BlockStored`` of another size, or not of the shape vLLM
+sends, changes nothing and is counted (:meth:`ResidentBlocks.apply` returns the counts). Memory is bounded by
 ``max_blocks`` (the pool's blocks, plus slack for missed removals): past it, the block least
 recently stored goes first.
 
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -104,7 +107,7 @@ class ResidentBlocks:
     """The resident blocks of one backend's KV pool.
 
     Args:
-        block_size: tokens per block (vLLM ``--block-size``); events carry their own and win.
+        block_size: tokens per block (vLLM ``--block-size``); events of another size are ignored.
         max_blocks: most blocks kept; the least recently stored go first past it.
         source: ``events`` (fed :meth:`apply`) or ``estimate`` (fed :meth:`remember`).
     """
@@ -126,17 +129,22 @@ class ResidentBlocks:
     def resident_tokens(self) -> int:
         return len(self._blocks) * self.block_size
 
-    def apply(self, batch: KVEventBatch) -> None:
-        """Take in one batch of events, in order."""
+    def apply(self, batch: KVEventBatch) -> Counter[str]:
+        """Take in one batch of events, in order; the events ignored, by reason: ``block_size`` (a
+        ``BlockStored`` of another block size), ``malformed`` (one not of vLLM's shape)."""
+        ignored: Counter[str] = Counter()
         for event in batch.events:
             if isinstance(event, BlockStored):
-                self._stored(event)
+                reason = self._stored(event)
+                if reason is not None:
+                    ignored[reason] += 1
             elif isinstance(event, BlockRemoved):
                 if event.medium in DEVICE_MEDIUMS and event.group_idx in (None, 0):
                     for block_hash in event.block_hashes:
                         self._forget(self._by_hash.get(block_hash))
             elif isinstance(event, AllBlocksCleared):
                 self.clear()
+        return ignored
 
     def clear(self) -> None:
         """Forget every block."""
@@ -144,19 +152,21 @@ class ResidentBlocks:
         self._by_hash.clear()
         self._hash_of.clear()
 
-    def _stored(self, event: BlockStored) -> None:
+    def _stored(self, event: BlockStored) -> str | None:
+        """Index ``event``'s blocks; the reason it is ignored, if it is."""
         if event.medium not in DEVICE_MEDIUMS or event.group_idx not in (None, 0):
-            return
-        size = event.block_size
-        if not event.block_hashes or size < 1 or len(event.token_ids) != size * len(event.block_hashes):
-            return  # not the shape vLLM sends: nothing of it can be trusted
+            return None
+        size = self.block_size
+        if event.block_size != size:
+            return "block_size"  # not this backend's blocks: a prefix of them would be no hit of vLLM's
+        if not event.block_hashes or len(event.token_ids) != size * len(event.block_hashes):
+            return "malformed"  # not the shape vLLM sends: nothing of it can be trusted
         if any(not 0 <= token < 2**32 for token in event.token_ids):
-            return  # not token ids
-        self.block_size = size
+            return "malformed"  # not token ids
         parent = ROOT if event.parent_block_hash is None else self._by_hash.get(event.parent_block_hash)
         if parent is None:
             self.orphans += len(event.block_hashes)
-            return
+            return None
         extras = event.extra_keys or ()
         for i, block_hash in enumerate(event.block_hashes):
             extra = extras[i] if i < len(extras) else None
@@ -169,6 +179,7 @@ class ResidentBlocks:
             self._hash_of[key] = block_hash
             self._add(key)
             parent = key
+        return None
 
     def _add(self, key: bytes) -> None:
         self._blocks.pop(key, None)

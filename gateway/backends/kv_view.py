@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from dspark_common.zmq_endpoints import private_ipc_dir
 from gateway.backends.kv_events import FeedEndpoints, KVEventFeed
 from gateway.backends.kv_index import Match, PromptBlocks, ResidentBlocks
 from gateway.config import Settings
@@ -29,15 +30,22 @@ class KVView:
     def configured(cls, settings: Settings, backend: str) -> KVView:
         """Backend ``backend``'s view: an estimate of ``GATEWAY_KV_BUDGET_TOKENS`` in blocks of
         ``GATEWAY_KV_BLOCK_SIZE``, and a feed where ``GATEWAY_KV_EVENTS`` names its endpoint (its index
-        bounded at twice the pool's blocks: slack for removals it missed)."""
+        bounded at twice the pool's blocks: slack for removals it missed). The directory of an
+        ``ipc://`` endpoint is made private here, at start (:func:`private_ipc_dir`: ``ValueError``
+        if others can reach it)."""
         blocks = max(1, settings.kv_budget_tokens // settings.kv_block_size)
         estimate = ResidentBlocks(settings.kv_block_size, blocks, "estimate")
         endpoints = settings.kv_feeds.get(backend)
         if endpoints is None or not settings.prefix_caching:
             return cls(estimate, enabled=settings.prefix_caching)
+        for endpoint in endpoints:
+            if endpoint is not None:
+                private_ipc_dir(endpoint)
         index = ResidentBlocks(settings.kv_block_size, 2 * blocks, "events")
         feed = FeedEndpoints(*endpoints, bind=settings.kv_events_bind)
-        return cls(estimate, KVEventFeed(feed, index, settings.kv_events_stale_s))
+        return cls(
+            estimate, KVEventFeed(feed, index, settings.kv_events_stale_s, settings.kv_events_max_bytes)
+        )
 
     def source(self, now: float) -> Source:
         """``events`` while the feed is fresh, else ``estimate``; ``off`` when the backend keeps none."""

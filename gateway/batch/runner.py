@@ -2,14 +2,16 @@
 
 It claims a batch (:meth:`~gateway.storage.batches.BatchStore.claim`: one process per batch, however
 many replicas share the database) and renews its lease while it works on it. It checks its input file
-(``validating``: every error found fails the batch before any line runs, :mod:`gateway.batch.lines`),
-then runs its lines not answered yet (``in_progress``) through the gateway's own request path as its
-key's batch requests (:mod:`gateway.batch.call`): admission admits a batch request only when no
-interactive one that fits waits, so a line makes an interactive request wait for at most the end of
-the lines already running. It keeps as many lines in flight as the backends have slots, so batch
-work fills every slot nobody else wants, and no more (the queue holds interactive requests, not a
-batch's backlog). The key is looked up every :data:`WATCH_S`: a key revoked, expired or deleted has
-its remaining lines answered 401, a key's new limits apply to the next lines.
+(``validating``: every error found fails the batch before any line runs, :mod:`gateway.batch.lines`;
+each line parsed once, off the event loop, and the requests kept for what follows:
+:mod:`gateway.batch.prepared`), then runs its lines not answered yet (``in_progress``) through the
+gateway's own request path as its key's batch requests (:mod:`gateway.batch.call`): admission admits
+a batch request only when no interactive one that fits waits, so a line makes an interactive request
+wait for at most the end of the lines already running. It keeps as many lines in flight as the
+backends have slots, so batch work fills every slot nobody else wants, and no more (the queue holds
+interactive requests, not a batch's backlog). The key is looked up every :data:`WATCH_S`: a key
+revoked, expired or deleted has its remaining lines answered 401, a key's new limits apply to the
+next lines.
 
 A line is answered once: its result is recorded under the batch's fence, and lines recorded already
 are skipped after a restart or a take-over. A refusal that says "later" is not an answer: a line
@@ -41,6 +43,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Protocol
 
 from starlette.types import ASGIApp
@@ -49,15 +52,17 @@ from dspark_common import json_codec
 from gateway.auth.principal import Principal
 from gateway.auth.store import KeyNotFoundError, KeyStore
 from gateway.batch.call import Answer, Line, call
-from gateway.batch.lines import BatchLine, InputCheck, parse
+from gateway.batch.lines import BatchLine, LineError
+from gateway.batch.prepared import prepare, read_requests, remove, requests_path
 from gateway.dialects.base import Dialect
 from gateway.dialects.messages import MESSAGES
 from gateway.dialects.openai.chat import CHAT
 from gateway.dialects.openai.completions import COMPLETIONS
 from gateway.dialects.responses import RESPONSES
 from gateway.proxy.pipeline import Pipeline
+from gateway.proxy.respond import INFERENCE
 from gateway.storage.batches import ACTIVE, Batch, BatchLease, BatchStore, LeaseLost
-from gateway.storage.files import FILE_ID_PREFIX, FileStore
+from gateway.storage.files import FILE_ID_PREFIX, FileStore, StoredFile
 from gateway.telemetry.metrics import GatewayMetrics
 
 log = logging.getLogger("gateway.batch")
@@ -175,6 +180,7 @@ class BatchRunner:
         error = {"code": "internal_error", "message": message, "param": None, "line": None}
         with contextlib.suppress(Exception):
             await self._store.move(lease, "failed", ACTIVE, errors=[error])
+            await remove(self._requests_path(lease.batch_id))
 
     async def _drive(self, lease: BatchLease) -> datetime | None:
         """Work on the batch while renewing ``lease``; when it is paused, until when."""
@@ -220,11 +226,7 @@ class BatchRunner:
                      "param": "input_file_id", "line": None}  # fmt: skip
             await self._store.move(lease, "failed", ("validating",), errors=[error])
         else:
-            limit = self._pipeline.settings.max_body_bytes
-            checking = InputCheck(batch.endpoint, limit)
-            async for raw in self._files.lines(stored, limit):
-                checking.add(raw)
-            total, errors = checking.result()
+            total, errors = await self._prepare(batch, stored)
             if errors:
                 await self._store.move(
                     lease, "failed", ("validating",), errors=[e.as_openai() for e in errors]
@@ -232,6 +234,31 @@ class BatchRunner:
             else:
                 await self._store.move(lease, "in_progress", ("validating",), total=total)
         return await self._batch(lease)
+
+    async def _prepare(self, batch: Batch, stored: StoredFile) -> tuple[int, list[LineError]]:
+        """``batch``'s input ``stored`` checked, its requests kept (when it has no error)."""
+        target = self._requests_path(batch.id)
+        limit = self._pipeline.settings.max_body_bytes
+        return await prepare(self._files, stored, target, batch.endpoint, limit, INFERENCE)
+
+    def _requests_path(self, batch_id: str) -> Path:
+        return requests_path(self._files.directory, batch_id)
+
+    async def _requests(self, batch: Batch) -> AsyncIterator[BatchLine]:
+        """``batch``'s requests as its validation kept them (checked again if they are not kept: a batch
+        validated by an older gateway; none for a batch cancelled while its faulty input was checked)."""
+        path = self._requests_path(batch.id)
+        if not await asyncio.to_thread(path.exists):
+            stored = await self._files.get(batch.key_id, batch.input_file_id)
+            if stored is None:  # deleted by hand past the API (which refuses while a batch reads it)
+                raise RuntimeError(f"the input file {batch.input_file_id} is gone")
+            _, errors = await self._prepare(batch, stored)
+            if errors and batch.times["in_progress_at"] is None:
+                return
+            if errors:
+                raise RuntimeError(f"the input file {batch.input_file_id} changed since it was checked")
+        async for line in read_requests(path):
+            yield line
 
     async def _watch(self, lease: BatchLease, batch: Batch, watch: _Watch) -> None:
         """Every :data:`WATCH_S`: the batch's status and window, the gateway's drain, the key."""
@@ -254,30 +281,22 @@ class BatchRunner:
         """Send the lines not answered yet, as many at once as the backends have slots, until all are
         answered or the batch is halted (the lines running end first); what halted it."""
         watch = _Watch(await self._principal(batch.key_id))
-        stored = await self._files.get(batch.key_id, batch.input_file_id)
-        if stored is None:  # deleted by hand past the API (which refuses while a batch reads it)
-            raise RuntimeError(f"the input file {batch.input_file_id} is gone")
         answered = await self._store.answered(batch.id)
         self._waiting = batch.total - len(answered)
         self._metrics.batch_waiting(self._waiting)
-        limit = self._pipeline.settings.max_body_bytes
         room = asyncio.Semaphore(sum(b.admission.slots for b in self._pipeline.backends.all))
         dialect = DIALECTS[batch.endpoint]
         watching = asyncio.create_task(self._watch(lease, batch, watch))
         try:
             async with asyncio.TaskGroup() as lines:
-                index = -1
-                async for raw in self._files.lines(stored, limit):
-                    index += 1
-                    if index in answered or not raw.strip():
+                async for line in self._requests(batch):
+                    if line.index in answered:
                         continue
                     await room.acquire()
                     if watch.halt.is_set() or self._drain.draining:
                         watch.leave |= self._drain.draining
                         room.release()
                         break
-                    line = parse(raw, index, batch.endpoint, limit)
-                    assert isinstance(line, BatchLine), "the file was checked when the batch began"
                     lines.create_task(self._answer(lease, dialect, line, room, watch, batch.expires_at))
         finally:
             self._metrics.batch_waiting(0)
@@ -306,7 +325,7 @@ class BatchRunner:
                     gone = _error("invalid_api_key", "The batch's API key is no longer valid.")
                     answer = Answer(401, gone, None)
                 else:
-                    sent = Line(json_codec.dumps(line.body), request_id, line.custom_id, lease.batch_id)
+                    sent = Line(line.body, request_id, line.custom_id, lease.batch_id)
                     answer = await call(self._app, self._pipeline, dialect, principal, sent)
                 if answer.status not in _LATER:
                     break
@@ -347,29 +366,22 @@ class BatchRunner:
         outputs = await self._write(batch, "output", self._store.results(batch.id, ok=True))
         errors = await self._write(batch, "error", _chain(self._store.results(batch.id, ok=False), missing))
         await self._store.move(lease, end, ("finalizing",), output_file_id=outputs, error_file_id=errors)
+        await remove(self._requests_path(batch.id))
 
     async def _unanswered(self, batch: Batch, code: str) -> list[str]:
         """The error lines of the requests not answered (a batch cancelled or expired)."""
-        stored = await self._files.get(batch.key_id, batch.input_file_id)
-        if stored is None:
-            raise RuntimeError(f"the input file {batch.input_file_id} is gone")
         answered = await self._store.answered(batch.id)
-        limit = self._pipeline.settings.max_body_bytes
         message = (
             "The batch was cancelled before this request ran."
             if code == "batch_cancelled"
             else ("The batch expired before this request ran.")
         )
         missing: list[str] = []
-        index = -1
-        async for raw in self._files.lines(stored, limit):
-            index += 1
-            if index in answered or not raw.strip():
+        async for line in self._requests(batch):
+            if line.index in answered:
                 continue
-            line = parse(raw, index, batch.endpoint, limit)
-            custom_id = line.custom_id if isinstance(line, BatchLine) else None
-            result = {"id": f"batch_req_{secrets.token_hex(12)}", "custom_id": custom_id, "response": None,
-                      "error": {"code": code, "message": message}}  # fmt: skip
+            result = {"id": f"batch_req_{secrets.token_hex(12)}", "custom_id": line.custom_id,
+                      "response": None, "error": {"code": code, "message": message}}  # fmt: skip
             missing.append(json_codec.dumps_text(result))
         return missing
 

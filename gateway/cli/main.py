@@ -48,7 +48,7 @@ def root(
 
 def token(
     subject: Annotated[
-        str, typer.Option("--sub", help="Who the token is for (shown as jwt:<sub>)")
+        str, typer.Option("--sub", help="Who the token is for (shown as jwt:<issuer digest>:<sub>)")
     ] = "admin",
     scope: Annotated[list[str] | None, typer.Option(help="Scope to grant (repeatable), e.g. admin")] = None,
     ttl: Annotated[str, typer.Option(help="Lifetime, e.g. 15m")] = "15m",

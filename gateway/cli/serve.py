@@ -11,7 +11,7 @@ import gc
 import logging
 import signal
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -85,6 +85,21 @@ def free_loopback_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def abort_unacknowledged(sockets: Iterable[socket.socket], timeout_s: float) -> None:
+    """``TCP_USER_TIMEOUT`` (``timeout_s``, in ms to the kernel) on listening ``sockets``: a connection
+    accepted from them inherits it (Linux), and the kernel aborts it once bytes sent stay
+    unacknowledged that long, a closed receive window included (tcp(7)).
+
+    This is what frees the socket of a stream cut as ``client_slow``: the app then returns with the
+    body unfinished and uvicorn closes the transport (``run_asgi``: "returned without completing
+    response"), but a close waits for the write buffer to drain (asyncio's transports) and the kernel
+    keeps sending the rest to a client that reads nothing — for as long as it keeps its socket
+    open. uvicorn hands the app no transport to abort: the listening socket is the public handle.
+    A connection accepted before this is set keeps the kernel's default (none)."""
+    for sock in sockets:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(timeout_s * 1000))
+
+
 class _EmbeddedServer(uvicorn.Server):
     """A uvicorn server that leaves signals to the gateway server running beside it."""
 
@@ -101,10 +116,11 @@ class _GatewayServer(uvicorn.Server):
     once; a third SIGINT forces the exit (uvicorn's behaviour).
     """
 
-    def __init__(self, config: uvicorn.Config, drain: Drain, grace_s: float) -> None:
+    def __init__(self, config: uvicorn.Config, drain: Drain, grace_s: float, ack_timeout_s: float) -> None:
         super().__init__(config)
         self._drain = drain
         self._grace_s = grace_s
+        self._ack_timeout_s = ack_timeout_s
         self._drainer: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -115,6 +131,8 @@ class _GatewayServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         """uvicorn's start-up (the app's lifespan included), then everything it left alive (modules,
         the app, pools: a large heap) moves out of the cyclic GC's sight (:func:`gc.freeze`).
+
+        The listening sockets get :func:`abort_unacknowledged` before the first request is read.
 
         A full (generation 2) collection traverses every tracked object, tens of milliseconds on that heap
         during which the event loop serves nothing, and it runs whenever objects that outlived two younger
@@ -130,6 +148,8 @@ class _GatewayServer(uvicorn.Server):
         oldest generation waits longer.
         """
         await super().startup(sockets)
+        for server in self.servers:
+            abort_unacknowledged(server.sockets, self._ack_timeout_s)
         gc.collect()  # start-up's own garbage goes first: frozen, it would stay
         gc.freeze()
         young, middle, _ = gc.get_threshold()
@@ -232,7 +252,10 @@ async def run_gateway(settings: Settings, embedded: EmbeddedBackend | None = Non
         )
     app = create_app(settings)
     gateway = _GatewayServer(
-        server_config(app, settings.host, settings.port, settings), app.state.drain, settings.shutdown_grace_s
+        server_config(app, settings.host, settings.port, settings),
+        app.state.drain,
+        settings.shutdown_grace_s,
+        settings.client_ack_timeout_s,
     )
     # uvicorn re-raises the signal it handled after a graceful shutdown, for outer handlers; ours
     # have nothing left to do, so the process ends with status 0 instead of dying by the signal.

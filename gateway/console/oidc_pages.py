@@ -1,9 +1,12 @@
 """Signing in to the console with the organisation's identity provider (``GATEWAY_OIDC_*``): the sign-in
-page's button leads to ``/console/oidc/start``, which keeps the sign-in's state, nonce and PKCE
-verifier in the session store (:meth:`~gateway.console.sessions.Sessions.hold`: shared by replicas
-that share one, so the provider's answer may reach any of them) under a random token in a cookie, and
-sends the browser to the provider; ``/console/oidc/callback`` takes them back once, checks the answer
-(:class:`~gateway.auth.oidc.OidcClient`) and opens a session for an admin.
+page's button leads to ``/console/oidc/start``, which seals the sign-in's state, nonce, PKCE verifier
+and callback URL into a cookie (:mod:`gateway.console.sealing`: the browser can neither read nor make
+one, it is good for :data:`PENDING_TTL_S`) and sends the browser to the provider;
+``/console/oidc/callback`` opens it, checks the answer (:class:`~gateway.auth.oidc.OidcClient`),
+deletes it and opens a session for an admin. Nothing is kept on the server until then, so no number
+of anonymous starts can push out a sign-in in progress; any replica sharing the console's secret
+(:func:`~gateway.console.sealing.console_secret`) can take the provider's answer. A sealed cookie
+replayed by the browser that holds it gains nothing: the provider's code is good once.
 
 The pending sign-in's cookie is ``SameSite=Lax``: the provider's answer is a navigation from another
 site, which a ``Strict`` cookie would not come with. For the same reason the callback answers a page
@@ -14,7 +17,6 @@ next request then comes from this site, with the session's ``Strict`` cookie.
 from __future__ import annotations
 
 import hmac
-import secrets
 from typing import Any
 
 from fastapi import Depends
@@ -23,7 +25,8 @@ from starlette.responses import RedirectResponse, Response
 
 from gateway.auth.oidc import OidcClient, OidcConfig, OidcError, Pending
 from gateway.config import Settings
-from gateway.console.pages import COOKIE, reaching_store, render, sessions, set_cookie, sign_in_page
+from gateway.console.pages import COOKIE, render, sessions, set_cookie, sign_in_page
+from gateway.console.sealing import Sealer
 from gateway.http.auth import public_limit
 
 #: The pending sign-in's cookie, and how long a sign-in at the provider may take, s.
@@ -56,17 +59,20 @@ def _client(request: Request) -> OidcClient:
     return client
 
 
+def _pending_seal(request: Request) -> Sealer:
+    """The sealer of pending sign-ins (``app.state.console_secret``: set by the lifespan)."""
+    return Sealer(request.app.state.console_secret, "oidc-pending")
+
+
 async def start(request: Request) -> Response:
     try:
         client = _client(request)
-        redirect_uri = request.app.state.settings.oidc_redirect_url or str(request.url_for("oidc_callback"))
-        url, pending = await client.begin(redirect_uri)
+        url, pending = await client.begin(request.app.state.settings.oidc_redirect_url)
     except OidcError as error:
         return sign_in_page(request, 503, error.message)
-    token = secrets.token_urlsafe(32)
-    await sessions(request).hold(token, pending.as_dict(), PENDING_TTL_S)
     response = RedirectResponse(url, status_code=303)
-    set_cookie(request, response, PENDING_COOKIE, token, PENDING_TTL_S, samesite="lax")
+    sealed = _pending_seal(request).seal(pending.as_dict())
+    set_cookie(request, response, PENDING_COOKIE, sealed, PENDING_TTL_S, samesite="lax")
     return response
 
 
@@ -75,7 +81,7 @@ async def callback(request: Request) -> Response:
     if params.get("error"):  # the sign-in in progress is left as it is: anyone can send this address
         code = "".join(c for c in params["error"][:64] if c.isalnum() or c in "_-.")
         return sign_in_page(request, 403, f"The identity provider did not sign you in ({code}).")
-    kept = await sessions(request).take(request.cookies.get(PENDING_COOKIE))
+    kept = _pending_seal(request).open(request.cookies.get(PENDING_COOKIE), PENDING_TTL_S)
     if kept is None:
         return _refused(request, 400, "This sign-in has expired or was used already; sign in again.")
     pending = Pending(**kept)
@@ -111,7 +117,7 @@ def install(app: Any) -> None:
     throttled = [Depends(public_limit)]  # public: each address gets GATEWAY_PUBLIC_REQUESTS_PER_MINUTE
     app.add_api_route(
         "/console/oidc/start",
-        reaching_store(start),
+        start,
         methods=["GET"],
         include_in_schema=False,
         dependencies=throttled,

@@ -36,6 +36,7 @@ from gateway.admission.capacity import Reason
 from gateway.auth import Principal
 from gateway.auth.tokens import expires_at
 from gateway.console import live
+from gateway.console.sealing import Sealer
 from gateway.console.sessions import Session, Sessions, StoreUnavailable, session_store
 from gateway.errors import GatewayError
 from gateway.http.auth import ADMIN_SCOPE, authenticate
@@ -164,8 +165,9 @@ def sign_in_page(
     request: Request, code: int = 200, message: str | None = None, headers: Mapping[str, str] | None = None
 ) -> Response:
     """The sign-in form saying ``message`` (why the last attempt failed), HTTP ``code``, with a fresh
-    sign-in CSRF token in the form and in :data:`LOGIN_COOKIE` (:func:`login`)."""
-    token = secrets.token_urlsafe(32)
+    sign-in CSRF token in the form and in :data:`LOGIN_COOKIE` (:func:`login`): a random value sealed
+    for that use (:mod:`gateway.console.sealing`), so only this gateway can have issued one."""
+    token = _login_seal(request).seal({"login": secrets.token_urlsafe(16)})
     settings = request.app.state.settings
     sso = settings.oidc_label if settings.oidc_issuer else None
     response = render(request, "login.html", code, headers, message=message, login_csrf=token, sso=sso)
@@ -179,11 +181,15 @@ async def login(request: Request) -> Response:
     The form must carry the sign-in CSRF token its page set in :data:`LOGIN_COOKIE` (double-submit,
     OWASP CSRF cheat sheet, "Login CSRF"): another site's form, which can neither read the cookie nor
     make the browser send a ``SameSite=Strict`` one, cannot sign a browser in to the attacker's key.
+    The token must also be one this gateway sealed less than :data:`LOGIN_TTL_S` ago (signed double
+    submit): a cookie planted with a made-up value (from a sibling subdomain, say) and the same value
+    in the form pass nothing.
     """
     form = await read_form(request)
     expected = request.cookies.get(LOGIN_COOKIE, "")
     sent = form.get("login_csrf", "")
-    if not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
+    issued = _login_seal(request).open(expected, LOGIN_TTL_S) is not None
+    if not issued or not hmac.compare_digest(sent.encode(), expected.encode()):
         return sign_in_page(request, 403, "The sign-in form has expired; sign in again.")
     token = form.get("secret", "").strip()
     try:
@@ -201,6 +207,11 @@ async def login(request: Request) -> Response:
     set_cookie(request, response, COOKIE, session, int(settings.console_session_ttl_s))
     response.delete_cookie(LOGIN_COOKIE, path="/console")
     return response
+
+
+def _login_seal(request: Request) -> Sealer:
+    """The sealer of sign-in CSRF tokens (``app.state.console_secret``: set by the lifespan)."""
+    return Sealer(request.app.state.console_secret, "login-csrf")
 
 
 def set_cookie(

@@ -4,18 +4,16 @@ holds a usable cookie. Two stores, one interface:
 
 - :class:`MemorySessions`: this process's (``GATEWAY_ADMISSION_STORE=memory://``);
 - :class:`RedisSessions`: the Redis the replicas share (``redis://…``), so any replica serves a
-  signed-in admin and an identity provider's answer may reach another replica than the one that sent
-  the browser to it. Keys ``{namespace}:console:session:{sha256}`` and ``…:pending:{sha256}``, each
-  with its own expiry.
+  signed-in admin. Keys ``{namespace}:console:session:{sha256}``, each with its own expiry.
 
 A session lives ``ttl_s`` seconds from sign-in, or less if the key or token it signed in with expires
-sooner; the memory store keeps at most ``limit`` sessions and ``pending_limit`` pending sign-ins (the
-oldest go first). Whether the secret it signed
+sooner; the memory store keeps at most ``limit`` sessions (the oldest go first). Whether the secret
+it signed
 in with is still a valid admin key — not revoked, expired, or rotated away (past its grace) — is the
 pages' to check on each request (:func:`gateway.console.pages.page`): a session keeps the secret's
-SHA-256 (``credential``), as the key store does, for that. A *pending* sign-in is what an OpenID
-Connect sign-in keeps between sending the browser to the provider and its answer (state, nonce, PKCE
-verifier: :mod:`gateway.console.oidc_pages`), taken once.
+SHA-256 (``credential``), as the key store does, for that. What an OpenID Connect sign-in keeps
+between sending the browser to the provider and its answer is not here: the browser holds it, sealed
+(:mod:`gateway.console.oidc_pages`).
 """
 
 from __future__ import annotations
@@ -95,14 +93,6 @@ class Sessions(Protocol):
         """Sign out: forget ``token``'s session."""
         ...
 
-    async def hold(self, token: str, pending: dict[str, Any], ttl_s: float) -> None:
-        """Keep a pending sign-in under ``token`` for ``ttl_s`` seconds."""
-        ...
-
-    async def take(self, token: str | None) -> dict[str, Any] | None:
-        """The pending sign-in of ``token``, forgotten as it is given (None: unknown, expired, taken)."""
-        ...
-
     async def aclose(self) -> None:
         """Release what the store holds open."""
         ...
@@ -117,13 +107,11 @@ def _new(principal: Principal, secret: str, ttl_s: float, until: float | None) -
 
 @dataclass(slots=True)
 class MemorySessions:
-    """The live sessions and pending sign-ins by their token's SHA-256, in this process."""
+    """The live sessions by their token's SHA-256, in this process."""
 
     ttl_s: float
     limit: int = 1000
-    pending_limit: int = 10_000
     _live: dict[str, Session] = field(default_factory=dict)
-    _pending: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
 
     async def open(self, principal: Principal, secret: str, until: float | None = None) -> str:
         token, session = _new(principal, secret, self.ttl_s, until)
@@ -145,20 +133,6 @@ class MemorySessions:
     async def close(self, token: str | None) -> None:
         if token:
             self._live.pop(_digest(token), None)
-
-    async def hold(self, token: str, pending: dict[str, Any], ttl_s: float) -> None:
-        now = time.time()
-        for digest in [d for d, (ends, _) in self._pending.items() if ends <= now]:
-            del self._pending[digest]
-        if len(self._pending) >= self.pending_limit:
-            del self._pending[next(iter(self._pending))]
-        self._pending[_digest(token)] = (now + ttl_s, pending)
-
-    async def take(self, token: str | None) -> dict[str, Any] | None:
-        if not token:
-            return None
-        found = self._pending.pop(_digest(token), None)
-        return found[1] if found is not None and found[0] > time.time() else None
 
     async def aclose(self) -> None:
         return None
@@ -182,7 +156,7 @@ def _reached(call: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, Coroutine
 
 
 class RedisSessions:
-    """The sessions and pending sign-ins in a Redis every replica shares, under ``namespace``; a call
+    """The sessions in a Redis every replica shares, under ``namespace``; a call
     the Redis does not answer within :data:`REDIS_TIMEOUT_S` raises :class:`StoreUnavailable`."""
 
     def __init__(self, client: Redis, namespace: str, ttl_s: float) -> None:
@@ -211,17 +185,6 @@ class RedisSessions:
     async def close(self, token: str | None) -> None:
         if token:
             await self._redis.delete(self._key("session", token))
-
-    @_reached
-    async def hold(self, token: str, pending: dict[str, Any], ttl_s: float) -> None:
-        await self._redis.set(self._key("pending", token), json.dumps(pending), px=int(ttl_s * 1000))
-
-    @_reached
-    async def take(self, token: str | None) -> dict[str, Any] | None:
-        if not token:
-            return None
-        text = await self._redis.getdel(self._key("pending", token))
-        return json.loads(text) if text is not None else None
 
     async def aclose(self) -> None:
         await self._redis.aclose()

@@ -106,11 +106,21 @@ def _attachment(filename: str) -> dict[str, str]:
     return {**SECURITY_HEADERS, "Content-Disposition": f'attachment; filename="{filename}"'}
 
 
+#: What makes a spreadsheet read a cell as a formula (OWASP, "CSV Injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def inert(value: Any) -> Any:
+    """A text cell that a spreadsheet would evaluate (a key named ``=HYPERLINK(…)`` or ``-1-1``) with
+    ``'`` before it, so it stays text; numbers and other text as they are."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+
+
 def _csv(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], filename: str) -> Response:
     out = io.StringIO()
     writer = csv.DictWriter(out, columns)
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({name: inert(value) for name, value in row.items()} for row in rows)
     return Response(out.getvalue(), media_type="text/csv", headers=_attachment(filename))
 
 

@@ -59,7 +59,7 @@ async def create_batch(request: Request) -> JSONResponse:
         message = "Missing required parameter: 'input_file_id'."
         raise GatewayError("invalid_request", message, param="input_file_id")
     files: FileStore = request.app.state.files
-    stored = await files.get(principal.key_id, file_id)
+    stored = await files.live(principal.key_id, file_id)
     if stored is None:
         raise GatewayError("not_found", f"No such File object: {file_id}", param="input_file_id")
     if stored.purpose != "batch":

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from limits.errors import StorageError
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,6 +25,7 @@ from dspark_common.asgi import ClientDisconnectedError
 from gateway.dialects.base import Dialect
 from gateway.errors import GatewayError, internal_error, invalid_request
 from gateway.limits.rate import limits_unavailable
+from gateway.storage.failures import storage_refusal
 
 log = logging.getLogger("gateway.errors")
 #: The dialect of the route at a path (the OpenAI one for any path not in the route table).
@@ -79,6 +81,13 @@ def install_error_handlers(app: FastAPI, dialect_for: DialectFor) -> None:
     async def on_store_error(request: Request, exc: Exception) -> Response:
         return answer(request, limits_unavailable())  # a key's model list, token count, own key...
 
+    async def on_database_error(request: Request, exc: Exception) -> Response:
+        # an admin write, an upload's record: the database locked, read-only, full or away
+        refused = storage_refusal(exc)
+        assert refused is not None
+        log.error("%s %s: %s", request.method, request.url.path, refused.message)
+        return render_error(refused, dialect_for(request.url.path))
+
     async def on_unhandled(request: Request, exc: Exception) -> Response:
         # Starlette's ServerErrorMiddleware calls this, answers, then re-raises for the server's log
         return render_error(internal_error(), dialect_for(request.url.path))
@@ -89,3 +98,4 @@ def install_error_handlers(app: FastAPI, dialect_for: DialectFor) -> None:
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(StorageError, on_store_error)
+    app.add_exception_handler(OperationalError, on_database_error)

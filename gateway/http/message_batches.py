@@ -13,10 +13,16 @@ as JSON Lines of ``{"custom_id", "result": {"type": "succeeded", "message"} | {"
 (duplicate or malformed ``custom_id``, ``params`` not an object or streaming) is refused at once
 with 400, as Anthropic does; what ``params`` ask is judged when the line runs (an ``errored``
 result). Errors are Anthropic's shape (the route table names the Messages dialect).
+
+A create's body is read a piece at a time (at most ``GATEWAY_MESSAGE_BATCH_MAX_BYTES``), its
+requests taken one by one off the event loop, each bounded as a request body is, and written to the
+input file as they come: a create holds one request at a time, not its body, and a key makes one
+create at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
@@ -28,12 +34,13 @@ from starlette.responses import JSONResponse, StreamingResponse
 from dspark_common import json_codec
 from gateway.auth.principal import Principal
 from gateway.batch.lines import InputCheck
-from gateway.body.read import body_bounds, read_json
+from gateway.body.json_items import ItemStream
+from gateway.body.read import body_bounds, body_pieces
 from gateway.errors import GatewayError
 from gateway.http.listing import page, page_limit
 from gateway.proxy.respond import INFERENCE
 from gateway.storage.batches import BATCH_ID_PREFIX, Batch, BatchStore
-from gateway.storage.files import FileStore
+from gateway.storage.files import FileStore, StoredFile
 
 ROUTE = "/v1/messages"
 #: How a message batch id begins (Anthropic's shape), in place of :data:`BATCH_ID_PREFIX`.
@@ -42,6 +49,9 @@ ID_PREFIX = "msgbatch_"
 CUSTOM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 #: Anthropic's bound on requests in one batch.
 MAX_REQUESTS = 100_000
+#: A create's body may be this many request bodies (``GATEWAY_MAX_BODY_BYTES``) unless
+#: ``GATEWAY_MESSAGE_BATCH_MAX_BYTES`` says otherwise.
+BODY_FACTOR = 4
 #: Longest line of a result file read back, bytes (an answer is far shorter).
 RESULT_LINE_BYTES = 1 << 30
 #: Most batches one list answers with, and its default (Anthropic's).
@@ -103,38 +113,82 @@ def _invalid(message: str) -> GatewayError:
 
 
 async def create_message_batch(request: Request) -> JSONResponse:
-    """``POST /v1/messages/batches``: ``{"requests": [{"custom_id", "params"}]}`` checked, kept as the
-    key's input file, and run as a batch; the message batch object."""
+    """``POST /v1/messages/batches``: ``{"requests": [{"custom_id", "params"}]}`` checked and kept as
+    the key's input file as it arrives, and run as a batch; the message batch object. One create per
+    key at a time (429 ``rate_limit_error`` for a second one while the first is read)."""
     store, principal = _batches(request)
     if principal.kind != "key":
         raise GatewayError("invalid_request", "A batch runs as an API key: send one (not a token).")
+    creating: set[str] = request.app.state.message_batch_creates
+    if principal.key_id in creating:
+        message = "A message batch of this key is being created; send the next one when it is made."
+        raise GatewayError("create_in_progress", message)
+    creating.add(principal.key_id)
+    try:
+        stored = await _keep_requests(request, principal)
+    finally:
+        creating.discard(principal.key_id)
+    batch = await store.create(principal.key_id, ROUTE, stored.id, timedelta(hours=24), "24h", None)
+    request.app.state.batch_runner.wake()
+    return JSONResponse(_view(batch, _base(request)))
+
+
+async def _keep_requests(request: Request, principal: Principal) -> StoredFile:
+    """The body's requests written to a new input file of the key as they arrive (each checked in a
+    thread, a piece of the body at a time: :class:`_Requests`); the file."""
     settings = request.app.state.settings
     files: FileStore = request.app.state.files
-    body, _ = await read_json(request, body_bounds(settings, files.max_bytes, INFERENCE))
-    asked = body.get("requests")
-    if not isinstance(asked, list) or not 0 < len(asked) <= MAX_REQUESTS:
-        raise _invalid(f"requests must be a list of 1 to {MAX_REQUESTS} requests.")
-    checking = InputCheck(ROUTE, settings.max_body_bytes)
+    max_bytes = settings.message_batch_max_bytes or BODY_FACTOR * settings.max_body_bytes
+    requests = _Requests(settings.max_body_bytes)
     upload = await files.upload()
     try:
-        for n, item in enumerate(asked):
+        async for piece in body_pieces(request, body_bounds(settings, max_bytes, None)):
+            await upload.write(await asyncio.to_thread(requests.feed, piece))
+        await upload.write(await asyncio.to_thread(requests.close))
+        return await files.commit(upload, principal.key_id, "message_batch.jsonl", "message_batch_input")
+    except BaseException:
+        await files.discard(upload)
+        raise
+
+
+class _Requests:
+    """A create's ``requests``, taken one at a time from the body's pieces (:class:`ItemStream`, each
+    bounded as a request body is) and turned into input lines of ``/v1/messages`` requests, each
+    checked as a batch's line is (:class:`InputCheck`, lines up to ``max_line_bytes``); the first fault
+    raises 400 (413 for a request past the shape bounds). Runs off the event loop."""
+
+    def __init__(self, max_line_bytes: int) -> None:
+        self._items = ItemStream("requests", INFERENCE)
+        self._checking = InputCheck(ROUTE, max_line_bytes, INFERENCE)
+
+    def feed(self, piece: bytes) -> bytes:
+        """The lines of the requests ``piece`` completed."""
+        return self._lines(self._items.feed(piece))
+
+    def close(self) -> bytes:
+        """The lines of the last requests; raises unless the body held 1 to :data:`MAX_REQUESTS`."""
+        lines = self._lines(self._items.close())
+        if self._items.arrays != 1 or self._items.items == 0:
+            raise _invalid(f"requests must be a list of 1 to {MAX_REQUESTS} requests.")
+        return lines
+
+    def _lines(self, items: list[Any]) -> bytes:
+        lines = []
+        for item in items:
+            n = self._checking.count
+            if n >= MAX_REQUESTS:
+                raise _invalid(f"requests must be a list of 1 to {MAX_REQUESTS} requests.")
             custom_id = item.get("custom_id") if isinstance(item, dict) else None
             if not isinstance(custom_id, str) or not CUSTOM_ID.fullmatch(custom_id):
                 raise _invalid(f"requests.{n}.custom_id must be 1 to 64 letters, digits, _ or -.")
             params = item.get("params")
             line = json_codec.dumps({"custom_id": custom_id, "method": "POST", "url": ROUTE, "body": params})
-            checking.add(line)
-            await upload.write(line + b"\n")
-        _, errors = checking.result()
-        if errors:
-            raise _invalid(f"requests.{(errors[0].line or 1) - 1}: {errors[0].message}")
-        stored = await files.commit(upload, principal.key_id, "message_batch.jsonl", "message_batch_input")
-    except BaseException:
-        await files.discard(upload)
-        raise
-    batch = await store.create(principal.key_id, ROUTE, stored.id, timedelta(hours=24), "24h", None)
-    request.app.state.batch_runner.wake()
-    return JSONResponse(_view(batch, _base(request)))
+            self._checking.add(line)
+            if self._checking.failed:
+                _, [error, *_] = self._checking.result()
+                raise _invalid(f"requests.{n}: {error.message}")
+            lines.append(line + b"\n")
+        return b"".join(lines)
 
 
 async def _find(store: BatchStore, principal: Principal, message_id: str, param: str) -> Batch:

@@ -11,10 +11,10 @@ from its first day — so a quota resets when its holder expects, the same insta
 
 Reservation is one atomic increment of the period's counter by the request's most cost (its prompt
 and its whole output budget at the dearer of the output and reasoning weights; a request that sets
-no budget may generate to the end of its context), the excess given back at once when it does not
-fit: two requests at the same moment cannot both take the last of a quota, as a check-then-charge
-(LiteLLM's budget check) lets them. A request whose most cost does not fit holds what is left and
-may generate only what that pays for (:class:`~gateway.proxy.billing.Billing` caps its output
+no budget is given ``GATEWAY_OUTPUT_RESERVE_TOKENS``, spliced as its cap), the excess given back at
+once when it does not fit: two requests at the same moment cannot both take the last of a quota, as
+a check-then-charge (LiteLLM's budget check) lets them. A request whose most cost does not fit holds
+what is left and may generate only what that pays for (:class:`~gateway.proxy.billing.Billing` caps its output
 budget: it ends with the API's length finish); one that cannot pay its prompt and one token is
 refused. At the end the counter is moved by the real cost minus the reservation. Counters live in
 the rate limits' storage (``GATEWAY_LIMITS_STORAGE``:
@@ -121,15 +121,18 @@ class Hold:
 
 @dataclass(frozen=True, slots=True)
 class Standing:
-    """A quota's state now: cost ``used`` of ``quota.tokens``, and when the period resets."""
+    """A quota's state now: cost ``used`` of ``quota.tokens`` (what ended requests cost), ``held`` by
+    requests still running (their reservations, until they settle), and when the period resets."""
 
     quota: Quota
     used: int
     resets_at: datetime
+    held: int = 0
 
     @property
     def remaining(self) -> int:
-        return max(0, self.quota.tokens - self.used)
+        """What a new request may still reserve: neither used nor held."""
+        return max(0, self.quota.tokens - self.used - self.held)
 
     def as_dict(self) -> dict[str, object]:
         """JSON view (``GET /v1/key``, the admin API)."""
@@ -138,6 +141,7 @@ class Standing:
             "period": self.quota.period,
             "mode": self.quota.mode,
             "used": self.used,
+            "held": self.held,
             "remaining": self.remaining,
             "resets_at": self.resets_at.isoformat(),
         }
@@ -210,7 +214,9 @@ class Quotas:
     async def standing(self, quota: Quota) -> Standing:
         """``quota``'s use in its current period."""
         counter, end, _ = await self._counter_of(quota, datetime.now(UTC))
-        return Standing(quota, await self._storage.get(counter), end)
+        total, held = await self._storage.get(counter), await self._storage.get(counter + "/held")
+        held = max(0, min(held, total))  # a counter started again under running requests holds none of them
+        return Standing(quota, total - held, end, held)
 
     async def report(self, quotas: Iterable[Quota]) -> list[dict[str, object]]:
         """Each of ``quotas``' standing as ``GET /v1/key`` and the console show it: ``holder``

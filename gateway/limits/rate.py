@@ -107,6 +107,13 @@ class Window:
         }
 
 
+def tighter(windows: list[Window]) -> Window:
+    """The window of ``windows`` (one limit, a key's and its group's) that lets the fewest more through:
+    the least ``remaining``, then the smaller ``limit`` — what a client may count on (headers, ``GET
+    /v1/key``)."""
+    return min(windows, key=lambda window: (window.remaining, window.limit))
+
+
 def window_headers(windows: dict[str, Window]) -> dict[str, str]:
     """The ``x-ratelimit-*`` headers of ``windows`` (by ``requests`` / ``tokens``)."""
     return {name: value for what, window in windows.items() for name, value in window.headers(what).items()}
@@ -143,8 +150,9 @@ class Ticket:
 class RateLimiter:
     """Checks and charges requests/min and tokens/min of a key and of its group.
 
-    The ``x-ratelimit-*`` headers show, for requests and for tokens, the key's own window when it has
-    that limit, else its group's; a refusal shows the window that refused.
+    The ``x-ratelimit-*`` headers show, for requests and for tokens, the :func:`tighter` of the key's
+    and its group's windows (the one that has that limit when only one has); a refusal shows the
+    window that refused.
     """
 
     def __init__(self, storage: Storage, window_s: int = 60) -> None:
@@ -179,6 +187,22 @@ class RateLimiter:
         out.update(window.headers(what))
         return window.reset_at
 
+    async def _windows(self, what: str, principal: Principal) -> list[Window]:
+        """The ``what`` (``requests`` | ``tokens``) windows of ``principal``'s key and group that have
+        that limit, as they stand."""
+        windows = []
+        for bucket in buckets(principal):
+            limit = bucket.rpm if what == "requests" else bucket.tpm
+            if limit:
+                windows.append(await self._window(what, self._item(limit), bucket.name))
+        return windows
+
+    async def _show(self, what: str, principal: Principal, out: dict[str, str]) -> None:
+        """Write the :func:`tighter` ``what`` window's headers into ``out`` (none without that limit)."""
+        windows = await self._windows(what, principal)
+        if windows:
+            out.update(tighter(windows).headers(what))
+
     async def count(self, principal: Principal) -> Ticket:
         """Count one request against the requests per minute of its key and group (429 with
         ``Retry-After`` when one is spent): taken as soon as the caller is known, before its body
@@ -189,8 +213,7 @@ class RateLimiter:
                 item = self._item(bucket.rpm)
                 if not await self._limiter.hit(item, "requests", bucket.name):
                     raise await self._refuse("requests", item, bucket, ticket)
-                if "x-ratelimit-limit-requests" not in ticket.headers:
-                    await self._headers("requests", item, bucket.name, ticket.headers)
+        await self._show("requests", principal, ticket.headers)
         return ticket
 
     async def reserve(self, ticket: Ticket, tokens: int) -> None:
@@ -202,6 +225,7 @@ class RateLimiter:
         those already taken), so two requests at the same moment cannot both take a window's last
         tokens.
         """
+        windows = []
         for bucket in buckets(ticket.principal):
             if bucket.tpm:
                 item = self._item(bucket.tpm)
@@ -211,8 +235,10 @@ class RateLimiter:
                     await self._give_back(ticket)
                     raise await self._refuse("tokens", item, bucket, ticket)
                 ticket.reserved[bucket.name] = reserve
-                shown = {} if "x-ratelimit-limit-tokens" in ticket.headers else ticket.headers
-                ticket.window_reset[bucket.name] = await self._headers("tokens", item, bucket.name, shown)
+                windows.append(await self._window("tokens", item, bucket.name))
+                ticket.window_reset[bucket.name] = windows[-1].reset_at
+        if windows:
+            ticket.headers.update(tighter(windows).headers("tokens"))
 
     async def _give_back(self, ticket: Ticket) -> None:
         """Return every reservation the ticket holds (a later bucket refused the request)."""
@@ -225,19 +251,15 @@ class RateLimiter:
         """Write the tokens-per-minute headers into ``ticket`` without charging anything: a request
         answered before its reservation (refused for the queue) shows them too."""
         if "x-ratelimit-limit-tokens" not in ticket.headers:
-            for bucket in buckets(ticket.principal):
-                if bucket.tpm:
-                    await self._headers("tokens", self._item(bucket.tpm), bucket.name, ticket.headers)
-                    return
+            await self._show("tokens", ticket.principal, ticket.headers)
 
     async def standing(self, principal: Principal) -> dict[str, Window]:
-        """The windows the ``x-ratelimit-*`` headers show now, by ``requests`` / ``tokens`` (the key's
-        own when it has that limit, else its group's), nothing charged (``GET /v1/key``)."""
+        """The windows the ``x-ratelimit-*`` headers show now, by ``requests`` / ``tokens`` (the
+        :func:`tighter` of the key's and its group's), nothing charged (``GET /v1/key``)."""
         windows: dict[str, Window] = {}
-        for bucket in buckets(principal):
-            for what, limit in (("requests", bucket.rpm), ("tokens", bucket.tpm)):
-                if limit and what not in windows:
-                    windows[what] = await self._window(what, self._item(limit), bucket.name)
+        for what in ("requests", "tokens"):
+            if found := await self._windows(what, principal):
+                windows[what] = tighter(found)
         return windows
 
     async def settle(self, ticket: Ticket, used_tokens: Callable[[int], int]) -> None:

@@ -57,17 +57,21 @@ class Billing:
     async def reserve(
         self, prompt_tokens: int, sequences: int, output_budget: int | None
     ) -> tuple[dict[str, str], int | None]:
-        """Reserve the request's cost of each of its quotas, then of its key's tokens per minute; the
-        ticket's headers and the output budget the quotas leave it, per sequence (None: not capped).
+        """Reserve the request's cost of each of its quotas, then of its key's and its group's tokens
+        per minute; the ticket's headers and the output cap to splice into its body, per sequence
+        (None: its own budget stands).
 
-        A quota is reserved the request's most cost: its prompt and, a sequence, its output budget or,
-        when it sets none, what its context leaves (the backend may generate that much). Where that
-        does not fit, it holds what is left and its output is capped at what that pays for; 429
-        ``quota_exceeded`` when not even its prompt and one token a sequence fit
-        (:meth:`~gateway.limits.quota.Quotas.reserve`). A quota in ``warn`` mode is reserved the
-        tokens-per-minute figure and only reported past its end. Tokens per minute: the prompt and
-        the (capped) output budget, ``GATEWAY_TPM_OUTPUT_RESERVE_TOKENS`` a sequence when it sets none
-        (429 when they don't fit). 503 ``limits_unavailable`` when their store fails."""
+        A request that sets no output budget is given one (:func:`output_reserve`): at most
+        ``GATEWAY_OUTPUT_RESERVE_TOKENS`` a sequence, and what its context leaves — so it holds that,
+        not the whole context, of its quotas, and generates no more (the backend ends it with the
+        length finish). A quota is reserved the request's most cost: its prompt and its output
+        budget a sequence. Where that does not fit, it holds what is left and its output is capped at
+        what that pays for; 429 ``quota_exceeded`` when not even its prompt and one token a sequence
+        fit (:meth:`~gateway.limits.quota.Quotas.reserve`). A quota in ``warn`` mode is reserved the
+        tokens-per-minute figure and only reported past its end. Tokens per minute: the prompt and the
+        (capped) output budget — ``GATEWAY_TPM_OUTPUT_RESERVE_TOKENS`` a sequence when the client set
+        none, settled at the end — in each window of the key and of its group (429 when they don't
+        fit). 503 ``limits_unavailable`` when their store fails."""
         try:
             return await self._reserve(prompt_tokens, sequences, output_budget)
         except StorageError as exc:
@@ -78,9 +82,9 @@ class Billing:
     ) -> tuple[dict[str, str], int | None]:
         assert self.ticket is not None
         settings, weights = self._settings, self._quotas.weights
-        budget = output_budget or max(1, settings.max_model_len - prompt_tokens)
+        budget = output_budget or output_reserve(settings, prompt_tokens)
+        cap = None if output_budget else budget
         reserve = output_budget or settings.tpm_output_reserve_tokens  # tokens per minute, warn quotas
-        cap: int | None = None
         for quota in self._principal.quotas():
             if quota.mode == "enforce":
                 most, least = (
@@ -103,8 +107,7 @@ class Billing:
                 self.ticket.headers["x-quota-warning"] = f"{quota.holder.split(':', 1)[0]} quota exceeded"
         output = min(budget, reserve)
         self._unread_cost = weights.most(prompt_tokens, sequences * output)
-        if self._principal.tpm:
-            await self._limits.reserve(self.ticket, prompt_tokens + sequences * output)
+        await self._limits.reserve(self.ticket, prompt_tokens + sequences * output)
         return self.ticket.headers, cap
 
     async def headers(self) -> dict[str, str]:
@@ -144,6 +147,14 @@ class Billing:
                         break
                     log.warning("request %s: settling its usage failed; trying again", self._request_id)
                     await asyncio.sleep(SETTLE_BACKOFF_S * 2**attempt)
+
+
+def output_reserve(settings: Settings, prompt_tokens: int) -> int:
+    """The output budget a sequence of a request that sets none is given, tokens:
+    ``GATEWAY_OUTPUT_RESERVE_TOKENS``, or what the context (``GATEWAY_MAX_MODEL_LEN``) leaves beside
+    its prompt when that is less (at least 1: a prompt that fills the context is the backend's to
+    refuse)."""
+    return max(1, min(settings.output_reserve_tokens, settings.max_model_len - prompt_tokens))
 
 
 def charged(record: RequestTelemetry, reserved: int, prompt_tokens: int) -> int:

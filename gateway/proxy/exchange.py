@@ -39,6 +39,7 @@ from gateway.errors import GatewayError
 from gateway.proxy import preparation
 from gateway.proxy.asks import Asked, too_long
 from gateway.proxy.billing import Billing
+from gateway.proxy.delivery import Delivery
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.placement import Placement
 from gateway.proxy.prompt_size import estimate, prompt_size
@@ -200,9 +201,10 @@ class Exchange:
         """A stream's relay has begun: its status is 200 (the head went, or goes, out)."""
         self._status = 200
 
-    def stream_ended(self, delivered: bool, error: GatewayError | None) -> None:
+    def stream_ended(self, delivered: bool, error: GatewayError | None, sent: Delivery) -> None:
         """The stream ended: ``delivered`` its last event (a client that hangs up right after it got
-        it all), or ``error`` sent in its place."""
+        it all), or ``error`` sent in its place; ``sent``: the output the client was sent."""
+        self.recorder.delivered(sent.events, sent.chars)
         if error is not None:
             self._status = error.status
         if delivered:
@@ -297,9 +299,10 @@ class Exchange:
         return await self.placement.enqueue(self._need, self._prompt)
 
     async def reserve(self, prepared: Prepared) -> dict[str, str]:
-        """The request's cost reserved of its quotas and its key's tokens per minute (429 when they
-        don't fit, :meth:`~gateway.proxy.billing.Billing.reserve`), its output capped at what its
-        quotas have left (``prepared`` changed); the key's ``x-ratelimit-*`` headers."""
+        """The request's cost reserved of its quotas and its key's and group's tokens per minute (429
+        when they don't fit, :meth:`~gateway.proxy.billing.Billing.reserve`), its output capped at
+        ``GATEWAY_OUTPUT_RESERVE_TOKENS`` when it set none and at what its quotas have left
+        (``prepared`` changed); the key's ``x-ratelimit-*`` headers."""
         headers, cap = await self.billing.reserve(
             self._prompt_tokens, prepared.sequences, prepared.output_budget
         )

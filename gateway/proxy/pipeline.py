@@ -29,9 +29,13 @@ from gateway.telemetry.tracing import Tracing
 
 class Sink(Protocol):
     """Where finished records go (:class:`~gateway.telemetry.sinks.TelemetrySinks`: Prometheus, the
-    ledger, the log). ``publish`` does no I/O on the caller's path."""
+    ledger, the log). ``publish`` does no I/O on the caller's path; ``check`` raises the
+    :class:`~gateway.errors.GatewayError` of a sink that can't keep a record now (503
+    ``ledger_unavailable``), before the request is served."""
 
     def publish(self, record: RequestTelemetry) -> None: ...
+
+    def check(self) -> None: ...
 
 
 class Owners(Protocol):
@@ -88,14 +92,14 @@ class Pipeline:
 
     def need(self, prepared: Prepared, prompt_tokens: int, cached_tokens: int = 0) -> Need:
         """What the request holds while it runs: its sequences, ``sequences x (prompt + output)`` KV
-        tokens — the output budget capped at what the context leaves, ``GATEWAY_KV_OUTPUT_RESERVE_TOKENS``
-        when it sets none; the cached prefix counts too, as vLLM cannot evict blocks a running
-        sequence uses — and the lane if what it must prefill, the prompt less the prefix the backend's
-        cache holds (``cached_tokens``), is long. 400 ``context_length_exceeded`` when that is more than
-        the whole pool."""
+        tokens — the output budget capped at what the context leaves, ``GATEWAY_OUTPUT_RESERVE_TOKENS``
+        when it sets none (its cap, spliced once its tokens are reserved); the cached prefix counts
+        too, as vLLM cannot evict blocks a running sequence uses — and the lane if what it must
+        prefill, the prompt less the prefix the backend's cache holds (``cached_tokens``), is long.
+        400 ``context_length_exceeded`` when that is more than the whole pool."""
         settings = self.settings
         room = max(0, settings.max_model_len - prompt_tokens)
-        output = min(room, prepared.output_budget or settings.kv_output_reserve_tokens)
+        output = min(room, prepared.output_budget or settings.output_reserve_tokens)
         whole = prepared.sequences * (prompt_tokens + output)
         if whole > settings.kv_budget_tokens:
             message = (

@@ -155,6 +155,12 @@ class Placement:
             elif self.waiter is not None and self.backend is not None:
                 self.backend.admission.abandon(self.waiter)
 
+    def abort(self) -> None:
+        """Close the upstream response before its end: the backend aborts the sequence (the slot is
+        handed on by :meth:`upstream_done`, or :meth:`close`)."""
+        if self.upstream is not None:
+            self.upstream.close()
+
     async def enqueue(self, need: Need, prompt: PromptBlocks | None = None) -> bool:
         """Be admitted with ``need`` on the backend decided (:meth:`decide`) now if the request fits and
         fairness allows, else take a place in the key's queue (429 ``queue_full``); True if admitted.

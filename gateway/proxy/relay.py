@@ -5,9 +5,12 @@ byte); what one upstream read completes goes to the client in one write. A strea
 API's last event (OpenAI's ``data: [DONE]``, Anthropic's ``message_stop``, the Responses API's
 ``response.completed``: the translator's ``ends``); if upstream breaks or ends without it, the client
 gets one error event in its dialect and the stream ends — never a silent clean end that looks
-complete. When the last event arrives, before it is rewritten, an item with ``sequence_end`` is
-yielded: the backend has finished the sequence, and the caller may hand the slot on (and hand the
-last event's step the client's telemetry object, :attr:`RelayOutcome.telemetry`).
+complete. A sequence whose per-step usage passes the output cap it was sent (an upstream that
+ignores it: vLLM honours it) is cut after the event that passed it, with 502
+``upstream_overran_cap``: its reservation was made for no more. When the last event arrives, before
+it is rewritten, an item with ``sequence_end`` is yielded: the backend has finished the sequence,
+and the caller may hand the slot on (and hand the last event's step the client's telemetry object,
+:attr:`RelayOutcome.telemetry`).
 
 What the translator saw on the way (its :class:`~gateway.dialects.base.Step` values) goes up with
 each item, in order, for the request's owner to record: the relay records nothing itself.
@@ -40,12 +43,28 @@ def _broken(detail: str) -> GatewayError:
     return GatewayError("upstream_stream_error", f"The model server stream broke: {detail}")
 
 
+def _overran(tokens: int, cap: int) -> GatewayError:
+    message = f"The model server generated {tokens} tokens past the cap of {cap} it was sent; cut there."
+    return GatewayError("upstream_overran_cap", message)
+
+
+def _past(step: Step, cap: int | None) -> int | None:
+    """The completion tokens a step's per-step usage counts (of its sequence: vLLM counts each
+    choice's own) when they pass ``cap``, else None."""
+    seen = step.seen
+    if cap is None or seen is None or seen.usage is None or seen.final:
+        return None
+    tokens = seen.usage.get("completion_tokens")
+    return tokens if type(tokens) is int and tokens > cap else None
+
+
 @dataclass(slots=True)
 class RelayOutcome:
     """How the relay ended: ``done`` once the upstream's last event arrived, ``delivered`` once it went
     to the client (a client may hang up right after it: that is a complete response); ``error`` is
-    the error sent instead of ``[DONE]``, if any. ``telemetry``: the client's telemetry object, given
-    by the caller at the sequence's end (when the client asked for it) for the last event's step."""
+    the error sent instead of ``[DONE]``, if any (the stream ended before ``done``: the caller closes
+    the upstream). ``telemetry``: the client's telemetry object, given by the caller at the sequence's
+    end (when the client asked for it) for the last event's step."""
 
     done: bool = False
     delivered: bool = False
@@ -60,16 +79,22 @@ class EventPipe:
     :meth:`feed` yields a ``sequence_end`` item when the last event arrives (the upstream has
     finished the sequence), before it is rewritten. It raises :class:`MalformedResponseError` or
     :class:`EventTooLargeError`; the events completed before the failure stay in :attr:`ready` (they
-    go on before the error event), what they saw in :attr:`steps`.
+    go on before the error event), what they saw in :attr:`steps`. An event whose usage passes
+    ``cap`` (output tokens a sequence) before the last one sets :attr:`overran` and ends the feeding:
+    what came after it is dropped.
     """
 
-    def __init__(self, translator: Translator, outcome: RelayOutcome, max_event_bytes: int) -> None:
+    def __init__(
+        self, translator: Translator, outcome: RelayOutcome, max_event_bytes: int, cap: int | None = None
+    ) -> None:
         self._decoder = SSEDecoder(max_event_bytes)
         self._ends = translator.ends
         self._rewrite = translator.step
         self._outcome = outcome
+        self._cap = cap
         self.ready: list[bytes] = []
         self.steps: list[Step] = []
+        self.overran: GatewayError | None = None
 
     def feed(self, data: bytes) -> Iterator[Relayed]:
         """Decode and rewrite ``data`` into :attr:`ready` (and what it saw into :attr:`steps`), yielding
@@ -85,6 +110,10 @@ class EventPipe:
                 step = rewrite(event, payload)
             ready += step.events
             self.steps.append(step)
+            if not outcome.done and (tokens := _past(step, self._cap)) is not None:
+                assert self._cap is not None
+                self.overran = _overran(tokens, self._cap)
+                return
 
     def take(self) -> Relayed:
         """What is ready for the client, in one piece, and what was seen on the way (then empty)."""
@@ -113,22 +142,26 @@ async def relay_events(
     translator: Translator,
     outcome: RelayOutcome,
     max_event_bytes: int = MAX_EVENT_BYTES,
+    cap: int | None = None,
 ) -> AsyncGenerator[Relayed, None]:
     """Yield the upstream's SSE events through the ``translator``, the events one upstream read completes
     joined in one item (one write to the client, not one per event: at saturation a read holds
     several), with what the translator saw of them. A broken or truncated stream ends with its error
     in ``outcome`` (for the caller to send in the client's dialect): 504 ``upstream_timeout`` when the
     read timeout ran out, else 502 ``upstream_stream_error`` (reset, malformed chunk, an event over
-    ``max_event_bytes``, or an end before the last event); events completed before the failure are
+    ``max_event_bytes``, or an end before the last event), or 502 ``upstream_overran_cap`` after the
+    event whose usage passed ``cap`` (:class:`EventPipe`); events completed before the failure are
     still yielded, and a failure after the last event is none. A ``sequence_end`` item is yielded
     when the last event arrives, before it is rewritten (the caller hands the slot on then). Pure
     asyncio: the caller sends and records what it yields.
     """
-    pipe = EventPipe(translator, outcome, max_event_bytes)
+    pipe = EventPipe(translator, outcome, max_event_bytes, cap)
     try:
         async for chunk in response.chunks():
             for end in pipe.feed(chunk):
                 yield end
+            if pipe.overran is not None:
+                raise pipe.overran
             if pipe.ready or pipe.steps:
                 yield pipe.take()
     except GatewayError as exc:  # the upstream timed out or broke (see UpstreamResponse.chunks)

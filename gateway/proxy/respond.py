@@ -49,6 +49,7 @@ from gateway.errors import (
     internal_error,
 )
 from gateway.proxy.asks import Asked
+from gateway.proxy.delivery import Delivery
 from gateway.proxy.exchange import Exchange
 from gateway.proxy.pipeline import Pipeline
 from gateway.proxy.relay import Relayed, RelayOutcome, relay_events
@@ -78,6 +79,12 @@ class ExchangeResponse(Response):
         reply = Reply(send, self.dialect, settings.keep_alive_s)
         telemetry = request.headers.get("x-gateway-telemetry") == "1"
         request_id = scope["state"]["request_id"]
+        try:
+            pipeline.sink.check()  # refused unrecorded, as it would be served unrecorded
+        except GatewayError as error:
+            log.log(error.kind.log_level, "request %s: %d %s", request_id, error.status, error.code)
+            await reply.fail(error, [])
+            return
         asked = Asked(
             request.headers.get("x-session-affinity"),
             request.headers.get("x-max-wait-s"),
@@ -210,11 +217,14 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
     settings = exchange.pipeline.settings
     outcome = RelayOutcome()
     exchange.streaming()
-    events = relay_events(placement.upstream, prepared.translator, outcome, 2 * settings.max_body_bytes)
+    events = relay_events(
+        placement.upstream, prepared.translator, outcome, 2 * settings.max_body_bytes, prepared.output_budget
+    )
     buffer = StreamBuffer(settings.stream_buffer_bytes)
     timeout_s = settings.client_write_timeout_s
-    reading = asyncio.create_task(_read(events, buffer, outcome, timeout_s, exchange))
-    writing = asyncio.create_task(_write(buffer, reply, outcome))
+    sent = Delivery()
+    reading = asyncio.create_task(_read(events, buffer, outcome, timeout_s, exchange, sent))
+    writing = asyncio.create_task(_write(buffer, reply, outcome, sent))
     try:
         done, _ = await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
@@ -227,7 +237,7 @@ async def _relay(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
         try:  # a client gone now (cancelling this task) must not skip how the stream ended
             await asyncio.gather(*running, return_exceptions=True)
         finally:
-            exchange.stream_ended(outcome.delivered, outcome.error)
+            exchange.stream_ended(outcome.delivered, outcome.error, sent)
     if outcome.error is not None:
         await _fail(exchange, reply, outcome.error)
     else:
@@ -258,29 +268,38 @@ async def _read(
     outcome: RelayOutcome,
     timeout_s: float,
     exchange: Exchange,
+    sent: Delivery,
 ) -> None:
     """Put the relay's output into ``buffer`` (closed at the end) and record what the translator saw
-    on the way; when the backend has finished the sequence, hand its last event the client's
-    telemetry object and the slot on (at the latest once the upstream has ended);
-    :class:`ClientTooSlowError` when there was no room for ``timeout_s``."""
+    on the way (and mark it in ``sent``); when the backend has finished the sequence, hand its last
+    event the client's telemetry object and the slot on (at the latest once the upstream has
+    ended); :class:`ClientTooSlowError` when there was no room for ``timeout_s``. A relay that ended
+    before the sequence's end (broken, or cut past its output cap) closes the upstream first: the
+    backend aborts what it still runs before the slot is handed on."""
     placement = exchange.placement
     async with contextlib.aclosing(events):
         async for item in events:
             if item.steps:
                 exchange.saw(item.steps)
+                sent.saw(item.steps)
             if item.sequence_end:
                 outcome.telemetry = exchange.client_telemetry()
                 await placement.sequence_ended()
-            elif item.data and not await buffer.put(item.data, timeout_s, final=outcome.done):
-                raise ClientTooSlowError(timeout_s, buffer.size)
+            elif item.data:
+                if not await buffer.put(item.data, timeout_s, final=outcome.done):
+                    raise ClientTooSlowError(timeout_s, buffer.size)
+                sent.put(len(item.data))
+    if not outcome.done:
+        placement.abort()
     await placement.upstream_done()
     buffer.close()
 
 
-async def _write(buffer: StreamBuffer, reply: Reply, outcome: RelayOutcome) -> None:
-    """Send what waits in ``buffer`` until it is closed and empty; ``outcome.delivered`` once the last
-    event has been sent."""
+async def _write(buffer: StreamBuffer, reply: Reply, outcome: RelayOutcome, sent: Delivery) -> None:
+    """Send what waits in ``buffer`` until it is closed and empty, each send told to ``sent``;
+    ``outcome.delivered`` once the last event has been sent."""
     while (taken := await buffer.take()) is not None:
         data, final = taken
         await reply.events(data)
+        sent.sent(len(data))
         outcome.delivered = outcome.delivered or final

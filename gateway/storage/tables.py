@@ -168,6 +168,8 @@ class FileRow(Base):
     bytes: Mapped[int] = mapped_column(BigInteger)
     lines: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    #: When it expires (deleted by the sweep, unseen by its key from then); None: never.
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, index=True)
 
 
 class BatchRow(Base):

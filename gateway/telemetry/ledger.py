@@ -5,6 +5,13 @@
 statements of at most 10 rows, so a large batch never holds the event loop for long), and
 :meth:`close` writes what is left on shutdown. At most one interval of rows is at risk if the process
 is killed without a shutdown. No prompt text and no key are ever stored: the key's id and name only.
+
+A write that fails (the database locked, read-only, full or unreachable) keeps every row of it in
+memory, in order, for the next try: a row is written once, when a transaction holding it commits.
+Only a row the database refuses for what it holds (a constraint, a value it can't store) is dropped,
+and logged, so it can't block the others. While rows wait after a failure, :meth:`UsageLedger.trouble`
+says why (``/health`` reports it); once ``max_pending`` rows wait, :meth:`UsageLedger.check` refuses
+new requests (503 ``ledger_unavailable``) rather than let them be served unrecorded.
 """
 
 from __future__ import annotations
@@ -17,9 +24,12 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from sqlalchemy import BigInteger, String, and_, cast, extract, func, insert, or_, select
+from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ColumnElement
 
+from gateway.errors import GatewayError
+from gateway.storage.failures import reason
 from gateway.storage.tables import UsageRow, utc
 from gateway.telemetry.record import RequestTelemetry
 
@@ -31,6 +41,9 @@ _STATEMENT_ROWS = 10
 GroupBy = Literal["day", "key", "group", "model", "route", "batch"]
 #: What a usage time series is split by.
 SeriesBy = Literal["key", "group", "model"]
+#: Failures of a row the database refuses for what it holds: that row is dropped (and logged). Any
+#: other failure is the database's, and keeps every row for the next try.
+_REFUSED_ROW = (IntegrityError, DataError)
 
 
 _COLUMNS = [c.name for c in UsageRow.__table__.columns if c.name != "id"]
@@ -113,11 +126,21 @@ def _view(row: Any) -> dict[str, Any]:
 class UsageLedger:
     """Batched writer and reader of :class:`UsageRow`."""
 
-    def __init__(self, engine: AsyncEngine, flush_interval_s: float = 1.0, batch_size: int = 500) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        flush_interval_s: float = 1.0,
+        batch_size: int = 500,
+        max_pending: int = 10_000,
+    ) -> None:
         self._engine = engine
         self._interval = flush_interval_s
         self._batch_size = batch_size
+        self._max_pending = max_pending
         self._pending: list[dict[str, Any]] = []
+        self._writing = 0  # rows of the write under way
+        #: Why the last write failed, until one succeeds (None: it did).
+        self.failure: str | None = None
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -129,47 +152,84 @@ class UsageLedger:
     def add(self, record: RequestTelemetry) -> None:
         """Queue one row (O(1), no I/O)."""
         self._pending.append(_row(record))
-        if len(self._pending) >= self._batch_size:
-            self._wake.set()
+        if len(self._pending) >= self._batch_size and self.failure is None:
+            self._wake.set()  # after a failure, the next try waits its interval
+
+    @property
+    def unwritten(self) -> int:
+        """Rows not written yet: waiting, and in the write under way."""
+        return len(self._pending) + self._writing
+
+    @property
+    def backlog(self) -> int:
+        """Rows not written yet after a failed write (0 while writes succeed: rows between two
+        flushes are not a backlog)."""
+        return self.unwritten if self.failure is not None else 0
+
+    def trouble(self) -> str | None:
+        """Why rows wait unwritten, while any wait after a failed write; None otherwise."""
+        if not self.backlog:
+            return None
+        return f"{self.backlog} usage row(s) not written yet: {self.failure}"
+
+    def check(self) -> None:
+        """Raises 503 ``ledger_unavailable`` while ``max_pending`` rows or more wait after a failed
+        write: a request served now would not be recorded."""
+        if self.backlog >= self._max_pending:
+            message = f"The gateway cannot record usage ({self.failure}): requests are refused until it can."
+            raise GatewayError("ledger_unavailable", message)
 
     async def flush(self) -> int:
         """Write the pending rows now; return how many were written.
 
-        If the batch fails, rows are tried one by one: a row the database refuses is dropped (and
-        logged) so it can't block the others; if the database is down, all are kept for the next try.
+        If the batch fails because of the database, every row is kept for the next try; if the
+        database refuses a row's content, rows are tried one by one and only those refused are dropped
+        (logged).
         """
         batch, self._pending = self._pending, []
         if not batch:
             return 0
+        self._writing = len(batch)
         try:
-            async with self._engine.begin() as conn:
-                # one transaction, but statements of at most _STATEMENT_ROWS rows: binding rows takes
-                # the event loop's time, and the loop serves requests between statements
-                for start in range(0, len(batch), _STATEMENT_ROWS):
-                    await conn.execute(_INSERT, batch[start : start + _STATEMENT_ROWS])
+            return await self._write(batch)
+        finally:
+            self._writing = 0
+
+    async def _write(self, batch: list[dict[str, Any]]) -> int:
+        try:
+            await self._insert(batch)
+            self.failure = None
             return len(batch)
-        except Exception:
-            log.warning("usage ledger batch of %d failed; retrying row by row", len(batch))
+        except _REFUSED_ROW:
+            log.warning("usage ledger batch of %d refused; retrying row by row", len(batch))
+        except Exception as error:
+            return self._keep(batch, error)
         written = 0
         for index, row in enumerate(batch):
             try:
-                async with self._engine.begin() as conn:
-                    await conn.execute(_INSERT, [row])
+                await self._insert([row])
                 written += 1
-            except Exception:
-                if written == 0 and index == 0 and not await self._reachable():
-                    self._pending[:0] = batch  # database down: keep everything
-                    return 0
-                log.exception("usage ledger dropped row of request %s", row.get("request_id"))
+            except _REFUSED_ROW:
+                log.exception("usage ledger dropped row of request %s: refused", row.get("request_id"))
+            except Exception as error:
+                self._keep(batch[index:], error)
+                return written
+        self.failure = None
         return written
 
-    async def _reachable(self) -> bool:
-        try:
-            async with self._engine.connect() as conn:
-                await conn.execute(select(1))
-            return True
-        except Exception:
-            return False
+    async def _insert(self, rows: list[dict[str, Any]]) -> None:
+        async with self._engine.begin() as conn:
+            # one transaction, but statements of at most _STATEMENT_ROWS rows: binding rows takes the
+            # event loop's time, and the loop serves requests between statements
+            for start in range(0, len(rows), _STATEMENT_ROWS):
+                await conn.execute(_INSERT, rows[start : start + _STATEMENT_ROWS])
+
+    def _keep(self, rows: list[dict[str, Any]], error: Exception) -> int:
+        """``rows`` (not written for ``error``) kept ahead of those queued since, for the next try."""
+        self._pending[:0] = rows
+        self.failure = reason(error)
+        log.error("usage ledger: %d row(s) kept for the next try: %s", self.unwritten, self.failure)
+        return 0
 
     async def _run(self) -> None:
         while not self._stopping:

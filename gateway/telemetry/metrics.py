@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
 from prometheus_client import (
@@ -26,6 +27,7 @@ from prometheus_client import (
     ProcessCollector,
     disable_created_metrics,
 )
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from dspark_common.metric_series import BoundSeries
 from gateway.admission import Load, Reason
@@ -72,6 +74,35 @@ class PrefixCacheView(Protocol):
 
 def _from_source(view: PrefixCacheView, source: str) -> int:
     return int(view.source(time.monotonic()) == source)
+
+
+class KVEventCounts(Protocol):
+    """What the metrics read of a backend's KV event feed: its ignored messages and events by reason."""
+
+    @property
+    def ignored(self) -> Mapping[str, int]: ...
+
+
+class _KVEventsIgnored:
+    """``gateway_kv_events_ignored_total{backend,reason}``, read from each feed at scrape time (the
+    feed keeps its own counts: a counter that only grows, set from them)."""
+
+    def __init__(self) -> None:
+        self.feeds: dict[str, KVEventCounts] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "gateway_kv_events_ignored",
+            "KV event messages and events that changed nothing, by reason: malformed | block_size (not "
+            "GATEWAY_KV_BLOCK_SIZE) | out_of_order (a batch number the replay did not confirm) | "
+            "disconnected (a connection cut: a message over GATEWAY_KV_EVENTS_MAX_BYTES, or a "
+            "publisher gone)",
+            labels=("backend", "reason"),
+        )
+        for name, feed in self.feeds.items():
+            for reason, count in feed.ignored.items():
+                family.add_metric((name, reason), count)
+        yield family
 
 
 def _waiting(load: Load, reason: str) -> int:
@@ -143,6 +174,8 @@ class GatewayMetrics:
             ("backend",),
             registry=registry,
         )
+        self._kv_ignored = _KVEventsIgnored()
+        registry.register(self._kv_ignored)
         self._batch_lines = Counter(
             "gateway_batch_lines",
             "Batch lines this process answered, by outcome: ok (the output file) | error (the error file)",
@@ -152,6 +185,11 @@ class GatewayMetrics:
         self._batch_waiting = Gauge(
             "gateway_batch_lines_waiting",
             "Lines not answered yet of the batch this process runs (0: none runs here)",
+            registry=registry,
+        )
+        self._ledger_pending = Gauge(
+            "gateway_ledger_pending_rows",
+            "Usage rows kept in memory after a failed write, until the database takes them (0: writing)",
             registry=registry,
         )
         # by (model, key, api): bounded by the key table times the dialects
@@ -287,6 +325,10 @@ class GatewayMetrics:
         """Read how many sessions backend ``name``'s admission holds at every scrape."""
         self._session_holds.labels(name).set_function(functools.partial(_held, admission))
 
+    def watch_ledger(self, backlog: Callable[[], int]) -> None:
+        """Read the usage rows kept after a failed write (``backlog()``) at every scrape."""
+        self._ledger_pending.set_function(backlog)
+
     def batch_line(self, ok: bool) -> None:
         """A batch line answered and recorded."""
         self._batch_lines.labels("ok" if ok else "error").inc()
@@ -300,6 +342,10 @@ class GatewayMetrics:
         for source in CACHE_SOURCES:
             read = functools.partial(_from_source, view, source)
             self._cache_source.labels(name, source).set_function(read)
+
+    def watch_kv_events(self, name: str, feed: KVEventCounts) -> None:
+        """Read what backend ``name``'s KV event feed ignored at every scrape."""
+        self._kv_ignored.feeds[name] = feed
 
     def observe(self, record: RequestTelemetry) -> None:
         """Record one finished request."""

@@ -49,6 +49,7 @@ class RequestRecorder:
         "_split_chars",
         "_indices",
         "_output_chunks",
+        "_delivered",
     )
 
     def __init__(
@@ -76,6 +77,7 @@ class RequestRecorder:
         self._split_chars = [0, 0]
         self._indices: set[int] = set()  # choice indices seen: step accounting holds for n == 1 only
         self._output_chunks = 0  # stream chunks that carried output
+        self._delivered = (0, 0)  # a stream's output events and characters sent to the client
 
     @classmethod
     def start(
@@ -188,6 +190,11 @@ class RequestRecorder:
         if seen.metrics is not None:
             self._backend = seen.metrics
 
+    def delivered(self, events: int, chars: int) -> None:
+        """What a stream's client was sent of its output: ``events`` that carried output and the
+        ``chars`` of text in them (:class:`~gateway.proxy.delivery.Delivery`)."""
+        self._delivered = (events, chars)
+
     def observe_answer(self, seen: Observation) -> None:
         """A whole non-stream response's facts."""
         if seen.usage is not None:
@@ -234,6 +241,8 @@ class RequestRecorder:
             setattr(record, name, _int(raw))
         if self._output_chunks and record.finish_reason is None:  # a stream ended before its sequence
             record.completion_tokens = max(record.completion_tokens, self._output_floor())
+            # its prompt was prefilled whether or not a usage object said so (Responses: only at the end)
+            record.prompt_tokens = record.prompt_tokens or record.prompt_size_tokens
         details = usage.get("prompt_tokens_details")
         cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
         if cached > record.prompt_tokens:
@@ -255,11 +264,13 @@ class RequestRecorder:
         record.reasoning_tokens = reasoning
 
     def _output_floor(self) -> int:
-        """The fewest tokens a stream's output chunks so far can hold: one a chunk (each is at least
-        one engine step), or one per :data:`CHARS_PER_TOKEN` characters released, whichever is more.
-        What a stream that ended early is charged when its usage came only in its closing event
-        (Messages, Responses) or not at all."""
-        return max(self._output_chunks, sum(self._split_chars) // CHARS_PER_TOKEN)
+        """The fewest tokens the output events the client was sent (:meth:`delivered`) can hold: one
+        an event (each is at least one engine step), or one per :data:`CHARS_PER_TOKEN` characters,
+        whichever is more. What a stream that ended early is charged when its usage came only in its
+        closing event (Messages, Responses) or not at all: what reached the client, not what was read
+        ahead of it into the stream's buffer."""
+        events, chars = self._delivered
+        return max(events, chars // CHARS_PER_TOKEN)
 
     def _estimate_reasoning(self, tokens: int) -> float:
         """The reasoning share of ``tokens`` by the characters released so far: a whole body's tokens,

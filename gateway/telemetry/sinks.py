@@ -22,6 +22,11 @@ class TelemetrySinks:
         self.metrics = metrics
         self.ledger = ledger
 
+    def check(self) -> None:
+        """Raises 503 ``ledger_unavailable`` while the ledger can't keep more rows
+        (:meth:`~gateway.telemetry.ledger.UsageLedger.check`)."""
+        self.ledger.check()
+
     def publish(self, record: RequestTelemetry) -> None:
         """Record one finished request (no I/O on the caller's path: the ledger batches)."""
         self.metrics.observe(record)

@@ -1,19 +1,22 @@
 """One convention across the command line: plain help, --json a flag that prints JSON on stdout,
 show for every noun that has list, one --url (DSPARK_URL) with or without /v1 for every command
-that talks to a gateway, tables that keep a row on one line, and one line for a start-up failure."""
+that talks to a gateway, tables that keep a row on one line, one line for a start-up failure, and a
+run that imports only the command it runs."""
 
 from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import typer
 
-from dspark_cli import app
+from dspark_cli import command_line
 from tests.cli.conftest import Cli, error_of
 
-ROOT = typer.main.get_command(app)
+ROOT = typer.main.get_command(command_line(()))  # every command
 
 
 def commands(command=ROOT, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], object]]:
@@ -103,3 +106,18 @@ def test_a_revoked_key_is_not_rotated(cli: Cli) -> None:
 def test_an_address_without_its_scheme_is_one_clear_line(cli: Cli) -> None:
     refused = cli("keys", "list", "--url", "127.0.0.1:9", DSPARK_ADMIN_KEY="x", ok=False)
     assert error_of(refused) == "error: --url must start with http:// or https://, as http://127.0.0.1:9 does"
+
+
+#: Modules only other commands need: the simulator, the qualifier, the runtime, the server, the app.
+OTHERS = ("dspark_sim", "dspark_qualify", "dspark_runtime", "uvicorn", "gateway.app", "gateway.cli.reads")
+
+
+def test_a_run_imports_only_the_command_it_runs() -> None:
+    """``keys --help`` loads none of :data:`OTHERS` (importing them took most of a short run's time)."""
+    probe = (
+        "import sys\nfrom dspark_cli import main\ntry:\n    main(['keys', '--help'])\n"
+        f"except SystemExit:\n    print([m for m in {OTHERS!r} if m in sys.modules])"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert run.stdout.splitlines()[-1] == "[]", run.stdout + run.stderr
+    assert "Manage API keys" in run.stdout

@@ -27,7 +27,7 @@ async def test_start_up_leaves_the_heap_frozen() -> None:
     before = gc.get_threshold()
     assert before[2] != FULL_COLLECTION_EVERY
     config = uvicorn.Config(_app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
-    server = _GatewayServer(config, Drain(), grace_s=1.0)
+    server = _GatewayServer(config, Drain(), grace_s=1.0, ack_timeout_s=60)
     serving = asyncio.create_task(server.serve())
     try:
         async with asyncio.timeout(10):

@@ -5,6 +5,11 @@ scripted multi-turn conversation, with an eviction forced by a long unrelated pr
 few blocks, the cached tokens the gateway predicted from vLLM's own events match the
 ``cached_tokens`` vLLM reports on every turn, within one block.
 
+Each request asks for one token, so it is one engine step, which publishes one batch of events when it
+stored a block (or evicted one); before the next turn, the gateway must have received every batch the
+turns so far stored blocks in — vLLM publishes them from a thread of its own, and on a loaded machine
+the answer can arrive first (the next turn was then predicted without the last one's blocks).
+
 The pool is shrunk to :data:`POOL_BLOCKS` blocks of :data:`BLOCK` tokens (``--num-gpu-blocks-override``,
 the least vLLM accepts for its 512-token context) so that a prompt of nearly 512 tokens evicts what
 came before it; ``--enable-prompt-tokens-details`` makes vLLM report ``cached_tokens``.
@@ -62,8 +67,15 @@ def test_predicted_cached_tokens_match_what_vllm_reports_on_every_turn(
     )  # fmt: skip
     key, admin = make_key("agent"), make_key("admin", scopes=["admin"])
 
+    def feed() -> dict:
+        auth = {"Authorization": f"Bearer {admin}"}
+        status = httpx.get(gateway.url + "/admin/status", headers=auth, timeout=60).json()
+        return status["backends"][0]["prefix_cache"]["events"]
+
+    storing = [feed()["batches"]]  # the batches before the first turn, then one per turn that stored blocks
+
     def ask(messages: list[dict]) -> dict:
-        body = {"model": TINY_MODEL_NAME, "messages": messages, "max_tokens": 4, "temperature": 0}
+        body = {"model": TINY_MODEL_NAME, "messages": messages, "max_tokens": 1, "temperature": 0}
         answer = httpx.post(
             gateway.url + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"},
             timeout=120,
@@ -72,24 +84,26 @@ def test_predicted_cached_tokens_match_what_vllm_reports_on_every_turn(
         request_id = answer.headers["x-request-id"]
 
         def row() -> dict | None:
-            rows = httpx.get(gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"})
+            rows = httpx.get(
+                gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"}, timeout=60
+            )
             return next((r for r in rows.json()["data"] if r["request_id"] == request_id), None)
 
         wait_until(lambda: row() is not None, what="its row")
         found = row()
         assert found is not None
-        assert found["cached_tokens"] == answer.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+        usage = answer.json()["usage"]
+        cached = usage["prompt_tokens_details"]["cached_tokens"]
+        assert found["cached_tokens"] == cached
         # the events of this turn's blocks have come: the next turn is predicted from them
-        wait_until(lambda: feed()["last_batch_age_s"] is not None, what="events")
+        storing.append(int(usage["prompt_tokens"] // BLOCK > cached // BLOCK))
+        wait_until(lambda: feed()["batches"] >= sum(storing), what="this turn's events")
         return found
-
-    def feed() -> dict:
-        status = httpx.get(gateway.url + "/admin/status", headers={"Authorization": f"Bearer {admin}"}).json()
-        return status["backends"][0]["prefix_cache"]["events"]
 
     counted = httpx.post(
         vllm_with_events.base_url + "/tokenize",
         json={"model": TINY_MODEL_NAME, "messages": [{"role": "user", "content": "filler " * 100}]},
+        timeout=60,
     ).json()["count"]
     unrelated = [{"role": "user", "content": "filler " * (100 * 440 // counted)}]  # ~440 tokens
     conversation = [{"role": "system", "content": "You are a careful assistant. " * 8}]

@@ -6,10 +6,13 @@ what it answered; another key sees none of it."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import sqlite3
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +20,13 @@ import httpx
 import openai
 import pytest
 
+from tests.support.gateway_process import GatewayProcess, clean_env
 from tests.support.probes import scrape, wait_until
 
 MODEL = "deepseek-v4-flash-0731"
 CHAT = "/v1/chat/completions"
+#: Longest wait for ``/health`` while a batch is checked, seconds (see the test that uses it).
+HEALTH_S = 2.0
 
 
 def line(custom_id: str, url: str = "/v1/chat/completions", **body: Any) -> bytes:
@@ -28,6 +34,12 @@ def line(custom_id: str, url: str = "/v1/chat/completions", **body: Any) -> byte
                "max_tokens": 8, **body}  # fmt: skip
     item = {"custom_id": custom_id, "method": "POST", "url": url, "body": request}
     return json.dumps(item).encode() + b"\n"
+
+
+def hostile(custom_id: str, value: bytes) -> bytes:
+    """A line whose body holds ``value`` (JSON text, written as it is) as field ``x``."""
+    start = json.dumps({"custom_id": custom_id, "method": "POST", "url": CHAT, "body": {"model": MODEL}})
+    return start[:-2].encode() + b', "x": ' + value + b"}}\n"
 
 
 def client(gateway: Any, key: str) -> openai.OpenAI:
@@ -249,3 +261,74 @@ def test_a_batch_past_its_window_expires_keeping_what_it_answered(
     assert len(answered) == done.request_counts.completed >= 2 and len(answered) + len(missing) == 60
     assert {row["error"]["code"] for row in missing.values()} == {"batch_expired"}
     assert all(row["response"] is None for row in missing.values())
+
+
+def test_hostile_lines_are_refused_by_their_shape_without_holding_up_the_gateway(
+    make_key: Callable[..., str], database_url: str, tmp_path: Path
+) -> None:
+    """Three 31 MiB lines of ``[],[],…`` (ten million arrays each: seconds of parsing each, on the event
+    loop before) fail the batch, each naming the bound it broke, while ``/health`` answers throughout.
+
+    /health is asked in a loop from the batch's creation to its end, each answer awaited at most
+    :data:`HEALTH_S`. Without the bound each line was parsed on the gateway's loop, ~3 s on this
+    2-core machine (8 s in the report), so a health call waited that long; with it the loop waits at
+    most one piece of a line's measure or a thread's turn (milliseconds). 2 s is far above that even
+    with the machine loaded, and below what one such parse costs."""
+    gateway = GatewayProcess(
+        clean_env(database_url=database_url, files_dir=tmp_path / "files"), tmp_path / "gateway.log"
+    ).start()
+    try:
+        sdk = client(gateway, make_key("hostile"))
+        wide = b"[" + b"[]," * (31 * 1024 * 1024 // 3) + b"[]]"  # ten million arrays
+        deep = b"[" * 100 + b"]" * 100
+        content = line("fine") + b"".join(hostile(f"w{n}", wide) for n in range(3)) + hostile("deep", deep)
+        made = upload(sdk, content)
+        del content, wide
+        slowest, stop = [0.0], threading.Event()
+
+        def poll() -> None:
+            with httpx.Client(timeout=HEALTH_S) as http:
+                while not stop.is_set():
+                    began = time.monotonic()
+                    with contextlib.suppress(httpx.TimeoutException):  # counted as HEALTH_S below
+                        http.get(gateway.url + "/health").raise_for_status()
+                    slowest[0] = max(slowest[0], time.monotonic() - began)
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            done = until_ended(sdk, create(sdk, made).id)
+        finally:
+            stop.set()
+            poller.join()
+        assert done.status == "failed" and done.request_counts.completed == 0
+        errors = [(e.code, e.line) for e in done.errors.data]
+        assert errors == [("line_too_complex", n) for n in (2, 3, 4, 5)]
+        assert all("more than 10000 objects and arrays" in e.message for e in done.errors.data[:3])
+        assert "nested more than 64 levels" in done.errors.data[3].message
+        assert slowest[0] < HEALTH_S, f"/health waited {slowest[0]:.1f} s"
+    finally:
+        gateway.terminate()
+        gateway.wait(timeout_s=30)
+
+
+def test_a_batch_checked_by_a_gateway_that_kept_no_requests_is_checked_again_and_runs(
+    start_sim, start_gateway, make_key, tmp_path: Path
+) -> None:
+    """A batch under way whose kept requests are missing (validated by an older gateway, which kept
+    none) is checked again by the gateway that takes it up, and every line is answered once."""
+    sim, files = start_sim(decode_tps=40), tmp_path / "files"
+    first = start_gateway(sim.url, files_dir=files)
+    sdk = client(first, make_key("owner"))
+    batch = create(sdk, upload(sdk, b"".join(line(f"k-{n}") for n in range(30))))
+    wait_until(lambda: sdk.batches.retrieve(batch.id).request_counts.completed >= 2, what="two lines")
+    first.stop()  # its lease given back
+    kept = files / ".batches" / f"{batch.id}.requests"
+    assert kept.exists()
+    kept.unlink()
+    second = start_gateway(sim.url, files_dir=files)
+    again = client(second, sdk.api_key)
+    done = until_ended(again, batch.id)
+    assert done.status == "completed" and done.request_counts.completed == 30
+    assert sorted(results(again, done.output_file_id)) == sorted(f"k-{n}" for n in range(30))
+    assert not kept.exists()  # removed when the batch ended

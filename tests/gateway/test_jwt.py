@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import io
 import json
 import subprocess
 import sys
@@ -12,10 +13,14 @@ import time
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jose import jwk, jwt
+
+from gateway.auth.tokens import TokenConfig, mint
+from tests.support.probes import wait_until
 
 MODEL = "deepseek-v4-flash-0731"
 SECRET = "test-secret-0123456789abcdef0123456789"
@@ -203,3 +208,34 @@ def test_a_short_jwt_secret_is_refused_at_start(tmp_path: Path) -> None:
         [CLI, "serve", "--port", "1"], capture_output=True, text=True, env=env, timeout=60
     )
     assert started.returncode != 0 and "jwt_secret" in (started.stdout + started.stderr)
+
+
+def test_equal_subjects_of_two_issuers_are_two_principals(gateway, rsa_keys) -> None:
+    """A gateway-minted token and the identity provider's, both for ``alice``: neither reads the other's
+    file, and the ledger names each with its issuer."""
+    minted = mint(TokenConfig(SECRET, "dspark-gateway", "dspark-gateway"), "alice", ["admin"], 300)
+    from_idp = jwt.encode(claims(scope="admin"), rsa_keys[0], algorithm="RS256", headers={"kid": "k1"})
+    ours, theirs = (
+        openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
+        for token in (minted, from_idp)
+    )
+    made = ours.files.create(file=("input.jsonl", io.BytesIO(b'{"a": 1}\n')), purpose="batch")
+    assert ours.files.retrieve(made.id).id == made.id
+    with pytest.raises(openai.NotFoundError):
+        theirs.files.retrieve(made.id)
+    assert theirs.files.list().data == []
+    for client in (ours, theirs):
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=1
+        )
+
+    def names() -> set[str]:
+        rows = call(gateway, minted, "/admin/requests").json()["data"]
+        return {row["key_name"] for row in rows}
+
+    issuers = {
+        hashlib.sha256(iss.encode()).hexdigest()[:12] for iss in ("dspark-gateway", "https://idp.example")
+    }
+    wait_until(
+        lambda: names() == {f"jwt:{digest}:alice" for digest in issuers}, timeout_s=60, what="two rows"
+    )

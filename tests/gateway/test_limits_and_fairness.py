@@ -13,7 +13,7 @@ import httpx
 import openai
 
 from tests.support.clients import seconds_of
-from tests.support.probes import wait_until
+from tests.support.probes import START_TIMEOUT_S, wait_until
 from tests.support.servers import free_port
 
 MODEL = "deepseek-v4-flash-0731"
@@ -158,13 +158,13 @@ def test_two_gateway_processes_share_one_limit_through_redis(
         urls.append(f"http://127.0.0.1:{port}")
     try:
         for url in urls:
-            wait_until(lambda url=url: _ready(url), timeout_s=30, what=f"gateway {url}")
+            wait_until(lambda url=url: _ready(url), timeout_s=START_TIMEOUT_S, what=f"gateway {url}")
         codes = [chat(key, url).status_code for url in (urls[0], urls[1], urls[0], urls[1])]
         assert codes == [200, 200, 200, 429]  # one budget of 3, not 3 per process
     finally:
         for process in processes:
             process.terminate()
-            process.wait(timeout=15)
+            process.wait(timeout=START_TIMEOUT_S)
 
 
 def _ready(url: str) -> bool:

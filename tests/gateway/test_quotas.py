@@ -58,6 +58,7 @@ def test_a_spent_quota_is_refused_in_each_clients_shape_until_it_resets(start_si
             "period": "day",
             "mode": "enforce",
             "used": spent,
+            "held": 0,
             "remaining": 60 - spent,
             "resets_at": datetime.fromtimestamp(midnight, UTC).isoformat(),
         }

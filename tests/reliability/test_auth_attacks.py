@@ -27,7 +27,7 @@ from dspark_sim import SimConfig, create_sim_app
 from gateway.auth import Authenticator, KeyStore
 from gateway.auth.secrets import hash_key
 from tests.conftest import FAST_SIM
-from tests.support.probes import wait_until
+from tests.support.probes import START_TIMEOUT_S, wait_until
 from tests.support.servers import ThreadedServer, free_port
 
 MODEL = "deepseek-v4-flash-0731"
@@ -451,7 +451,7 @@ def test_canaries_never_reach_logs_or_the_database(make_key, database_url, tmp_p
                                env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _up(url), timeout_s=30, what="the gateway subprocess")
+        wait_until(lambda: _up(url), timeout_s=START_TIMEOUT_S, what="the gateway subprocess")
         chat = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 8}
         broken = f'{{"model": "{MODEL}", "messages": [{{"role": "user", "content": "{prompt}'
         invalid_text = {"model": MODEL, "prompt": prompt, "max_tokens": "x" + prompt}
@@ -472,7 +472,7 @@ def test_canaries_never_reach_logs_or_the_database(make_key, database_url, tmp_p
         assert [a.status_code for a in answers] == [200, 200, 400, 400, 403, 401, 401, 401] + [401] * 8
     finally:
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0
+        assert process.wait(timeout=START_TIMEOUT_S) == 0  # a drain, then a flush: bounded, not timed
         log.close()
     output = (tmp_path / "gateway.log").read_bytes()
     assert b"GET /v1/models" in output and b"401" in output and b"DEBUG" in output  # it did log, verbosely

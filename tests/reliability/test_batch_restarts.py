@@ -1,26 +1,73 @@
-"""A batch of 2,000 lines through gateways that die under it: killed (kill -9) while a second replica
-on the same database waits, the batch is taken over once its lease lapses; stopped (SIGTERM), the
-lease is given back and a restarted gateway resumes at once. Either way every line is answered
-exactly once in the output file (real processes, the official ``openai`` SDK as the client)."""
+"""A batch through gateways that die under it: killed (kill -9) while a second replica on the same
+database waits, the batch is taken over once its lease lapses; stopped (SIGTERM), the lease is given
+back and a restarted gateway resumes at once. Either way every line is answered exactly once in the
+output file (real processes, the official ``openai`` SDK as the client).
+
+The simulator sits behind a :class:`Gate` that answers the first :data:`PASSED` lines and holds every
+later one until the test opens it: the death lands while the batch is surely mid-run (lines
+answered, lines in flight, lines not sent), whatever the machine's speed."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import sqlite3
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
+import pytest
 
+from dspark_sim import SimConfig, create_sim_app
+from tests.conftest import FAST_SIM
 from tests.support.gateway_process import GatewayProcess
 from tests.support.probes import wait_until
 from tests.support.servers import ThreadedServer
 
 MODEL = "deepseek-v4-flash-0731"
-LINES = 2_000
+LINES = 60
+#: Lines the gate lets through before it holds the rest; a death after that leaves at least
+#: ``LINES - PASSED - slots`` lines to the gateway that takes the batch up.
+PASSED = 20
 CHAT = "/v1/chat/completions"
+
+
+class Gate:
+    """ASGI app in front of ``app``: the first ``passed`` chat requests go through, later ones wait
+    until :meth:`open` (``held`` counts them)."""
+
+    def __init__(self, app: Any, passed: int) -> None:
+        self.app = app
+        self.passed = passed
+        self.seen = 0
+        self.held = 0
+        self._opened = threading.Event()
+
+    def open(self) -> None:
+        self._opened.set()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == CHAT:
+            self.seen += 1
+            if self.seen > self.passed:
+                self.held += 1
+                await asyncio.to_thread(self._opened.wait)  # set from the test's thread
+        await self.app(scope, receive, send)
+
+
+@pytest.fixture
+def gate() -> Iterator[tuple[Gate, str]]:
+    """The simulator behind a :class:`Gate` of :data:`PASSED` lines, and its URL (opened at the end,
+    so nothing waits on it as the server stops)."""
+    gate = Gate(create_sim_app(SimConfig(**FAST_SIM)), PASSED)
+    server = ThreadedServer(gate).start()
+    yield gate, server.url
+    gate.open()
+    server.stop()
 
 
 def batch_input() -> bytes:
@@ -66,61 +113,61 @@ def answered_once(sdk: openai.OpenAI, batch_id: str, timeout_s: float) -> Any:
     return batch
 
 
-def gateways(
-    start_sim: Callable[..., ThreadedServer],
-    gateway_processes: Callable[..., GatewayProcess],
-    database_url: str,
-    **settings: object,
-) -> Callable[[], GatewayProcess]:
-    """``start()``: one more gateway process on the same simulator, database and ``settings``."""
-    sim = start_sim()
-    return lambda: gateway_processes(sim.url, database_url, **settings)
-
-
-def batch_under_way(gateway: GatewayProcess, make_key: Callable[..., str]) -> tuple[str, openai.OpenAI, str]:
-    """A key's batch of :data:`LINES` started on ``gateway``, once 300 lines are answered: (key, its
-    client, the batch id)."""
+def batch_under_way(
+    gateway: GatewayProcess, gate: Gate, make_key: Callable[..., str]
+) -> tuple[str, openai.OpenAI, str]:
+    """A key's batch of :data:`LINES` started on ``gateway``, once a line waits at the gate (the
+    :data:`PASSED` before it answered): (key, its client, the batch id)."""
     key = make_key("batcher")
     sdk, batch_id = start_batch(gateway, key)
-    wait_until(lambda: completed(sdk, batch_id) >= 300, timeout_s=120, what="300 lines answered")
+    wait_until(lambda: gate.held > 0, timeout_s=120, what="a line held at the gate")
     return key, sdk, batch_id
 
 
+def ready(gateway: GatewayProcess) -> bool:
+    try:
+        return httpx.get(gateway.url + "/ready", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def test_a_batch_killed_mid_way_is_taken_over_by_another_replica(
-    start_sim: Callable[..., ThreadedServer],
+    gate: tuple[Gate, str],
     gateway_processes: Callable[..., GatewayProcess],
     make_key: Callable[..., str],
     database_url: str,
     tmp_path: Path,
 ) -> None:
-    start = gateways(
-        start_sim, gateway_processes, database_url, files_dir=tmp_path / "files", batch_lease_ttl_s=2
-    )
-    replicas = [start(), start()]
-    key, sdk, batch_id = batch_under_way(replicas[0], make_key)
+    held, sim_url = gate
+    settings = {"files_dir": tmp_path / "files", "batch_lease_ttl_s": 2}
+    replicas = [gateway_processes(sim_url, database_url, **settings) for _ in range(2)]
+    key, sdk, batch_id = batch_under_way(replicas[0], held, make_key)
     [running] = [r for r in replicas if r.pid == holder_pid(database_url, batch_id)]
     [standby] = [r for r in replicas if r is not running]
     running.kill()
+    held.open()
     survivor = sdk_for(standby, key)
     assert completed(survivor, batch_id) < LINES, "the batch ended before the kill: nothing was proved"
-    answered_once(survivor, batch_id, timeout_s=240)
+    answered_once(survivor, batch_id, timeout_s=120)
 
 
 def test_a_batch_stopped_mid_way_resumes_at_once_on_restart(
-    start_sim: Callable[..., ThreadedServer],
+    gate: tuple[Gate, str],
     gateway_processes: Callable[..., GatewayProcess],
     make_key: Callable[..., str],
     database_url: str,
     tmp_path: Path,
 ) -> None:
+    held, sim_url = gate
     # a lease of 600 s: only its release lets a restarted gateway resume within the test's wait
-    start = gateways(
-        start_sim, gateway_processes, database_url, files_dir=tmp_path / "files", batch_lease_ttl_s=600
-    )
-    first = start()
-    key, sdk, batch_id = batch_under_way(first, make_key)
+    settings = {"files_dir": tmp_path / "files", "batch_lease_ttl_s": 600}
+    first = gateway_processes(sim_url, database_url, **settings)
+    key, sdk, batch_id = batch_under_way(first, held, make_key)
     first.terminate()
+    # the lines in flight may end once the gateway drains (it sends no more): only then
+    wait_until(lambda: not ready(first), timeout_s=60, what="the gateway draining")
+    held.open()
     assert first.wait(30) == 0
-    restarted = sdk_for(start(), key)
+    restarted = sdk_for(gateway_processes(sim_url, database_url, **settings), key)
     assert completed(restarted, batch_id) < LINES, "the batch ended before the stop: nothing was proved"
-    answered_once(restarted, batch_id, timeout_s=240)  # well within the lease: it was given back
+    answered_once(restarted, batch_id, timeout_s=120)  # well within the lease: it was given back

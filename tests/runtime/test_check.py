@@ -140,9 +140,7 @@ def test_graph_capture_covers_the_verify_shape(
         ({"ucx_mem_mmap_hook_mode": None}, "UCX_MEM_MMAP_HOOK_MODE"),
         ({"ucx_rcache_max_unreleased": None}, "UCX_RCACHE_MAX_UNRELEASED"),
         ({"default_thinking": "off"}, "DEFAULT_THINKING"),
-        ({"kv_events_port": 8000}, "KV_EVENTS_PORT"),  # vLLM's own port
-        ({"kv_events_replay_port": 5557}, "KV_EVENTS_PORT"),
-        ({"kv_events_replay_port": 70000}, "KV_EVENTS_REPLAY_PORT"),
+        ({"vllm_port": 70000}, "VLLM_PORT"),
     ],
 )
 def test_other_profile_refusals(

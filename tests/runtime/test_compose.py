@@ -95,10 +95,10 @@ def test_compose_launches_the_rendered_command(
     assert env["OTLP_TRACES_ENDPOINT"] == traces
     assert service["entrypoint"] == ["/bin/bash", "-c"]
     words = shlex.split(interpolate(service["command"][0], env))
-    assert words[0] == "exec"
+    assert words[:4] == ["umask", "0007", "&&", "exec"]
     expected_argv, expected_env = render(load_profile(profile, node), rank)
     assert ("--otlp-traces-endpoint" in expected_argv) == bool(traces)
-    composed = argv_dict(words[1:])
+    composed = argv_dict(words[4:])
     expected = argv_dict(expected_argv)
     # render prints the utilisation as a number (0.8); the env file says 0.80
     util = "--gpu-memory-utilization"

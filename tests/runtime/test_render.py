@@ -7,6 +7,7 @@ import shlex
 
 import pytest
 
+from dspark_common.zmq_endpoints import check_endpoint
 from dspark_runtime import RuntimeProfile, gateway_defaults, load_profile, render
 from dspark_runtime.profile import profile_path
 from tests.runtime.conftest import HEAD_TEMPLATE, WORKER_TEMPLATE, argv_dict
@@ -75,13 +76,15 @@ def test_balanced_matches_the_recipe_canonical_profile(balanced_head: RuntimePro
     assert flags["model"] == "deepseek-ai/DeepSeek-V4-Flash-0731"
 
 
-#: What the profiles add to the report's command: vLLM's KV cache events, on loopback, for the gateway.
+#: What the profiles add to the report's command: vLLM's KV cache events, for the gateway, on Unix
+#: sockets in a directory only the two reach (never a port: any process of the host could read every
+#: tenant's token ids there, or publish forged blocks).
 ADDED = {
     "--kv-events-config": {
         "enable_kv_cache_events": True,
         "publisher": "zmq",
-        "endpoint": "tcp://127.0.0.1:5557",
-        "replay_endpoint": "tcp://127.0.0.1:5558",
+        "endpoint": "ipc:///run/dspark-kv/events",
+        "replay_endpoint": "ipc:///run/dspark-kv/replay",
     }
 }
 
@@ -103,6 +106,19 @@ def test_throughput_renders_the_report_command_on_loopback() -> None:
     differences = {flag for flag in ours if ours[flag] != report[flag]}
     assert differences == {"--host", "--port", "--gpu-memory-utilization"}
     assert float(str(ours["--gpu-memory-utilization"])) == 0.80
+
+
+def test_the_kv_events_directory_is_an_absolute_path_a_socket_address_holds(tmp_path) -> None:
+    """It goes unquoted into vLLM's ``bash -c`` line, and ``<dir>/replay`` must fit ``sun_path``; the
+    endpoints it makes are those the gateway accepts."""
+    for value in ("run/dspark-kv", "/run/dspark kv", "/run/$(id)", "/" + "d" * 100):
+        profile = tmp_path / "custom.env"
+        profile.write_text(f"KV_EVENTS_DIR={value}\n")
+        with pytest.raises(ValueError, match="KV_EVENTS_DIR"):
+            load_profile(profile)
+    profile.write_text("KV_EVENTS_DIR=/" + "d" * 99 + "\n")
+    endpoints = load_profile(profile).kv_events_endpoints
+    assert [check_endpoint(endpoint) for endpoint in endpoints] == list(endpoints)
 
 
 def test_ranks() -> None:
@@ -134,9 +150,9 @@ def test_gateway_defaults() -> None:
         "long_prompt_tokens": 32_768,
         "express_slots": 1,
         "upstream_priority": False,
-        "kv_events": "tcp://127.0.0.1:5557",
-        "kv_events_replay": "tcp://127.0.0.1:5558",
-        "kv_events_bind": True,
+        "kv_events": "ipc:///run/dspark-kv/events",
+        "kv_events_replay": "ipc:///run/dspark-kv/replay",
+        "kv_events_bind": False,
         "kv_block_size": 256,
     }
     throughput = load_profile("throughput", HEAD_TEMPLATE)  # its empty KV_CAPACITY_TOKENS wins

@@ -129,6 +129,12 @@ def test_decode_tps_directive_sets_one_sequences_speed(sim):
         assert httpx.post(sim.base_url + CHAT, json=chat_body(f"#sim:decode_tps={bad}")).status_code == 400
 
 
+def test_ignore_max_tokens_generates_past_the_cap_it_was_given(sim):
+    body = chat_body("count to 50 #sim:ignore_max_tokens=1", max_tokens=5)
+    answer = httpx.post(sim.base_url + CHAT, json=body, timeout=10).json()
+    assert answer["usage"]["completion_tokens"] > 5 and answer["choices"][0]["finish_reason"] == "stop"
+
+
 def test_stall_delays_the_first_byte(sim):
     start = time.perf_counter()
     response = httpx.post(sim.base_url + CHAT, json=chat_body("count to 2 #sim:stall=0.3"))

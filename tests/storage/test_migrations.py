@@ -38,7 +38,7 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "unversioned"
 MODEL = "deepseek-v4-flash-0731"
 UPGRADE_HINT = "run `dspark-gateway db upgrade`"
 #: How messages name this gateway's schema.
-HEAD_REVISION = "0014"
+HEAD_REVISION = "0015"
 HEAD = HEAD_REVISION  # not a release's schema yet
 #: The shape (its number in ``unversioned.SHAPES``) each fixture's commit made: the commits that
 #: followed ``SHAPES[n].commit`` up to the next shape's.

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.probes import wait_serving
+from tests.support.probes import START_TIMEOUT_S, wait_serving
 from tests.support.servers import free_port
 
 BIN = str(Path(sys.executable).parent / "dspark-gateway")
@@ -32,7 +32,7 @@ class GatewayProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 30) -> GatewayProcess:
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> GatewayProcess:
         """Start and wait until ``/ready`` answers 200; raise ``AssertionError`` with the log if not."""
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(

@@ -30,9 +30,12 @@ class OidcProvider:
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
 
-    def settings(self) -> dict[str, object]:
-        """The gateway settings that sign in with this provider (``groups`` holding gateway-admins)."""
+    def settings(self, gateway_port: int) -> dict[str, object]:
+        """The settings of a gateway on ``gateway_port`` that signs in with this provider (``groups``
+        holding gateway-admins), the provider's answer coming back to that gateway."""
         return {
+            "port": gateway_port,
+            "oidc_redirect_url": f"http://127.0.0.1:{gateway_port}/console/oidc/callback",
             "oidc_issuer": self.issuer,
             "oidc_client_id": CLIENT_ID,
             "oidc_client_secret": CLIENT_SECRET,

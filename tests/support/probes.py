@@ -10,10 +10,17 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+#: Seconds a server started for a test may take to answer (a bound on a wait, not a measurement: a
+#: Python process importing the gateway on a loaded 2-core machine has taken over 30 s).
+START_TIMEOUT_S = 120.0
+#: Seconds one request of a probe may take: a server sharing a loaded machine (or, in a thread, the
+#: test process's GIL with a busy simulator) may answer late; a bound, not a measurement.
+PROBE_TIMEOUT_S = 60.0
+
 
 def scrape(url: str, headers: dict[str, str] | None = None) -> dict[str, float]:
     """Samples of `url`/metrics: `{name{sorted labels}: value}` and `{name: sum over labels}`."""
-    text = httpx.get(url + "/metrics", headers=headers, timeout=5).text
+    text = httpx.get(url + "/metrics", headers=headers, timeout=PROBE_TIMEOUT_S).text
     values: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -24,7 +31,7 @@ def scrape(url: str, headers: dict[str, str] | None = None) -> dict[str, float]:
     return values
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0, what: str = "condition") -> None:
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 60.0, what: str = "condition") -> None:
     """Poll ``predicate`` every 20 ms; raise ``AssertionError`` naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while not predicate():

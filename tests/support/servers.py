@@ -11,6 +11,7 @@ from typing import Any
 import uvicorn
 
 from gateway.cli.serve import server_config
+from tests.support.probes import START_TIMEOUT_S
 
 
 def free_port() -> int:
@@ -32,7 +33,7 @@ class ThreadedServer:
         self.server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self.server.run, daemon=True)
 
-    def start(self, timeout_s: float = 20) -> ThreadedServer:
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> ThreadedServer:
         self._thread.start()
         deadline = time.monotonic() + timeout_s
         while not self.server.started:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.probes import wait_serving
+from tests.support.probes import START_TIMEOUT_S, wait_serving
 from tests.support.servers import free_port
 
 
@@ -21,7 +21,7 @@ class SimProcess:
         self.args = ["--port", str(self.port), "--log-level", "warning", *args]
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 30) -> SimProcess:
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> SimProcess:
         with self.log_path.open("ab") as log:
             command = [sys.executable, "-m", "dspark_sim", *self.args]
             self.process = subprocess.Popen(command, stdout=log, stderr=log)

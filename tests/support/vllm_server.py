@@ -104,7 +104,7 @@ class VLLMServer:
         extra_args: Sequence[str] = (),
         *,
         env: Mapping[str, str] | None = None,
-        startup_timeout: float = 180.0,
+        startup_timeout: float = 600.0,
         log_dir: Path | str = CACHE_DIR / "vllm-logs",
     ) -> None:
         self.model_dir = Path(model_dir)

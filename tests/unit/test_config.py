@@ -20,6 +20,11 @@ REPO = Path(__file__).resolve().parents[2]
         ({"slots": 2, "max_n": 3}, "max_n"),  # a request of 3 sequences could never hold 2 slots
         ({"jwt_secret": "short"}, "jwt_secret"),  # RFC 7518 section 3.2: 32 characters for HS256
         ({"metrics_token": "short"}, "metrics_token"),
+        # the callback is never built from a request's Host header
+        (
+            {"oidc_issuer": "https://idp.test", "oidc_client_id": "c", "oidc_admin_values": ("admins",)},
+            "oidc_redirect_url",
+        ),
     ],
 )
 def test_unusable_settings_are_refused(fields: dict[str, object], named: str) -> None:

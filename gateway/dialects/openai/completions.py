@@ -15,6 +15,9 @@ from gateway.dialects.openai.normalize import normalize_completion
 from gateway.dialects.prompt_count import completion_count
 from gateway.reasoning.policy import SplitMode
 
+#: The output budget of a completion that sets no ``max_tokens``: vLLM's default, as OpenAI's.
+DEFAULT_MAX_TOKENS = 16
+
 
 class TextCompletions(OpenAIDialect):
     """The text completions dialect."""
@@ -30,7 +33,7 @@ class TextCompletions(OpenAIDialect):
         payload = request.payload(parsed.body)
         normalized = normalize_completion(payload, context.settings.reasoning_start)
         mode: SplitMode = "off" if context.settings.reasoning_split == "off" else "gateway"
-        output = (request.max_tokens, "max_tokens")
+        output = (request.max_tokens or DEFAULT_MAX_TOKENS, "max_tokens")
         return finish(request, payload, normalized, mode, context, output, completion_count(payload))
 
 

@@ -1,135 +1,200 @@
-"""The KV event feed (gateway/backends/kv_events.py) against a real ZMQ publisher on loopback: garbage,
-short and oversized messages are counted and skipped without stalling it, a publisher that restarts
-(its numbers from 0 again) starts the index over, a gap with no replay is counted, and a flood of
-stored blocks keeps the index within its bound."""
+"""The KV event feed (gateway/backends/kv_events.py) against real ZMQ publishers (tests/support/
+kv_publisher.py, vLLM's wire): garbage, short and oversized messages are counted and skipped without
+stalling it; a batch numbered out of order is believed only when the publisher's replay socket holds
+it — a restart (numbers from 0 again) then starts the index over, a forged number changes nothing; a
+gap with no replay is counted; a flood of stored blocks keeps the index within its bound."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-
-import zmq
-import zmq.asyncio
+from pathlib import Path
 
 from dspark_common import kv_events
-from dspark_common.kv_events import AllBlocksCleared, BlockStored, KVEventBatch
+from dspark_common.kv_events import AllBlocksCleared
+from gateway.backends import kv_events as feed_module
 from gateway.backends.kv_events import FeedEndpoints, KVEventFeed
 from gateway.backends.kv_index import ResidentBlocks
+from tests.support import kv_publisher
+from tests.support.kv_publisher import Publisher, payload
 from tests.support.servers import free_port
 
 BLOCK = 4
 
 
-def stored(first: int, blocks: int = 1) -> BlockStored:
-    """``blocks`` blocks from no parent, named from ``first``."""
-    return BlockStored(
-        block_hashes=list(range(first, first + blocks)), parent_block_hash=None,
-        token_ids=[first] * (BLOCK * blocks), block_size=BLOCK, lora_id=None, medium="GPU", lora_name=None,
-    )  # fmt: skip
-
-
-def payload(*events) -> bytes:
-    return kv_events.encode(KVEventBatch(ts=0.0, events=list(events)))
+def stored(first: int, blocks: int = 1, block_size: int = BLOCK):
+    return kv_publisher.stored(first, block_size, blocks)
 
 
 async def until(predicate, what: str) -> None:
-    """Poll ``predicate`` every 10 ms for up to 10 s."""
-    for _ in range(1000):
-        if predicate():
-            return
+    """Poll ``predicate`` every 10 ms for up to 60 s."""
+    deadline = time.monotonic() + 60
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within 60 s")
         await asyncio.sleep(0.01)
-    raise AssertionError(f"no {what} within 10 s")
 
 
 @contextlib.asynccontextmanager
-async def feed_and_publisher(max_blocks: int = 1000, max_message_bytes: int = 1 << 20, stale_s: float = 10.0):
-    endpoint = f"tcp://127.0.0.1:{free_port()}"
-    publisher = zmq.asyncio.Context.instance().socket(zmq.PUB)
-    publisher.bind(endpoint)
-    feed = KVEventFeed(
-        FeedEndpoints(endpoint), ResidentBlocks(BLOCK, max_blocks, "events"), stale_s, max_message_bytes
-    )
+async def running(feed: KVEventFeed):
     task = asyncio.create_task(feed.run())
     try:
-        await asyncio.sleep(0.3)  # the subscription reaches the publisher
-
-        async def send(*frames: bytes) -> None:
-            await publisher.send_multipart(frames)
-
-        yield feed, send
+        yield feed
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        publisher.close(linger=0)
 
 
-async def test_bad_messages_are_counted_and_the_feed_goes_on() -> None:
-    async with feed_and_publisher(stale_s=0.5) as (feed, send):
-        await send(b"", kv_events.seq_frame(0), b"\xc1not msgpack")
-        await send(b"", b"short", payload(stored(1)))
-        await send(b"", kv_events.seq_frame(1))
-        await send(b"", kv_events.seq_frame(2), payload(stored(10)))
-        await until(lambda: feed.batches == 1, "the good batch")
-        assert feed.bad_messages == 3 and len(feed.index) == 1 and feed.last_seq == 2
-        # past the bound: libzmq drops the message and the connection for good; once a request's
-        # events are overdue the feed subscribes again, and what it missed meanwhile is a gap
-        await send(b"", kv_events.seq_frame(3), b"x" * (2 << 20))
-        feed.expect(time.monotonic())
-        seq = 4
-        async with asyncio.timeout(10):
-            while feed.batches < 2:
-                await send(b"", kv_events.seq_frame(seq), payload(stored(20)))
-                await asyncio.sleep(0.05)
-                seq += 1
-        assert len(feed.index) == 2 and feed.bad_messages == 3 and feed.gaps == feed.last_seq - 2
-        assert feed.resubscribed >= 1
+def make_feed(events: str, replay: str | None = None, max_blocks: int = 1000, **options) -> KVEventFeed:
+    endpoints = FeedEndpoints(events, replay, bind=options.pop("bind", False))
+    return KVEventFeed(endpoints, ResidentBlocks(BLOCK, max_blocks, "events"), **{
+        "stale_s": 10.0, "max_message_bytes": 1 << 20, **options,
+    })  # fmt: skip
 
 
-async def test_a_publisher_that_restarts_starts_the_index_over_and_a_gap_is_counted() -> None:
-    async with feed_and_publisher() as (feed, send):
+async def subscribed(feed: KVEventFeed, publisher: Publisher, seq: int, data: bytes) -> None:
+    """Publish batch ``seq`` again and again until the feed took it (a subscription takes a moment to
+    reach a publisher: what it sends before is not received)."""
+    async with asyncio.timeout(60):
+        while feed.last_seq < seq:
+            publisher.publish(seq, data, buffered=False)
+            await asyncio.sleep(0.05)
+
+
+def ipc(tmp_path: Path, name: str) -> str:
+    return f"ipc://{tmp_path}/{name}"
+
+
+async def test_bad_and_oversized_messages_are_counted_and_the_feed_goes_on(tmp_path: Path) -> None:
+    events = ipc(tmp_path, "events")
+    with Publisher(events) as publisher:
+        async with running(make_feed(events, stale_s=0.5, max_message_bytes=1 << 16)) as feed:
+            await subscribed(feed, publisher, 0, payload(stored(1)))
+            publisher.pub.send_multipart((b"", kv_events.seq_frame(1), b"\xc1not msgpack"))
+            publisher.pub.send_multipart((b"", b"short", payload(stored(1))))
+            publisher.pub.send_multipart((b"", kv_events.seq_frame(2)))
+            publisher.publish(3, payload(stored(10)))
+            await until(lambda: feed.batches == 2, "the good batch")
+            assert feed.ignored["malformed"] == 3 and len(feed.index) == 2 and feed.last_seq == 3
+            # past the bound: libzmq cuts the connection (the message never allocated); the feed
+            # counts the cut and subscribes again, and what it missed meanwhile is a gap
+            publisher.pub.send_multipart((b"", kv_events.seq_frame(4), b"x" * (1 << 20)))
+            await until(lambda: feed.ignored["disconnected"] == 1, "the cut")
+            seq = 5
+            async with asyncio.timeout(60):
+                while feed.batches < 3:
+                    publisher.publish(seq, payload(stored(20)))
+                    await asyncio.sleep(0.05)
+                    seq += 1
+            assert len(feed.index) == 3 and feed.ignored["malformed"] == 3
+            # missed: batch 2 (sent as two frames), 4 (cut) and those sent before the new subscription
+            assert feed.gaps == feed.last_seq - 3 and feed.resubscribed >= 1
+
+
+async def test_without_a_replay_a_gap_is_counted_and_no_restart_is_believed(tmp_path: Path) -> None:
+    events = ipc(tmp_path, "events")
+    with Publisher(events) as publisher:
+        async with running(make_feed(events)) as feed:
+            await subscribed(feed, publisher, 0, payload(stored(1)))
+            publisher.publish(5, payload(stored(8)))  # 1..4 missed
+            await until(lambda: feed.batches == 2, "the batch after the gap")
+            assert feed.gaps == 4 and feed.last_seq == 5
+            publisher.publish(0, payload(AllBlocksCleared(), stored(7)))
+            await until(lambda: feed.ignored["out_of_order"] == 1, "the batch numbered 0")
+            assert feed.restarts == 0 and len(feed.index) == 2 and feed.last_seq == 5
+
+
+async def test_a_batch_out_of_order_is_believed_only_when_the_replay_holds_it(tmp_path: Path) -> None:
+    """A forged batch 0 (a restart that did not happen), a forged jump ahead and a genuine old batch
+    sent again change nothing; a publisher that did restart starts the index over."""
+    events, replay = ipc(tmp_path, "events"), ipc(tmp_path, "replay")
+    with Publisher(events, replay) as publisher:
+        async with running(make_feed(events, replay)) as feed:
+            first = payload(stored(1))
+            publisher.publish(0, first)
+            await subscribed(feed, publisher, 0, first)  # the replay holds it: confirmed
+            for seq in (1, 2):
+                publisher.publish(seq, payload(stored(100 * seq)))
+            await until(lambda: feed.last_seq == 2, "batches 1 and 2")
+            assert len(feed.index) == 3
+
+            publisher.publish(0, payload(AllBlocksCleared()), buffered=False)  # a forger's restart
+            publisher.publish(0, first, buffered=False)  # the genuine batch 0, sent again
+            publisher.publish(10**9, payload(stored(7)), buffered=False)  # a forged jump ahead
+            await until(lambda: feed.ignored["out_of_order"] == 3, "the forged batches")
+            assert feed.restarts == 0 and len(feed.index) == 3 and feed.last_seq == 2
+            publisher.publish(3, payload(stored(300)))
+            await until(lambda: feed.last_seq == 3, "the next genuine batch")
+            assert len(feed.index) == 4 and feed.gaps == 0
+
+            publisher.restart()  # vLLM restarted: its cache is empty, its numbers start again
+            publisher.publish(0, payload(stored(9)))
+            await until(lambda: feed.restarts == 1, "the restart")
+            assert len(feed.index) == 1 and feed.last_seq == 0 and feed.ignored["out_of_order"] == 3
+
+
+async def test_a_feed_that_starts_late_takes_the_missed_batches_from_the_replay(tmp_path: Path) -> None:
+    events, replay = ipc(tmp_path, "events"), ipc(tmp_path, "replay")
+    with Publisher(events, replay) as publisher:
         for seq in range(3):
-            await send(b"", kv_events.seq_frame(seq), payload(stored(100 * seq + 1)))
-        await until(lambda: feed.batches == 3, "three batches")
-        await send(b"", kv_events.seq_frame(0), payload(AllBlocksCleared(), stored(7)))
-        await until(lambda: feed.batches == 4, "the restarted publisher's first batch")
-        assert feed.restarts == 1 and len(feed.index) == 1
-        await send(b"", kv_events.seq_frame(5), payload(stored(8)))  # 1..4 missed, and no replay socket
-        await until(lambda: feed.batches == 5, "the batch after the gap")
-        assert feed.gaps == 4 and feed.last_seq == 5 and feed.fresh(time.monotonic())
+            publisher.publish(seq, payload(stored(10 * seq + 1)))
+        async with running(make_feed(events, replay)) as feed:
+            seq = 3
+            async with asyncio.timeout(60):
+                while feed.batches == 0:
+                    publisher.publish(seq, payload(stored(10 * seq + 1)))
+                    await asyncio.sleep(0.05)
+                    seq += 1
+            assert feed.replayed >= 3 and feed.gaps == 0 and len(feed.index) == feed.last_seq + 1
 
 
-async def test_a_flood_of_stored_blocks_keeps_the_index_bounded() -> None:
-    async with feed_and_publisher(max_blocks=100) as (feed, send):
-        for seq in range(50):
-            await send(b"", kv_events.seq_frame(seq), payload(stored(1000 * seq, blocks=200)))
-        await until(lambda: feed.batches == 50, "the flood")
-        assert len(feed.index) == 100 and feed.gaps == 0
+async def test_blocks_of_another_size_are_counted_and_change_nothing(tmp_path: Path) -> None:
+    events = ipc(tmp_path, "events")
+    with Publisher(events) as publisher:
+        async with running(make_feed(events)) as feed:
+            await subscribed(feed, publisher, 0, payload(stored(1, block_size=1), stored(2)))
+            assert feed.ignored["block_size"] == 1 and len(feed.index) == 1
+            assert feed.index.block_size == BLOCK
+
+
+async def test_a_flood_of_stored_blocks_keeps_the_index_bounded(tmp_path: Path) -> None:
+    events = ipc(tmp_path, "events")
+    with Publisher(events) as publisher:
+        async with running(make_feed(events, max_blocks=100)) as feed:
+            await subscribed(feed, publisher, 0, payload(stored(1)))
+            for seq in range(1, 50):
+                publisher.publish(seq, payload(stored(1000 * seq, blocks=200)))
+            await until(lambda: feed.last_seq == 49, "the flood")
+            assert len(feed.index) == 100 and feed.gaps == 0
 
 
 async def test_a_bound_feed_takes_the_batches_of_a_publisher_that_connects_to_it() -> None:
     """...and a second gateway process binding the same port (a standby during an upgrade) waits for
     it, running, instead of failing."""
     endpoint = f"tcp://127.0.0.1:{free_port()}"
-    feed = KVEventFeed(FeedEndpoints(endpoint, bind=True), ResidentBlocks(BLOCK, 100, "events"), 10.0)
-    task = asyncio.create_task(feed.run())
-    standby = KVEventFeed(FeedEndpoints(endpoint, bind=True), ResidentBlocks(BLOCK, 100, "events"), 0.1)
-    waiting = asyncio.create_task(standby.run())
-    publisher = zmq.asyncio.Context.instance().socket(zmq.PUB)
-    publisher.connect(endpoint)  # as vLLM does for an endpoint without a wildcard
-    try:
-        seq = 0
-        async with asyncio.timeout(10):
-            while feed.batches == 0:  # sent before the connection is up, a batch is dropped: a gap
-                await publisher.send_multipart((b"", kv_events.seq_frame(seq), payload(stored(1))))
-                await asyncio.sleep(0.05)
-                seq += 1
-        assert len(feed.index) == 1 and feed.last_seq == seq - 1
-        assert not waiting.done() and standby.batches == 0
-    finally:
-        for running in (task, waiting):
-            running.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await running
-        publisher.close(linger=0)
+    standby = make_feed(endpoint, bind=True, stale_s=0.1)
+    async with running(make_feed(endpoint, bind=True)) as feed, running(standby):
+        with Publisher(endpoint, connect=True) as publisher:  # as vLLM does for a tcp endpoint
+            await subscribed(feed, publisher, 0, payload(stored(1)))
+            assert len(feed.index) == 1 and feed.last_seq == 0
+            assert standby.batches == 0
+
+
+async def test_with_its_replay_silent_the_feed_takes_nothing_out_of_order(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A replay that does not answer confirms nothing: the batch is ignored, the feed goes on; once a
+    request's events are overdue it subscribes again."""
+    monkeypatch.setattr(feed_module, "REPLAY_TIMEOUT_S", 0.2)
+    events = ipc(tmp_path, "events")
+    with Publisher(events) as publisher:  # no replay socket at the feed's replay endpoint
+        async with running(make_feed(events, ipc(tmp_path, "replay"), stale_s=0.3)) as feed:
+            async with asyncio.timeout(60):
+                while feed.ignored["out_of_order"] == 0:
+                    publisher.publish(3, payload(stored(1)))
+                    await asyncio.sleep(0.05)
+            assert feed.last_seq == -1 and feed.batches == 0 and len(feed.index) == 0
+            feed.expect(time.monotonic())
+            await until(lambda: feed.resubscribed >= 1, "a new subscription")

@@ -25,7 +25,7 @@ def batch(*events) -> KVEventBatch:
 
 def test_the_prediction_is_what_the_cache_serves_through_stores_and_evictions() -> None:
     rng = random.Random(7)
-    cache, index = PrefixCache(BLOCK, pool_blocks=40), ResidentBlocks(256, 1000, "events")
+    cache, index = PrefixCache(BLOCK, pool_blocks=40), ResidentBlocks(BLOCK, 1000, "events")
     stems = [[rng.randrange(1000, 2000) for _ in range(BLOCK * 6)] for _ in range(4)]
     for _ in range(200):
         prompt = rng.choice(stems)[: rng.randrange(1, BLOCK * 6)] + [rng.randrange(5)] * rng.randrange(40)
@@ -92,9 +92,21 @@ def test_events_that_are_not_vllms_change_nothing() -> None:
             block_size=size, lora_id=None, medium="GPU", lora_name=None,
         )  # fmt: skip
 
-    index.apply(batch(stored(b"a", tokens)))
-    index.apply(batch(stored(b"x", [], size=10**9, hashes=[]), stored(b"y", [-1] + tokens[1:])))
+    assert index.apply(batch(stored(b"a", tokens))) == {}
+    ignored = index.apply(
+        batch(
+            stored(b"x", [], size=10**9, hashes=[]),
+            stored(b"y", [-1] + tokens[1:]),
+            stored(b"z", [], hashes=[]),
+        )
+    )
+    assert ignored == {"block_size": 1, "malformed": 2}
     assert index.block_size == BLOCK and len(index) == 1 and cached(index, tokens + [0]) == BLOCK
+    # a block of one token (another size than the configured one) changes nothing, the size included
+    assert index.apply(batch(stored(b"one", [1], size=1), stored(b"two", [1, 1], size=2))) == {
+        "block_size": 2
+    }
+    assert index.block_size == BLOCK and len(index) == 1 and cached(index, [1, 1, 1]) == 0
     for n in range(100):  # the same content under ever new hashes: the newest names it, nothing piles up
         index.apply(batch(stored(n, tokens)))
     index.apply(batch(BlockRemoved(block_hashes=[98], medium="GPU")))  # an older name: still resident

@@ -1,4 +1,4 @@
-"""The console without I/O: sessions in memory (expiry, bound, CSRF, pending sign-ins), live figures."""
+"""The console without I/O: sessions in memory (expiry, bound, CSRF), live figures."""
 
 from __future__ import annotations
 
@@ -37,15 +37,6 @@ async def test_sessions_are_bounded_and_sign_out_forgets() -> None:
     assert await sessions.get(first) is None and await sessions.get(second) and await sessions.get(third)
     await sessions.close(third)
     assert await sessions.get(third) is None
-
-
-async def test_a_pending_sign_in_is_taken_once_and_only_before_it_expires() -> None:
-    sessions = MemorySessions(ttl_s=60)
-    await sessions.hold("t1", {"state": "s"}, ttl_s=60)
-    await sessions.hold("t2", {"state": "s"}, ttl_s=0.01)
-    assert await sessions.take("t1") == {"state": "s"} and await sessions.take("t1") is None
-    await asyncio.sleep(0.02)
-    assert await sessions.take("t2") is None and await sessions.take(None) is None
 
 
 def test_live_figures_over_the_window() -> None:

@@ -114,3 +114,27 @@ async def test_standing_gives_each_window_as_figures_and_charges_nothing() -> No
     assert again == windows  # nothing charged
     assert before < windows["tokens"].reset_at <= before + 60
     assert window_headers(windows)["x-ratelimit-remaining-tokens"] == "70"
+
+
+async def test_a_key_and_its_group_are_each_held_and_the_headers_show_the_tighter() -> None:
+    """Tokens per minute of the key (1,000) and its group (300) are both reserved; the headers and
+    ``standing`` show whichever window lets fewer more through — the group's, then the key's once it
+    has less left."""
+    group = Group(id="grp_2", name="lab", rpm=50, tpm=300)
+    principal = Principal(key_id="key_4", name="team", rpm=2, tpm=1_000, group=group)
+    limiter = RateLimiter(storage_for("memory://"))
+    ticket = await limiter.count(principal)
+    await limiter.reserve(ticket, 100)
+    headers = ticket.headers
+    assert (headers["x-ratelimit-limit-tokens"], headers["x-ratelimit-remaining-tokens"]) == ("300", "200")
+    assert (headers["x-ratelimit-limit-requests"], headers["x-ratelimit-remaining-requests"]) == ("2", "1")
+    member = Principal(key_id="key_5", name="other", group=group)  # the group's alone
+    await limiter.reserve(await limiter.count(member), 150)
+    with pytest.raises(GatewayError) as refused:
+        await limiter.reserve(await limiter.count(principal), 100)
+    assert refused.value.code == "rate_limit_tokens" and "group" in refused.value.message
+    figures = {what: (w.limit, w.remaining) for what, w in (await limiter.standing(principal)).items()}
+    assert figures == {"requests": (2, 0), "tokens": (300, 50)}
+    described = Ticket(member)
+    await limiter.describe(described)
+    assert described.headers["x-ratelimit-remaining-tokens"] == "50"

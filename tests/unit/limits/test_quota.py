@@ -64,7 +64,8 @@ async def test_a_parallel_burst_cannot_spend_more_than_the_quota() -> None:
     held = [r for r in results if isinstance(r, Hold)]
     refused = [r for r in results if isinstance(r, GatewayError)]
     assert len(held) == 3 and len(refused) == 7
-    assert (await book.standing(quota)).used == 900
+    standing = await book.standing(quota)  # held by the running three, used by none yet
+    assert (standing.used, standing.held, standing.remaining) == (0, 900, 100)
     error = refused[0]  # what is missing is held by the three still running: a short wait
     assert (error.status, error.code) == (429, "quota_exceeded")
     assert error.headers["Retry-After"] == "5" and "still running" in error.message
@@ -112,14 +113,14 @@ async def test_parallel_reservations_past_what_is_left_share_it_without_overspen
 
     held = await asyncio.gather(*(take() for _ in range(10)))
     assert sum(held) == 1000 and sorted(held, reverse=True)[:4] == [300, 300, 300, 100]
-    assert (await book.standing(quota)).used == 1000
+    assert (await book.standing(quota)).held == 1000
 
 
 async def test_warn_mode_admits_counts_and_marks_what_is_over() -> None:
     book, quota = quotas(), Quota("key:w", tokens=100, mode="warn")
     within, over = await book.reserve(quota, 80, 0), await book.reserve(quota, 80, 0)
     assert (within.over, over.over) == (False, True)
-    assert (await book.standing(quota)).used == 160 and (await book.standing(quota)).remaining == 0
+    assert (await book.standing(quota)).held == 160 and (await book.standing(quota)).remaining == 0
 
 
 async def test_a_counter_starts_from_the_ledger_once_for_every_process() -> None:
@@ -134,7 +135,8 @@ async def test_a_counter_starts_from_the_ledger_once_for_every_process() -> None
     quota = Quota("key:k", tokens=1000, period="day")
     assert (await first.standing(quota)).used == 200 + 50 + 50
     await second.reserve(quota, 100, 100)
-    assert (await first.standing(quota)).used == 400  # seeded once, by whichever came first
+    standing = await first.standing(quota)
+    assert (standing.used, standing.held) == (300, 100)  # seeded once, by whichever came first
     assert asked == [("key:k", period_bounds("day", datetime.now(UTC))[0])]
 
 
@@ -215,7 +217,7 @@ async def test_a_store_lost_half_way_through_a_reservation_hands_back_what_it_mo
     storage.left = 10
     await book.settle(partial.value.hold, 0)
     await book.settle(partial.value.hold, 0)  # a retried settlement moves nothing twice
-    assert (await book.standing(quota)).used == 900
+    assert (await book.standing(quota)).held == 900
 
 
 async def test_a_seeding_that_fails_leaves_the_next_use_to_seed() -> None:

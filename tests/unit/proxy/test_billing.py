@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import cast
 
+import pytest
 from limits.aio.storage import Storage
 from limits.errors import StorageError
 
@@ -19,7 +20,7 @@ from gateway.proxy import billing as billing_module
 from gateway.proxy.billing import Billing, charged, spent
 from gateway.telemetry.record import RequestTelemetry
 
-SETTINGS = Settings(upstream="http://unused", tpm_output_reserve_tokens=100)
+SETTINGS = Settings(upstream="http://unused", tpm_output_reserve_tokens=100, output_reserve_tokens=5_000)
 
 
 def record(stream: bool, gone: bool, prompt: int, completion: int, admitted: bool = True) -> RequestTelemetry:
@@ -41,7 +42,7 @@ async def test_reserved_when_sized_and_settled_against_what_was_used() -> None:
     await billing.count()
     headers, cap = await billing.reserve(prompt_tokens=50, sequences=1, output_budget=None)  # 50 + 100
     assert headers["x-ratelimit-remaining-tokens"] == "850"
-    assert cap == 9_950  # no budget: it may generate what its quota has left, no more
+    assert cap == 5_000  # no budget: GATEWAY_OUTPUT_RESERVE_TOKENS, spliced as its cap
     await billing.settle(record(True, False, 50, 20), prompt_tokens=50)
     assert (await rate.standing(key))["tokens"].remaining == 930
     assert (await quotas.standing(key.quotas()[0])).used == 70
@@ -65,10 +66,10 @@ async def test_the_output_is_capped_at_what_the_key_and_its_group_have_left() ->
     key = Principal(key_id="key_4", name="team", quota=Quota("key:key_4", 10**7, "day"), group=team)
     capped = Billing(rate, quotas, key, SETTINGS, "req-4")
     await capped.count()
-    _, cap = await capped.reserve(prompt_tokens=100, sequences=2, output_budget=None)  # to its context end
+    _, cap = await capped.reserve(prompt_tokens=100, sequences=2, output_budget=None)  # 5,000 each
     assert cap == 450  # the group's 1,000: the prompt, then 450 for each of its two sequences
-    assert (await quotas.standing(key.quotas()[0])).used == 100 + 2 * (SETTINGS.max_model_len - 100)
-    assert (await quotas.standing(group)).used == 1_000
+    assert (await quotas.standing(key.quotas()[0])).held == 100 + 2 * 5_000
+    assert (await quotas.standing(group)).held == 1_000
     await capped.settle(record(False, False, 100, 2 * 450), prompt_tokens=100)
     assert (await quotas.standing(key.quotas()[0])).used == (await quotas.standing(group)).used == 1_000
     within = Billing(rate, quotas, Principal(key_id="key_5", name="t", quota=Quota("key:key_5", 500)),
@@ -87,14 +88,15 @@ def test_a_client_that_left_is_charged_what_the_backend_may_have_run() -> None:
 
 
 async def test_an_unread_answer_without_an_output_cap_is_not_charged_its_whole_context() -> None:
-    """It held what its context leaves while it ran; its client left, the answer was aborted: it is
+    """It held its output reserve while it ran; its client left, the answer was aborted: it is
     charged its prompt and GATEWAY_TPM_OUTPUT_RESERVE_TOKENS (100 here), as the tokens per minute are."""
     rate, quotas = limits()
     key = Principal(key_id="key_6", name="team", quota=Quota("key:key_6", 10**7, "day"))
     billing = Billing(rate, quotas, key, SETTINGS, "req-6")
     await billing.count()
     await billing.reserve(prompt_tokens=100, sequences=1, output_budget=None)
-    assert (await quotas.standing(key.quotas()[0])).used == SETTINGS.max_model_len  # while it runs
+    standing = await quotas.standing(key.quotas()[0])
+    assert (standing.used, standing.held) == (0, 100 + 5_000)  # while it runs
     await billing.settle(record(False, True, 0, 0), prompt_tokens=100)
     assert (await quotas.standing(key.quotas()[0])).used == 100 + 100
 
@@ -150,3 +152,31 @@ async def test_a_store_that_fails_is_a_503_and_a_settlement_is_tried_again(monke
     store.incr = original  # type: ignore[method-assign]
     await half.settle(record(False, False, 0, 0, admitted=False), prompt_tokens=10)
     assert (await quotas.standing(key.quotas()[0])).used == 2_030  # what it moved, given back
+
+
+async def test_an_uncapped_request_is_given_the_output_reserve_or_what_its_context_leaves() -> None:
+    rate, quotas = limits()
+    key = Principal(key_id="key_9", name="team", quota=Quota("key:key_9", 10**7, "day"))
+    context = SETTINGS.max_model_len
+    for prompt, budget, cap in (
+        (100, None, 5_000),
+        (context - 300, None, 300),
+        (context, None, 1),
+        (9, 7_000, None),
+    ):
+        billing = Billing(rate, quotas, key, SETTINGS, "req-9")
+        await billing.count()
+        assert (await billing.reserve(prompt_tokens=prompt, sequences=1, output_budget=budget))[1] == cap
+
+
+async def test_a_groups_tokens_per_minute_hold_a_key_without_its_own() -> None:
+    rate, quotas = limits()
+    key = Principal(key_id="key_10", name="team", group=Group("g10", "team", tpm=300))
+    first, second = (Billing(rate, quotas, key, SETTINGS, f"req-1{i}") for i in (0, 1))
+    for billing in (first, second):
+        await billing.count()
+    headers, _ = await first.reserve(prompt_tokens=100, sequences=1, output_budget=100)
+    assert (headers["x-ratelimit-limit-tokens"], headers["x-ratelimit-remaining-tokens"]) == ("300", "100")
+    with pytest.raises(GatewayError) as refused:
+        await second.reserve(prompt_tokens=100, sequences=1, output_budget=100)
+    assert refused.value.code == "rate_limit_tokens"

@@ -12,6 +12,7 @@ from gateway.dialects.base import Answer, Step
 from gateway.dialects.openai.chat import CHAT
 from gateway.errors import GatewayError
 from gateway.proxy.asks import Asked
+from gateway.proxy.delivery import Delivery
 from gateway.proxy.exchange import Exchange
 from gateway.proxy.pipeline import Pipeline
 from gateway.reasoning.policy import ReasoningShown
@@ -51,7 +52,7 @@ async def test_what_a_translator_saw_is_recorded_where_it_belongs() -> None:
         seen = Observation(output=True, content_chars=2, usage={"completion_tokens": 1})
         ex.saw([Step([], seen), Step([], learnt=ReasoningShown(splits_reasoning=True), claimed="resp_1")])
         ex.streaming()
-        ex.stream_ended(delivered=True, error=None)
+        ex.stream_ended(delivered=True, error=None, sent=Delivery())
     await settled(pipeline)
     assert backend.traits.splits_reasoning is True
     assert owners.claims == {"resp_1": Owner(KEY.key_id, backend.name)}

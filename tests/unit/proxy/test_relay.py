@@ -92,3 +92,35 @@ async def test_a_broken_stream_keeps_what_arrived_and_ends_with_its_error() -> N
     assert outcome.error is not None and outcome.error.code == "upstream_stream_error"
     items, outcome, _ = await relayed(DONE, reset)  # a break after the end is no error
     assert outcome.done and outcome.error is None
+
+
+class Counted(Numbered):
+    """Each ``data: N`` event's per-step usage counts N completion tokens (``data: total N``: the
+    closing usage, a total, not a step)."""
+
+    def step(self, event: bytes, data: bytes | None, telemetry: dict[str, Any] | None = None) -> Step:
+        if data == b"[DONE]":
+            return Step([event])
+        final = (data or b"").startswith(b"total ")
+        tokens = int((data or b"0").removeprefix(b"total "))
+        usage = {"completion_tokens": tokens}
+        return Step([event], Observation(output=not final, usage=usage, final=final))
+
+
+async def test_a_sequence_past_its_cap_is_cut_after_the_event_that_passed_it() -> None:
+    """The backend ignores the cap of 4: what came with the event that passed it in the same read is
+    dropped, and the stream ends with ``upstream_overran_cap``; a closing total past it, once the
+    sequence has ended, is no step and cuts nothing."""
+    scripted = (
+        Scripted().send(b"data: 2\n\ndata: 4\n\n", b"data: 6\n\ndata: 8\n\n", b"data: 10\n\n" + DONE).end()
+    )
+    outcome, items = RelayOutcome(), []
+    async for item in relay_events(FakeResponse(scripted), Counted(), outcome, cap=4):
+        items.append(item)
+    assert b"".join(item.data for item in items) == b"data: 2\n\ndata: 4\n\ndata: 6\n\n"
+    assert outcome.error is not None and outcome.error.code == "upstream_overran_cap"
+    assert outcome.error.status == 502 and not outcome.done
+    whole = Scripted().send(b"data: 4\n\ndata: total 9\n\n" + DONE).end()
+    outcome = RelayOutcome()
+    assert [item async for item in relay_events(FakeResponse(whole), Counted(), outcome, cap=4)]
+    assert outcome.done and outcome.error is None

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
+from gateway.errors import GatewayError
 from gateway.storage.db import open_engine
 from gateway.telemetry.ledger import UsageLedger
 from gateway.telemetry.record import RequestTelemetry
@@ -82,4 +86,44 @@ async def test_series_buckets_arrivals_in_the_database(tmp_path: Path) -> None:
         if r["key"] == "ops"
     ]
     assert ops["requests"] == 1  # the one at 200 s is after the end
+    await engine.dispose()
+
+
+async def test_a_row_the_database_refuses_is_dropped_and_the_others_written(tmp_path: Path) -> None:
+    engine = await open_engine(f"sqlite+aiosqlite:///{tmp_path / 'ledger.db'}")
+    ledger = UsageLedger(engine, flush_interval_s=60)
+    bad = record("bad")
+    bad.key_id = None  # type: ignore[assignment]  # NOT NULL: refused for what it holds
+    for each in (record("r1"), bad, record("r2")):
+        ledger.add(each)
+    assert await ledger.flush() == 2
+    assert ledger.failure is None and ledger.trouble() is None
+    assert sorted(row["request_id"] for row in await ledger.recent(10)) == ["r1", "r2"]
+    await engine.dispose()
+
+
+async def test_a_locked_database_keeps_every_row_until_it_writes_each_once(tmp_path: Path) -> None:
+    """A write that fails for the database (here another connection holds its write lock) keeps its
+    rows, says why, refuses requests once ``max_pending`` rows wait, and writes each row once after."""
+    path = tmp_path / "ledger.db"
+    engine = await open_engine(f"sqlite+aiosqlite:///{path}?timeout=0.1")
+    ledger = UsageLedger(engine, flush_interval_s=60, max_pending=3)
+    for name in ("r1", "r2"):
+        ledger.add(record(name))
+    lock = sqlite3.connect(path, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")
+    assert await ledger.flush() == 0
+    assert ledger.trouble() == "2 usage row(s) not written yet: database is locked"
+    ledger.check()  # 2 of 3: still served
+    ledger.add(record("r3"))
+    with pytest.raises(GatewayError) as refused:
+        ledger.check()
+    assert refused.value.status == 503 and refused.value.code == "ledger_unavailable"
+    assert await ledger.flush() == 0 and ledger.unwritten == ledger.backlog == 3
+    lock.execute("ROLLBACK")
+    lock.close()
+    assert await ledger.flush() == 3
+    assert ledger.trouble() is None and ledger.unwritten == ledger.backlog == 0
+    ledger.check()
+    assert [row["request_id"] for row in await ledger.recent(10)] == ["r3", "r2", "r1"]
     await engine.dispose()
