@@ -19,11 +19,13 @@ from tests.support.probes import wait_until
 from tests.support.stalled_client import stalled_request
 
 #: A streamed chat whose answer (~15 MB of SSE) is more than every buffer between the backend and the
-#: stalled client holds, so the gateway's writes block for sure.
+#: stalled client holds, so the gateway's writes block for sure; its ``max_tokens`` holds the whole
+#: count (without one, the gateway's output reserve would cap it).
 LONGER = {
     "model": "deepseek-v4-flash-0731",
     "messages": [{"role": "user", "content": "count from 1 to 100000"}],
     "stream": True,
+    "max_tokens": 250_000,
 }
 
 
