@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 import httpx
@@ -30,6 +31,10 @@ def two_backends(tmp_path: Path):
     yield sims
     for sim in sims:
         sim.kill()
+
+
+#: A long stream's tokens: 100 s at the simulators' 200 tokens/s, far longer than it is let run.
+LONG_TOKENS = 20_000
 
 
 def traced(tmp_path: Path, name: str) -> list[dict]:
@@ -102,29 +107,46 @@ def test_a_conversation_without_affinity_goes_back_to_the_backend_holding_its_pr
 def test_a_backend_killed_mid_run_loses_nothing_silently_and_leaks_no_slot(
     two_backends, start_gateway, make_key, tmp_path
 ):
+    """Two long streams run, one on each backend, four short ones wait; b is killed once they all are
+    there (killed before its stream's response began, b's request would be a 503, no stream): its
+    stream ends with an error event, the four are served by a once a's long stream is let go."""
     a, b = two_backends
     gateway = start_gateway(f"a={a.url},b={b.url}", slots=1, backend_poll_s=0.2, affinity=False)
     key, admin = make_key("survive"), make_key("admin", scopes=["admin"])
+    running: list[int] = []  # one item per long stream that has received its first event
+    let_go = threading.Event()  # a's long stream leaves (its client closes it) once this is set
 
-    def stream() -> tuple[int, str]:
-        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 600,
+    def stream(max_tokens: int) -> tuple[int, str]:
+        """A stream of ``max_tokens`` (a long one is read until ``let_go``); its status and last event."""
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens,
                 "stream": True, "ignore_eos": True}  # fmt: skip
+        lines: list[str] = []
         with httpx.stream(
             "POST", gateway.url + "/v1/chat/completions", json=body,
             headers={"Authorization": f"Bearer {key}"}, timeout=60,
         ) as response:  # fmt: skip
-            lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    lines.append(line)
+                    if len(lines) == 1 and max_tokens == LONG_TOKENS:
+                        running.append(1)
+                if let_go.is_set() and max_tokens == LONG_TOKENS:
+                    break
         return response.status_code, lines[-1] if lines else ""
 
     with ThreadPoolExecutor(6) as pool:
-        streams = [pool.submit(stream) for _ in range(6)]  # one running on each, four queued
+        long = [pool.submit(stream, LONG_TOKENS) for _ in range(2)]
+        wait_until(lambda: len(running) == 2, what="a long stream running on each backend")
+        short = [pool.submit(stream, 20) for _ in range(4)]
         wait_until(lambda: admin_status(gateway, admin)["queue_depth"] == 4, what="four queued")
         b.kill()
-        outcomes = [future.result(timeout=60) for future in streams]
-    ended = [last for _, last in outcomes]
-    assert ended.count("data: [DONE]") == 5  # the four queued ones served by a, and a's own
-    errors = [last for last in ended if last != "data: [DONE]"]
-    assert len(errors) == 1 and '"error"' in errors[0]  # b's stream says it broke
+        wait(long, return_when=FIRST_COMPLETED, timeout=60)  # b's, cut
+        let_go.set()
+        cut = [future.result(timeout=60)[1] for future in long]
+        served = [future.result(timeout=60) for future in short]
+    errors = [last for last in cut if '"error"' in last]
+    assert len(errors) == 1, cut  # b's stream says it broke; a's was left by its client
+    assert served == [(200, "data: [DONE]")] * 4  # the four queued ones served by a
     state = admin_status(gateway, admin)
     assert (state["slots_in_use"], state["queue_depth"]) == (0, 0)
     assert [s["up"] for s in state["backends"]] == [True, False]
