@@ -1,5 +1,5 @@
 """Soak: a real gateway process at 2 slots under 50 clients that stream, wait for whole answers and
-give up at every point, for ``--duration`` seconds (30 minutes for a release, 60 s in CI).
+give up at every point, for ``--duration`` seconds (30 minutes for a release, 40 s in CI).
 
 Passes (exit 0) when, over the whole run: no client saw an error other than the expected 429 of a
 full queue; the gateway's RSS is flat after warm-up (the least-squares slope of RSS over time after
