@@ -73,7 +73,7 @@ async def create_file(request: Request) -> JSONResponse:
     """``POST /v1/files``: the form's ``file`` kept as the caller's, with its ``purpose``; the file object."""
     store, principal = _files(request)
     await request.app.state.pipeline.limits.count(principal)  # its x-ratelimit-*: the edge's
-    owner = Owner(principal.key_id, principal.group.id if principal.group is not None else None)
+    owner = owner_of(principal)
     reader = FormReader(request.headers.get("content-type", ""))
     bounds = body_bounds(request.app.state.settings, store.max_bytes + FORM_OVERHEAD_BYTES, None)
     upload: Upload | None = None
@@ -118,6 +118,11 @@ async def create_file(request: Request) -> JSONResponse:
             await store.discard(upload)
         raise
     return JSONResponse(stored.as_openai())
+
+
+def owner_of(principal: Principal) -> Owner:
+    """Whose bounds ``principal``'s uploads count against: its key's and its group's."""
+    return Owner(principal.key_id, principal.group.id if principal.group is not None else None)
 
 
 def _expires_after(fields: dict[str, bytearray]) -> int | None:

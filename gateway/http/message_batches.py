@@ -37,6 +37,7 @@ from gateway.batch.lines import InputCheck
 from gateway.body.json_items import ItemStream
 from gateway.body.read import body_bounds, body_pieces
 from gateway.errors import GatewayError
+from gateway.http.files import owner_of
 from gateway.http.listing import page, page_limit
 from gateway.proxy.respond import INFERENCE
 from gateway.storage.batches import BATCH_ID_PREFIX, Batch, BatchStore
@@ -140,12 +141,15 @@ async def _keep_requests(request: Request, principal: Principal) -> StoredFile:
     files: FileStore = request.app.state.files
     max_bytes = settings.message_batch_max_bytes or BODY_FACTOR * settings.max_body_bytes
     requests = _Requests(settings.max_body_bytes)
-    upload = await files.upload()
+    await request.app.state.pipeline.limits.count(principal)  # an upload: one request of the key's
+    owner = owner_of(principal)  # and within what the key and its group may keep
+    upload = await files.upload(owner=owner)
     try:
         async for piece in body_pieces(request, body_bounds(settings, max_bytes, None)):
             await upload.write(await asyncio.to_thread(requests.feed, piece))
         await upload.write(await asyncio.to_thread(requests.close))
-        return await files.commit(upload, principal.key_id, "message_batch.jsonl", "message_batch_input")
+        name, purpose = "message_batch.jsonl", "message_batch_input"
+        return await files.commit(upload, principal.key_id, name, purpose, owner=owner)
     except BaseException:
         await files.discard(upload)
         raise

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -117,3 +118,20 @@ def test_an_upload_counts_against_the_keys_requests_per_minute(
         upload(sdk, 10)
     assert limited.value.code == "rate_limit_requests"
     assert len(list((tmp_path / "files").iterdir())) == 2
+
+
+def test_a_message_batchs_input_counts_as_an_upload_of_its_key(
+    start_sim, start_gateway, make_key, tmp_path: Path
+) -> None:
+    gateway = start_gateway(start_sim().url, files_dir=tmp_path / "files", files_max_count_per_key=1)
+    key = make_key("owner", rpm=2)
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0)
+    asked = [{"custom_id": "a", "params": {"model": "deepseek-v4-flash-0731", "max_tokens": 5,
+                                            "messages": [{"role": "user", "content": "hi"}]}}]  # fmt: skip
+    upload(client(gateway, key), 10)
+    with pytest.raises(anthropic.BadRequestError, match="this key may keep 1 files") as full:
+        claude.messages.batches.create(requests=asked)  # type: ignore[arg-type]
+    assert full.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]  # Anthropic's shape
+    with pytest.raises(anthropic.RateLimitError):  # the upload and the create were the key's 2 a minute
+        claude.messages.batches.create(requests=asked)  # type: ignore[arg-type]
+    assert len(list((tmp_path / "files").iterdir())) == 1
