@@ -142,10 +142,16 @@ async def until(check: Callable[[], Awaitable[bool]], what: str, timeout_s: floa
 
 async def crowd(url: str, keys: list[str], admin: str, tight: bool) -> list[Client]:
     """``ROUNDS`` rounds (see the module doc), their clients spread over ``keys``; every client."""
+    # a connection each, as separate clients have: a pooled one idle for the server's keep-alive timeout
+    # may be closed by the server just as the next request goes out on it (a ReadError, no request)
+    fresh = httpx.Limits(max_keepalive_connections=0)
     https = [
-        httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {k}"}, timeout=120) for k in keys
+        httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {k}"}, timeout=120, limits=fresh)
+        for k in keys
     ]
-    ops = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60)
+    ops = httpx.AsyncClient(
+        base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=60, limits=fresh
+    )
     clients: list[Client] = []
 
     async def status() -> dict[str, Any]:
