@@ -32,7 +32,7 @@ class GatewayProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 30) -> GatewayProcess:
+    def start(self, timeout_s: float = 60) -> GatewayProcess:
         """Start and wait until ``/ready`` answers 200; raise ``AssertionError`` with the log if not."""
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
