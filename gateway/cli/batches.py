@@ -19,8 +19,9 @@ from gateway.admin.batch_admin import BatchAdmin, InUseError, NotFoundError
 from gateway.auth import KeyStore
 from gateway.auth.audit import AuditLog
 from gateway.cli import output
+from gateway.cli.actor import local_actor
 from gateway.cli.failures import CliError
-from gateway.cli.local import local_actor, on_database
+from gateway.cli.local import on_database
 from gateway.cli.options import AdminKeyOpt, DatabaseOpt, JsonOpt, UrlOpt, one_place
 from gateway.cli.remote import AdminClient
 from gateway.cli.settings import settings

@@ -19,8 +19,9 @@ from gateway.admin.key_fields import GroupCreate, GroupLimits, KeyCreate, KeyLim
 from gateway.auth import KeyExistsError, KeyNotFoundError, KeyRevokedError, KeyStore
 from gateway.auth.audit import AuditLog
 from gateway.auth.groups import GroupExistsError, GroupInUseError, GroupNotFoundError, GroupStore
+from gateway.cli.actor import local_actor
 from gateway.cli.failures import CliError, validation_message
-from gateway.cli.local import local_actor, on_database
+from gateway.cli.local import on_database
 from gateway.cli.remote import AdminClient
 from gateway.config import Settings
 

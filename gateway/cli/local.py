@@ -4,8 +4,6 @@ named on stderr (password hidden), every failure to use it one line naming it.""
 from __future__ import annotations
 
 import asyncio
-import os
-import pwd
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -14,8 +12,6 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gateway.admin.key_admin import Actor
-from gateway.auth import Principal
 from gateway.cli.failures import CliError, describe
 from gateway.cli.settings import announce_database, shown_url
 from gateway.config import Settings
@@ -70,14 +66,3 @@ def on_database(config: Settings, work: Callable[[AsyncEngine], Awaitable[T]], c
 def database_failure(url: str, exc: Exception) -> CliError:
     """The one-line failure of a database that cannot be reached, opened or read."""
     return CliError(f"database {shown_url(url)}: {describe(exc)}")
-
-
-def local_actor() -> Actor:
-    """The audit trail's actor for the CLI on the database: ``cli:<user>`` from client ``local``. The
-    user is the process's real one (its uid's passwd entry, its uid without one), not ``$USER``."""
-    uid = os.getuid()
-    try:
-        user = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        user = str(uid)
-    return Actor(Principal(key_id=f"cli:{user}", name=f"cli:{user}", kind="cli"), "local")
