@@ -182,7 +182,7 @@ def test_inference_routes_go_through_the_middleware(stack, make_key) -> None:
     assert values[f"http_requests_total{{{route},status=4xx}}"] == 1
 
 
-def test_an_unexpected_failure_is_a_500_in_openai_shape(stack, make_key, database_url) -> None:
+def test_a_database_failure_is_a_503_in_openai_shape(stack, make_key, database_url) -> None:
     """The key table vanishing under the gateway (a database failure) is not a plain-text 500."""
     _, gateway = stack
     key = make_key("db-gone")
@@ -191,7 +191,7 @@ def test_an_unexpected_failure_is_a_500_in_openai_shape(stack, make_key, databas
     for method, path, body in (("POST", "/v1/chat/completions", CHAT), ("GET", "/v1/models", None)):
         headers = {"Authorization": f"Bearer {key}"}
         failed = httpx.request(method, gateway.url + path, headers=headers, json=body)
-        assert_openai_error(failed, 500, "internal_error")
+        assert_openai_error(failed, 503, "database_unavailable")
     assert httpx.get(gateway.url + "/health").status_code == 200
 
 
