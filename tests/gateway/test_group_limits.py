@@ -6,7 +6,6 @@ of its own (windows and quotas are per key and per group)."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -17,9 +16,9 @@ import pytest
 
 from dspark_sim import SimConfig, create_sim_app
 from gateway.app import create_app
-from gateway.auth import KeyStore
 from gateway.config import Settings
 from tests.conftest import FAST_SIM
+from tests.support.keys import create_key
 from tests.support.probes import wait_until
 from tests.support.servers import ThreadedServer
 
@@ -63,14 +62,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     folder = tmp_path_factory.mktemp("group-limits")
     database_url = f"sqlite+aiosqlite:///{folder / 'gateway.db'}"
 
-    async def admin_key() -> str:
-        store = await KeyStore.open(database_url)
-        try:
-            return (await store.create("ops", scopes=["admin"]))[1]
-        finally:
-            await store.close()
-
-    secret = asyncio.run(admin_key())
+    secret = create_key(database_url, "ops", scopes=["admin"])
     sim = ThreadedServer(create_sim_app(SimConfig(**FAST_SIM))).start()
     settings = Settings(upstream=sim.url, database_url=database_url, files_dir=folder / "files")
     gateway = ThreadedServer(create_app(settings)).start()

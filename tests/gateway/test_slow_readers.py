@@ -12,7 +12,6 @@ one that reads nothing for as long once the backend has finished.
 
 from __future__ import annotations
 
-import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 
 from tests.support.probes import scrape, wait_until
 from tests.support.sim_process import SimProcess
+from tests.support.stalled_client import stalled_request
 
 MODEL = "deepseek-v4-flash-0731"
 #: A stalled stream's prompt: its answer is ~3 MB of SSE from the simulator (0.2 s of its decode).
@@ -48,29 +48,9 @@ def stalled_stream(gateway_port: int, key: str, prompt: str = LONG) -> socket.so
     """A streamed chat of ``prompt`` whose client reads the response head, then nothing; the open socket.
     Its ``max_tokens`` holds the whole count (~200k tokens at most; without one, the gateway's output
     reserve would cut it)."""
-    body = json.dumps(
-        {
-            "model": MODEL,
-            "messages": [{"role": "user", "content": prompt}],
-            "stream": True,
-            "max_tokens": 250_000,
-        }
-    ).encode()
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect(("127.0.0.1", gateway_port))
-    sock.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n"
-        + f"authorization: Bearer {key}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
-        + body
-    )
-    head = b""
-    while b"\r\n\r\n" not in head:
-        part = sock.recv(1024)
-        assert part, "no response head"
-        head += part
-    assert head.startswith(b"HTTP/1.1 200"), head[:200]
-    return sock
+    body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "stream": True,
+            "max_tokens": 250_000}  # fmt: skip
+    return stalled_request(gateway_port, key, "/v1/chat/completions", body)
 
 
 def read_to_end(sock: socket.socket) -> bytes:
