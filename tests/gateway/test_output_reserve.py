@@ -16,11 +16,9 @@ import httpx
 import openai
 import pytest
 
-from dspark_sim import SimConfig, create_sim_app
-from gateway.app import create_app
-from gateway.config import Settings
+from dspark_sim import SimConfig
 from tests.conftest import FAST_SIM
-from tests.support.keys import create_key
+from tests.support.module_stack import served_with_admin
 from tests.support.probes import wait_until
 from tests.support.servers import ThreadedServer
 
@@ -58,24 +56,13 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    folder = tmp_path_factory.mktemp("output-reserve")
-    database_url = f"sqlite+aiosqlite:///{folder / 'gateway.db'}"
-
-    secret = create_key(database_url, "ops", scopes=["admin"])
-    sim = ThreadedServer(create_sim_app(SimConfig(**FAST_SIM))).start()
-    settings = Settings(
-        upstream=sim.url,
-        database_url=database_url,
-        files_dir=folder / "files",
+    with served_with_admin(
+        tmp_path_factory.mktemp("output-reserve"),
+        SimConfig(**FAST_SIM),
         slots=4,
         output_reserve_tokens=RESERVE,
-    )
-    gateway = ThreadedServer(create_app(settings)).start()
-    try:
-        yield Stack(gateway, secret)
-    finally:
-        gateway.stop()
-        sim.stop()
+    ) as served:
+        yield Stack(*served)
 
 
 def test_an_uncapped_request_is_cut_at_the_reserve_in_each_api(stack: Stack) -> None:
