@@ -58,14 +58,15 @@ lint: install
 	$(BIN)/mypy $(PACKAGES)
 	$(BIN)/lint-imports
 
-# The whole suite, its 20 slowest tests named, then the share of the distribution's statements it ran
+# The whole suite in two pytest-xdist workers (a module's tests in one worker, the vLLM ones together:
+# tests/conftest.py), its 20 slowest tests named, then the share of the distribution's statements it ran
 # (the gateway and simulator processes the tests start are measured too: [tool.coverage.run]); less
 # than COVERAGE_MIN percent fails.
 COVERAGE_MIN := 95
 test: export COVERAGE_FILE := $(CURDIR)/.coverage
 test: test-deps lint
 	rm -f .coverage .coverage.*
-	$(BIN)/coverage run -m pytest -q --durations=20
+	$(BIN)/coverage run -m pytest -q -n 2 --dist loadgroup --durations=20
 	$(BIN)/coverage combine -q
 	@echo "coverage: $$($(BIN)/coverage report --format=total)% of the statements of $(PACKAGES)"
 	$(BIN)/coverage report --fail-under=$(COVERAGE_MIN) > /dev/null

@@ -30,6 +30,17 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
     return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``pytest -n N --dist loadgroup`` (``make test``) a module's tests run in one worker, so a
+    module-scoped fixture starts once; the end-to-end modules share one, whose session holds the vLLM
+    servers (each costs a CPU-bound start and GiBs of memory: one worker starts them all once)."""
+    end_to_end = Path(__file__).resolve().parent / "e2e"
+    for item in items:
+        group = "e2e" if item.path.is_relative_to(end_to_end) else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 FAST_SIM = {"decode_tps": 2000.0, "ttft_base_s": 0.0, "prefill_tps": 1e7}
 
 

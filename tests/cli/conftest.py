@@ -18,9 +18,14 @@ Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 @pytest.fixture
 def env(tmp_path: Path, database_url: str) -> dict[str, str]:
-    """A CLI process's environment: none of the caller's ``GATEWAY_*`` / ``DSPARK_*``, the test's
-    database, and a data folder under the test's (the default database's home)."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("GATEWAY_", "DSPARK_"))}
+    """A CLI process's environment: none of the caller's ``GATEWAY_*`` / ``DSPARK_*``, no terminal size
+    (``COLUMNS``, ``LINES``: a pytest-xdist worker sets 80; a test that wants a width says so), the
+    test's database, and a data folder under the test's (the default database's home)."""
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GATEWAY_", "DSPARK_")) and k not in ("COLUMNS", "LINES")
+    }
     return {**environ, "GATEWAY_DATABASE_URL": database_url, "XDG_DATA_HOME": str(tmp_path / "data")}
 
 

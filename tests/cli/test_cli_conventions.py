@@ -61,7 +61,7 @@ def test_the_url_may_name_the_api_and_a_table_keeps_its_rows_whole(
     gateway = start_gateway(start_sim().url)
     admin = make_key("root", scopes=["admin"])
     make_key("a-key-with-a-rather-long-name-that-a-narrow-table-would-fold")
-    listed = cli("keys", "list", DSPARK_URL=gateway.url + "/v1", DSPARK_ADMIN_KEY=admin, COLUMNS=None)
+    listed = cli("keys", "list", DSPARK_URL=gateway.url + "/v1", DSPARK_ADMIN_KEY=admin)
     assert f"note: using {gateway.url} " in listed.stderr  # said, and done
     row = next(line for line in listed.stdout.splitlines() if line.lstrip().startswith("a-key-with"))
     assert "a-key-with-a-rather-long-name-that-a-narrow-table-would-fold" in row
