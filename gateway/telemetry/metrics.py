@@ -37,6 +37,8 @@ _SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 
 _TOKENS_PER_S = (1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 120, 150, 200, 300)
 _RATE = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 1.0)
 _LENGTH = (1, 1.5, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5, 6)
+#: |predicted - reported| cached tokens: 0 (exact), within a block of 256, then by fourfolds.
+_ERROR_TOKENS = (0, 256, 1024, 4096, 16384, 65536, 262144)
 #: The per-request token counts of a record, by ``gateway_tokens_total``'s ``kind``.
 _TOKEN_KINDS = ("prompt", "completion", "cached", "reasoning")
 
@@ -249,6 +251,14 @@ class GatewayMetrics:
             buckets=_LENGTH,
             registry=registry,
         )
+        self.prediction_error = Histogram(
+            "gateway_prefix_cache_prediction_error_tokens",
+            "|cached tokens admission predicted - cached tokens the backend reported| per request it "
+            "predicted, by where the prediction came from: events | estimate",
+            ("source",),
+            buckets=_ERROR_TOKENS,
+            registry=registry,
+        )
         self.tool_calls_dropped = Counter(
             "gateway_tool_calls_dropped",
             "Tool calls the model spelled out (DSML) in answers to requests that declared no tools: "
@@ -376,9 +386,21 @@ class GatewayMetrics:
                 bound(self.acceptance, spec.source).observe(spec.acceptance_rate)
             if spec.mean_acceptance_length is not None:
                 bound(self.acceptance_length, spec.source).observe(spec.mean_acceptance_length)
+        self._prediction(record)
         if record.tool_calls_dropped:
             bound(self.tool_calls_dropped).inc(record.tool_calls_dropped)
         for name in record.clamped:
             self.clamped.labels(name).inc()
         if record.end_reason is not None:
             self.ends.labels(record.end_reason).inc()
+
+    def _prediction(self, record: RequestTelemetry) -> None:
+        """How far admission's prediction of the cached tokens was from what the backend reported; only
+        for an answer that carried its usage (status 200 and prompt tokens counted): another reported
+        nothing to compare with."""
+        if record.cached_tokens_predicted is None or record.cache_source is None:
+            return
+        if record.status != 200 or not record.prompt_tokens:
+            return
+        error = abs(record.cached_tokens_predicted - record.cached_tokens)
+        self.prediction_error.labels(record.cache_source).observe(error)

@@ -3,6 +3,7 @@ every metric an alert uses is one the gateway exports."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -15,6 +16,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.admission import Admission
+from gateway.backends.kv_index import ResidentBlocks
+from gateway.backends.kv_view import KVView
 from gateway.telemetry.metrics import GatewayMetrics
 from gateway.telemetry.record import RequestTelemetry
 from gateway.telemetry.spec import SpecStats
@@ -47,6 +50,8 @@ def exported_names() -> set[str]:
     admission = Admission(slots=2, queue_max=4, queue_timeout_s=1)
     metrics.watch(admission)
     metrics.watch_backend("default", admission)
+    metrics.watch_holds("default", admission)
+    metrics.watch_prefix_cache("default", KVView(ResidentBlocks(256, 16, "estimate")))
     for polled in (
         metrics.upstream_up,
         metrics.backend_running,
@@ -72,6 +77,8 @@ def exported_names() -> set[str]:
         prompt_tokens=10,
         completion_tokens=20,
         cached_tokens=4,
+        cached_tokens_predicted=4,
+        cache_source="events",
         reasoning_tokens=5,
         spec=SpecStats("stream", 4, 16, 20, 0.8, 5.0),
         clamped=["cached_tokens"],
@@ -103,6 +110,11 @@ def test_every_alert_uses_only_exported_metrics() -> None:
         "gateway_requests_total",
         "gateway_telemetry_clamped_total",
     } <= used
+
+
+def test_alerts_watch_the_prefix_cache_source() -> None:
+    used = {name for rule in alert_rules() for name in metric_names(rule["expr"])}
+    assert "gateway_backend_prefix_cache_source" in used
 
 
 def test_alert_rules_are_labelled_and_described() -> None:
@@ -184,3 +196,28 @@ def test_grafana_provisioning(compose: dict[str, Any]) -> None:
     dashboards = container_to_host(grafana, provider["options"]["path"])
     assert dashboards == (GRAFANA / "dashboards").resolve()
     assert (dashboards / "dspark-gateway.json").is_file()
+
+
+def dashboard_exprs() -> list[str]:
+    dashboard = json.loads((GRAFANA / "dashboards" / "dspark-gateway.json").read_text())
+    return [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+
+
+def test_the_dashboard_shows_only_exported_metrics() -> None:
+    exported = exported_names() | PROMETHEUS_SERIES
+    for expr in dashboard_exprs():
+        names = metric_names(expr)
+        assert names and names <= exported, f"{expr}: {names - exported} not exported"
+
+
+def test_the_dashboard_shows_the_prefix_cache() -> None:
+    """Its source per backend, the hit ratio (cached / prompt tokens), the prediction error, the holds."""
+    exprs = dashboard_exprs()
+    shown = {name for expr in exprs for name in metric_names(expr)}
+    assert {
+        "gateway_backend_prefix_cache_source",
+        "gateway_prefix_cache_prediction_error_tokens_sum",
+        "gateway_prefix_cache_prediction_error_tokens_count",
+        "gateway_backend_session_holds",
+    } <= shown
+    assert any('kind="cached"' in expr and 'kind="prompt"' in expr for expr in exprs)

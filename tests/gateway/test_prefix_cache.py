@@ -83,6 +83,10 @@ def test_a_follow_up_turn_is_sized_by_what_the_cache_does_not_hold(
     assert second["lane"] == "short" and second["kv_tokens"] == second["prompt_tokens"] + 8  # long, cached
     metrics = scrape(gateway.url)
     assert metrics["gateway_backend_prefix_cache_source{backend=default,source=events}"] == 1
+    # The second turn's prediction from the events, exact: in the first bucket (0 tokens off).
+    errors = "gateway_prefix_cache_prediction_error_tokens_{}{{{}source=events}}"
+    assert metrics[errors.format("count", "")] >= 1
+    assert metrics[errors.format("bucket", "le=0.0,")] == metrics[errors.format("count", "")]
     assert metrics["gateway_prefill_tokens_total"] == first["prompt_tokens"] + computed
 
     later = start_gateway(sim.url, kv_events=events, kv_events_replay=replay, **SIZED)
