@@ -18,7 +18,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from dspark_runtime.check import check
-from dspark_runtime.profile import RUNTIME_DIR, ProfileError, load_node_env, load_profile
+from dspark_runtime.gateway_check import check_gateway
+from dspark_runtime.profile import RUNTIME_DIR, ProfileError, load_node_env, load_profile, read_env_file
 from dspark_runtime.render import render, shell_command
 
 runtime_app = typer.Typer(
@@ -33,6 +34,8 @@ ProfileOpt = Annotated[
 
 #: The node env files by rank (0 = head, 1 = worker), as the compose commands name them.
 NODE_FILES = (".env.head", ".env.worker")
+#: The gateway's env file on the head node (docs/deploy.md, "First start").
+GATEWAY_ENV = RUNTIME_DIR.parent / "deploy" / ".env"
 
 
 def node_env_file(rank: int, runtime_dir: Path = RUNTIME_DIR) -> Path:
@@ -117,22 +120,40 @@ def check_cmd(
         Path | None,
         typer.Option("--worker-env", help="The worker node's env file (default runtime/.env.worker)"),
     ] = None,
+    gateway_env: Annotated[
+        Path | None,
+        typer.Option(
+            "--gateway-env",
+            help="The gateway's env file, checked to agree with the profile: KV cache events, slots, "
+            "model, block size (default deploy/.env where it exists)",
+        ),
+    ] = None,
 ) -> None:
     """Refuse unsafe settings (a table of problems, exit 1); the profile is layered over the head env."""
+    if gateway_env is None and GATEWAY_ENV.exists():
+        gateway_env = GATEWAY_ENV
     try:
         head_env, worker_env = node_env_files(head_env, worker_env)
         loaded = load_profile(profile, head_env)
         worker_loaded = load_profile(profile, worker_env)
         head, worker = load_node_env(head_env), load_node_env(worker_env)
+        gateway = read_env_file(gateway_env) if gateway_env is not None else None
     except ProfileError as exc:
         raise _load_failed(exc) from exc
     problems = check(loaded, head, worker)
     # The worker's effective profile is checked too (its env file may carry its own overrides).
     seen = set(problems)
     problems += [p for p in check(worker_loaded, head, worker) if p not in seen]
+    if gateway is not None:
+        problems += check_gateway(loaded, gateway)
+    else:
+        typer.echo(
+            f"note: no {GATEWAY_ENV}: the gateway's settings were not checked (--gateway-env)", err=True
+        )
     console = Console(soft_wrap=False, width=160)
     if not problems:
-        console.print(f"profile {loaded.name}: OK (head {head_env}, worker {worker_env})", highlight=False)
+        checked = f", gateway {gateway_env}" if gateway_env is not None else ""
+        typer.echo(f"profile {loaded.name}: OK (head {head_env}, worker {worker_env}{checked})")
         return
     table = Table(title=f"profile {loaded.name}: {len(problems)} problem(s)")
     for column in ("where", "setting", "reason"):
