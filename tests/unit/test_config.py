@@ -101,3 +101,12 @@ def test_the_metrics_token_minimum_is_documented_where_the_setting_is() -> None:
     for doc in ("README.md", "docs/deploy.md"):
         text = " ".join((REPO / doc).read_text().split())
         assert re.search(r"`GATEWAY_METRICS_TOKEN`[^.]*16 characters or more", text), doc
+
+
+def test_every_setting_is_in_the_readme_table() -> None:
+    """README.md's Configuration table names each ``Settings`` field's variable (``GATEWAY_<FIELD>``)."""
+    section = (REPO / "README.md").read_text().split("\n## Configuration", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    named = {name for row in rows for name in re.findall(r"`(GATEWAY_[A-Z0-9_]+)`", row.split(" | ")[0])}
+    prefix = Settings.model_config["env_prefix"]
+    assert {f"{prefix}{field}".upper() for field in Settings.model_fields} - named == set()
