@@ -6,6 +6,9 @@ files mount the directory every shipped profile puts those sockets in."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -16,6 +19,18 @@ from tests.support.gateway_process import GatewayProcess, clean_env
 from tests.support.probes import scrape, wait_until
 
 MODEL = "deepseek-v4-flash-0731"
+
+
+def documented_check(url: str, admin: str) -> str:
+    """What the check that ends docs/deploy.md's bring-up prints: its ``python -c`` over ``/admin/status``
+    (which it fetches with curl through Caddy)."""
+    (script,) = re.findall(r"\| python -c '([^']+)'", (REPO / "docs" / "deploy.md").read_text())
+    status = httpx.get(url + "/admin/status", headers={"Authorization": f"Bearer {admin}"}, timeout=10)
+    done = subprocess.run(
+        [sys.executable, "-c", script], input=status.text, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_the_documented_first_start_subscribes_to_vllms_events(
@@ -58,6 +73,7 @@ def test_the_documented_first_start_subscribes_to_vllms_events(
             return status.json()["backends"][0]["prefix_cache"]
 
         wait_until(lambda: prefix_cache()["source"] == "events", what="prefix_cache.source events")
+        assert documented_check(gateway.url, admin) == "default events\n"
         feed = prefix_cache()["events"]
         assert feed["endpoint"] == f"ipc://{sockets}/events" and feed["blocks"] > 0, feed
         token = {"Authorization": f"Bearer {settings['GATEWAY_METRICS_TOKEN']}"}
@@ -67,10 +83,18 @@ def test_the_documented_first_start_subscribes_to_vllms_events(
         gateway.stop()
 
 
-def test_both_compose_files_mount_the_directory_of_every_profiles_sockets() -> None:
-    gateway = load_yaml(REPO / "deploy" / "docker-compose.yml")["x-gateway"]
+def test_the_compose_files_mount_the_directory_of_every_profiles_sockets() -> None:
+    """vLLM's (runtime/), each gateway's of deploy/ (the upgrade's standby too) and, through
+    ``extends``, the scale-out replicas'."""
     runtime = load_yaml(REPO / "runtime" / "docker-compose.yml")["services"]["vllm"]
     assert "${KV_EVENTS_DIR}:${KV_EVENTS_DIR}" in runtime["volumes"]
+    services = load_yaml(REPO / "deploy" / "docker-compose.yml")["services"]
+    scale = load_yaml(REPO / "deploy" / "scale" / "docker-compose.yml")["services"]
+    replicas = [name for name in scale if name.startswith("gateway")]
+    assert replicas and all(
+        scale[name]["extends"] == {"file": "../docker-compose.yml", "service": "gateway"} for name in replicas
+    )
     for shipped in sorted(PROFILES_DIR.glob("*.env")):
         directory = load_profile(shipped).kv_events_dir
-        assert f"{directory}:{directory}" in gateway["volumes"], shipped.name
+        for name in ("gateway", "gateway-standby"):
+            assert f"{directory}:{directory}" in services[name]["volumes"], (shipped.name, name)
