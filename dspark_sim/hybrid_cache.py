@@ -14,7 +14,7 @@ run of ``ceil((window - 1) / block_size)`` resident blocks below the candidate
 
 Residency: a sliding-window group frees the blocks that fall out of the window while a prompt is
 computed (``SlidingWindowManager.remove_skipped_blocks``), so of a stored prompt only the blocks of
-its last window stay pinned; the freed ones are the first evicted. Every group keeps at most the
+its last window stay pinned; the freed ones are evictable at once. Every group keeps at most the
 pool's tokens, less what running sequences hold (the simulator's simplification of vLLM's one pool
 of pages shared by all groups); past that each evicts its least recently used unpinned blocks — a
 removal in one group of the tokens another still holds.
@@ -128,6 +128,7 @@ class HybridPrefixCache:
         self.block_size = math.lcm(*(group.block_size for group in groups))
         self.pool_tokens = pool_blocks * block_size
         self._groups = [_Blocks(spec) for spec in groups]
+        self._hits: dict[int, int] = {}  # owner -> its prompt's hit, from its lookup
 
     def __len__(self) -> int:
         return sum(len(group.resident) for group in self._groups)
@@ -150,6 +151,8 @@ class HybridPrefixCache:
             group.touch(used)
             if owner is not None:
                 group.pin(owner, used)
+        if owner is not None:
+            self._hits[owner] = hit
         return hit
 
     @staticmethod
@@ -170,16 +173,19 @@ class HybridPrefixCache:
         self, ids: Sequence[int], held_tokens: int, owner: int | None = None, salt: str | None = None
     ) -> list[KVCacheEvent]:
         """A prefill of ``ids`` finished: each group's full blocks are resident (a sliding window's
-        skipped ones the least recently used, unpinned), then :meth:`trim`. The events, in order."""
+        skipped ones unpinned, used before the rest), then :meth:`trim`. The events, in order."""
         events: list[KVCacheEvent] = []
+        hit = self._hits.pop(owner, 0) if owner is not None else 0
         for idx, group in enumerate(self._groups):
             hashes, size = group.hashes(ids, salt), group.spec.block_size
-            new = [i for i, block_hash in enumerate(hashes) if block_hash not in group.resident]
+            # a window's blocks behind the hit were never computed (vLLM hands the request null blocks
+            # there, and cache_full_blocks skips them): only the full groups hold the hit's whole run
+            null = hit // size - len(self._kept(group, hashes[: hit // size], hit))
+            new = [i for i, h in enumerate(hashes) if h not in group.resident and i >= null]
             kept = self._kept(group, hashes, len(ids))
             skipped = hashes[: len(hashes) - len(kept)]
+            group.touch(skipped[null:])  # freed as the window passed them, before the rest
             group.touch(kept)
-            freed = {block_hash: None for block_hash in skipped if block_hash not in group.resident}
-            group.resident = freed | group.resident  # freed first: at the head of the free queue
             if new:
                 first = new[0]
                 events.append(

@@ -36,13 +36,13 @@ def test_a_conversation_with_an_eviction_is_predicted_exactly_in_both_encodings(
         cache = HybridPrefixCache(BLOCK, pool_blocks=40, groups=GROUPS)
         index = ResidentBlocks(BLOCK, 10_000, "events")
         conversation = [rng.randrange(1000, 2000) for _ in range(3 * BLOCK + 17)]
-        removed_windowed = removed_full = 0
+        removed_windowed = removed_full = hits = 0
         for turn in range(8):
-            expected = cache.lookup(conversation)
+            expected = cache.lookup(conversation, owner=1)  # the request about to run on its hit
             assert predicted(index, conversation) == expected, turn
-            if turn:
-                assert expected > 0  # the conversation's own prefix is still held
-            events = cache.store(conversation, held_tokens=0)
+            hits += expected > 0
+            events = cache.store(conversation, held_tokens=0, owner=1)
+            cache.release(1)
             if turn == 4:  # another long prompt runs: the pool evicts
                 other = [rng.randrange(3000, 4000) for _ in range(30 * BLOCK)]
                 assert predicted(index, other) == cache.lookup(other) == 0
@@ -54,7 +54,9 @@ def test_a_conversation_with_an_eviction_is_predicted_exactly_in_both_encodings(
                     removed_full += not windowed
             feed(index, events, arrays)
             conversation += [rng.randrange(5) for _ in range(rng.randrange(40, 500))]
-        assert removed_windowed and removed_full, "the eviction took blocks of both kinds"
+        assert hits >= 4 and removed_windowed and removed_full, (
+            "hits, and an eviction in groups of both kinds"
+        )
         assert index.orphans == 0 and not index.unknown_groups
         assert sorted({g["kind"] for g in index.groups()}) == ["mla_attention", "sliding_window_mla"]
 
@@ -69,8 +71,9 @@ def test_no_removal_in_a_sliding_window_group_turns_a_hit_into_a_miss_or_a_miss_
     windowed_removals = 0
     for _ in range(120):
         prompt = rng.choice(stems)[: rng.randrange(1, BLOCK * 6)] + [rng.randrange(5)] * rng.randrange(300)
-        assert predicted(index, prompt) == cache.lookup(prompt), len(prompt)
-        events = cache.store(prompt, held_tokens=rng.randrange(0, BLOCK * 50))
+        assert predicted(index, prompt) == cache.lookup(prompt, owner=1), len(prompt)
+        events = cache.store(prompt, held_tokens=rng.randrange(0, BLOCK * 50), owner=1)
+        cache.release(1)
         feed(index, events)
         if any(isinstance(e, BlockRemoved) and e.group_idx in WINDOWED for e in events):
             windowed_removals += 1
