@@ -1,12 +1,13 @@
 """vLLM's KV cache events on the wire: what ``--kv-events-config`` publishes, decoded and encoded with
-msgspec as vLLM itself does (``vllm/distributed/kv_events.py``, vLLM 0.25-0.33).
+msgspec as vLLM itself does (``vllm/distributed/kv_events.py``, vLLM 0.25.1, 0.32 and 0.33).
 
 The publisher (``ZmqEventPublisher``) sends each batch on a ZMQ PUB socket as three frames:
 ``(topic, seq, payload)``, ``seq`` an 8-byte big-endian counter from 0, ``payload`` the msgpack of a
 :class:`KVEventBatch` — an array ``[ts, events, data_parallel_rank]`` whose events are maps tagged
 ``{"type": "BlockStored" | "BlockRemoved" | "AllBlocksCleared", ...}`` (vLLM PR #42892 took
-``array_like=True`` off ``KVCacheEvent``; 0.26 and later), or, from an older vLLM, positional arrays
-tagged by their first item, ``["BlockStored", block_hashes, parent_block_hash, ...]`` in field order.
+``array_like=True`` off ``KVCacheEvent``: so in 0.25.1, 0.32 and 0.33), or, from a vLLM before it,
+positional arrays tagged by their first item, ``["BlockStored", block_hashes, parent_block_hash, ...]``
+in field order.
 :func:`decode` takes both, one event at a time (msgspec's unions cannot mix the two). Its ROUTER replay socket
 answers a request of one frame, the first ``seq`` wanted (8 bytes big-endian), with every buffered
 batch from there as ``(topic, seq, payload)`` and ends with ``("", -1, "")`` (:data:`END_SEQ`).
@@ -146,7 +147,7 @@ def decode(payload: bytes) -> KVEventBatch:
 
 def encode(batch: KVEventBatch, arrays: bool = False) -> bytes:
     """``batch`` as vLLM's publisher sends it: events as tagged maps, or with ``arrays`` as the
-    positional arrays of a vLLM before PR #42892 (0.25)."""
+    positional arrays of a vLLM before PR #42892."""
     if not arrays:
         return _ENCODER.encode(batch)
     events = [_LEGACY_OF[type(event)](**msgspec.structs.asdict(event)) for event in batch.events]
