@@ -17,7 +17,9 @@ computed (``SlidingWindowManager.remove_skipped_blocks``), so of a stored prompt
 its last window stay pinned; the freed ones are evictable at once. Every group keeps at most the
 pool's tokens, less what running sequences hold (the simulator's simplification of vLLM's one pool
 of pages shared by all groups); past that each evicts its least recently used unpinned blocks — a
-removal in one group of the tokens another still holds.
+removal in one group of the tokens another still holds. Unlike vLLM, a sliding-window group stores
+every block it computes: vLLM's ``SlidingWindowManager.reachable_block_mask`` keeps only those a hit
+can end on (docs/prefix-cache.md).
 Pure: no I/O, no clock.
 """
 

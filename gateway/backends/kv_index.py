@@ -34,10 +34,13 @@ run of ``ceil((window - 1) / block_size)`` resident blocks below it
 (``SlidingWindowManager.find_longest_cache_hit``); every length a multiple of the configured block
 size (the scheduler's). So a removal in a sliding-window group changes the hit only where it takes a
 block of the window a hit ends on, and never evicts another group's block of the same tokens. A group
-of a kind the index does not know (``mamba``, ``unknown``, or none named beyond group 0) is counted
-(:attr:`ResidentBlocks.unknown_groups`) and :meth:`ResidentBlocks.match` answers None: the caller
-falls back to the estimate rather than guess. A full-attention group's blocks are of the configured
-block size (vLLM ``--block-size``); a sliding-window group's are its own, learnt from its first store.
+of a kind the index does not know (``mamba``, ``unknown``, or none named beyond group 0), or a
+sliding-window group whose stores name fewer blocks than their tokens span (vLLM's
+``reachable_block_mask`` keeps only the blocks a hit can end on, at positions that depend on the
+prompt's length), is counted (:attr:`ResidentBlocks.unknown_groups`) and
+:meth:`ResidentBlocks.match` answers None: the caller falls back to the estimate rather than guess.
+A full-attention group's blocks are of the configured block size (vLLM ``--block-size``); a
+sliding-window group's are its own, learnt from its first store.
 A ``BlockStored`` of another size, or not of the shape vLLM sends, changes nothing and is counted
 (:meth:`ResidentBlocks.apply` returns the counts). Memory is bounded by ``max_blocks`` per group (the
 pool's blocks, plus slack for missed removals): past it, the block least recently stored goes first.
@@ -189,8 +192,9 @@ class ResidentBlocks:
         self.orphans = 0
         """Stored blocks whose parent the index did not know (events missed): not indexed."""
         self.unknown_groups: dict[int, str] = {}
-        """Groups (``group_idx``) of a kind the index does not know, and that kind (``none``: a group
-        past the first that named none): while any is known, :meth:`match` answers None."""
+        """Groups (``group_idx``) the index cannot predict, and their kind (``none``: a group past the
+        first that named none; ``<kind> (masked stores)``: a window group's sparse stores): while any
+        is known, :meth:`match` answers None."""
         self.unknown_events = 0
         """Events of those groups."""
 
@@ -266,7 +270,16 @@ class ResidentBlocks:
         size = group.block_size or self.block_size
         if event.block_size != size:
             return "block_size"  # not this group's blocks: a prefix of them would be no hit of vLLM's
-        if not event.block_hashes or len(event.token_ids) != size * len(event.block_hashes):
+        spanned = len(event.token_ids)
+        if group.window is not None and spanned % size == 0 and spanned > size * len(event.block_hashes):
+            # vLLM stores only the window's blocks a hit can end on (SlidingWindowManager.
+            # reachable_block_mask) but sends every computed block's tokens: which blocks the hashes
+            # name depends on the prompt's length, unknown here, so the group cannot be predicted
+            self.unknown_groups[event.group_idx or 0] = f"{group.kind} (masked stores)"
+            del self._groups[event.group_idx or 0]
+            self.unknown_events += 1
+            return None
+        if not event.block_hashes or spanned != size * len(event.block_hashes):
             return "malformed"  # not the shape vLLM sends: nothing of it can be trusted
         if any(not 0 <= token < 2**32 for token in event.token_ids):
             return "malformed"  # not token ids

@@ -121,3 +121,18 @@ def test_a_group_of_a_kind_the_index_does_not_know_makes_it_answer_nothing() -> 
     )
     assert index.match(PromptBlocks(tokens + [0])) is None
     assert index.unknown_groups == {1: "mamba", 2: "none"} and index.unknown_events == 3
+
+
+def test_a_windowed_groups_masked_store_makes_it_answer_nothing() -> None:
+    """vLLM stores only the window's blocks a hit can end on (``reachable_block_mask``) but sends the
+    tokens of every block computed: which blocks its hashes name is not in the event."""
+    index = ResidentBlocks(BLOCK, 1000, "events")
+    tokens = list(range(4 * 64))
+    masked = BlockStored(
+        block_hashes=[3, 4], parent_block_hash=None, token_ids=tokens, block_size=64, lora_id=None,
+        medium="GPU", lora_name=None, group_idx=3, kv_cache_spec_kind="sliding_window_mla",
+        kv_cache_spec_sliding_window=128,
+    )  # fmt: skip
+    feed(index, [masked])
+    assert index.match(PromptBlocks(tokens + [0])) is None
+    assert index.unknown_groups == {3: "sliding_window_mla (masked stores)"} and index.unknown_events == 1
