@@ -19,6 +19,9 @@ def sim(
     served_model: Annotated[str, typer.Option(help="Served model name")] = "deepseek-v4-flash-0731",
     prefix_caching: Annotated[bool, typer.Option(help="Keep a prefix cache")] = True,
     block_size: Annotated[int, typer.Option(min=1, help="Tokens per KV block")] = 256,
+    kv_cache_layout: Annotated[
+        str, typer.Option(help="KV cache groups: single, or deepseek_v4 (DeepSeek-V4's hybrid layout)")
+    ] = "single",
     kv_events_endpoint: Annotated[
         str | None, typer.Option(help="Publish KV cache events on this ZMQ endpoint (bound)")
     ] = None,
@@ -38,6 +41,7 @@ def sim(
         seed=seed,
         prefix_caching=prefix_caching,
         block_size=block_size,
+        kv_cache_layout=kv_cache_layout,
         kv_events_endpoint=kv_events_endpoint,
         kv_events_replay_endpoint=kv_events_replay_endpoint,
     )

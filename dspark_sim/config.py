@@ -58,6 +58,10 @@ class SimConfig:
     prompt's resident prefix is not prefilled again, and ``cached_tokens`` in usage says how much."""
     block_size: int = 256
     """Tokens per KV block (``--block-size``), the prefix cache's unit."""
+    kv_cache_layout: str = "single"
+    """The KV cache groups: ``single`` (one full-attention group, as a standard-attention model), or
+    ``deepseek_v4`` (DeepSeek-V4's compressed MLA, sliding-window and compressor-state groups, each
+    publishing its own events: :mod:`dspark_sim.hybrid_cache`)."""
     kv_events_endpoint: str | None = None
     """Publish KV cache events here (a ZMQ endpoint bound, e.g. ``tcp://127.0.0.1:5557``), as vLLM's
     ``--kv-events-config`` ``endpoint`` does; None: none published."""
@@ -104,6 +108,8 @@ class SimConfig:
             "max_model_len must be >= 1": self.max_model_len >= 1,
             "kv_cache_tokens must be >= 1": self.kv_cache_tokens >= 1,
             "block_size must be >= 1": self.block_size >= 1,
+            "kv_cache_layout must be single or deepseek_v4": self.kv_cache_layout
+            in ("single", "deepseek_v4"),
             "reasoning_tokens must be >= 1": self.reasoning_tokens >= 1,
             "content_tokens must be >= 1": self.content_tokens >= 1,
         }

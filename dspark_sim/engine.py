@@ -26,6 +26,7 @@ from typing import Protocol
 from dspark_common.kv_events import KVCacheEvent
 
 from .config import SimConfig
+from .hybrid_cache import HybridPrefixCache
 from .prefix_cache import PrefixCache
 from .scheduler import Preempted, Scheduler
 from .sequence import Sequence, Step
@@ -81,7 +82,7 @@ class SimEngine:
         config: SimConfig,
         scheduler: Scheduler,
         observer: EngineObserver,
-        cache: PrefixCache | None = None,
+        cache: PrefixCache | HybridPrefixCache | None = None,
         events: EventSink | None = None,
     ) -> None:
         self.config = config

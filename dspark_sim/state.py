@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from .config import SimConfig
 from .engine import EngineObserver, SimEngine
+from .hybrid_cache import HybridPrefixCache, deepseek_v4_groups
 from .kv_publisher import KVEventPublisher
 from .metrics import SimMetrics
 from .prefix_cache import PrefixCache
@@ -43,11 +44,12 @@ class SimState:
         trace = SequenceTrace(config.trace_file) if config.trace_file else None
         observer: EngineObserver = metrics if trace is None else Observers(metrics, trace)
         scheduler.on_preempt = observer.on_preempt
-        cache = (
-            PrefixCache(config.block_size, config.kv_cache_tokens // config.block_size)
-            if config.prefix_caching
-            else None
-        )
+        pool_blocks = config.kv_cache_tokens // config.block_size
+        cache: PrefixCache | HybridPrefixCache | None = None
+        if config.prefix_caching and config.kv_cache_layout == "deepseek_v4":
+            cache = HybridPrefixCache(config.block_size, pool_blocks, deepseek_v4_groups(config.block_size))
+        elif config.prefix_caching:
+            cache = PrefixCache(config.block_size, pool_blocks)
         publisher = (
             KVEventPublisher(config.kv_events_endpoint, config.kv_events_replay_endpoint)
             if config.kv_events_endpoint

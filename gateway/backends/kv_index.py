@@ -22,12 +22,28 @@ for that first block, None for the rest, a msgpack array decoded as a list). A
 index predicts of it is what vLLM reports; extra keys are digested as msgpack, where a tuple and a
 list are one array.
 
-Only the first KV cache group (``group_idx`` 0 or none) on the GPU medium is indexed: a prefix is a
-hit only where every group holds it, and the first group stands for them. The block size is the
-configured one (vLLM ``--block-size``): a ``BlockStored`` of another size, or not of the shape vLLM
-sends, changes nothing and is counted (:meth:`ResidentBlocks.apply` returns the counts). Memory is bounded by
-``max_blocks`` (the pool's blocks, plus slack for missed removals): past it, the block least
-recently stored goes first.
+KV cache groups (vLLM's hybrid allocator; docs/prefix-cache.md has the facts with their sources): a
+model of several attention kinds keeps one group per kind and layout, and vLLM publishes each group's
+stores and removals apart (``group_idx``; a store also names the group's ``kv_cache_spec_kind``, the
+removals only the index). Groups are told apart by kind, never by index. A prompt's hit is decided as
+vLLM's ``HybridKVCacheCoordinator.find_longest_cache_hit`` decides it: every group must hit, and the
+hit is the fixed point of each group cutting the candidate length — a full-attention kind
+(``full_attention``, ``mla_attention``, ``sink_full_attention``) to its run of resident blocks from
+the start, a sliding-window kind (``sliding_window``, ``sliding_window_mla``) to the end of the last
+run of ``ceil((window - 1) / block_size)`` resident blocks below it
+(``SlidingWindowManager.find_longest_cache_hit``); every length a multiple of the configured block
+size (the scheduler's). So a removal in a sliding-window group changes the hit only where it takes a
+block of the window a hit ends on, and never evicts another group's block of the same tokens. A group
+of a kind the index does not know (``mamba``, ``unknown``, or none named beyond group 0), or a
+sliding-window group whose stores name fewer blocks than their tokens span (vLLM's
+``reachable_block_mask`` keeps only the blocks a hit can end on, at positions that depend on the
+prompt's length), is counted (:attr:`ResidentBlocks.unknown_groups`) and
+:meth:`ResidentBlocks.match` answers None: the caller falls back to the estimate rather than guess.
+A full-attention group's blocks are of the configured block size (vLLM ``--block-size``); a
+sliding-window group's are its own, learnt from its first store.
+A ``BlockStored`` of another size, or not of the shape vLLM sends, changes nothing and is counted
+(:meth:`ResidentBlocks.apply` returns the counts). Memory is bounded by ``max_blocks`` per group (the
+pool's blocks, plus slack for missed removals): past it, the block least recently stored goes first.
 
 The estimate (:meth:`ResidentBlocks.remember`): the prompt blocks of every request sent, least
 recently used evicted past the pool's size in blocks — what vLLM's free-block LRU does when nothing
@@ -37,6 +53,7 @@ else holds blocks. Pure: no I/O.
 from __future__ import annotations
 
 import hashlib
+import math
 from array import array
 from collections import Counter
 from collections.abc import Sequence
@@ -103,12 +120,67 @@ class Match:
     block_size: int
 
 
+#: Kinds whose hit is a run of resident blocks from the prompt's start (vLLM ``FullAttentionManager``;
+#: ``MLAAttentionSpec`` and ``SinkFullAttentionSpec`` are ``FullAttentionSpec`` subclasses).
+FULL_KINDS = frozenset({"full_attention", "mla_attention", "sink_full_attention"})
+#: Kinds whose hit needs only the blocks of the window before it (vLLM ``SlidingWindowManager``).
+WINDOW_KINDS = frozenset({"sliding_window", "sliding_window_mla"})
+
+
+class _Group:
+    """One KV cache group's resident blocks: content keys, least recently stored first, and vLLM's
+    hash of each (``names`` outlive a removal, as a later store may chain from a removed parent: a
+    sliding window frees the blocks behind it while their children are still computed)."""
+
+    __slots__ = ("kind", "block_size", "window", "blocks", "names", "hash_of")
+
+    def __init__(self, kind: str | None, block_size: int | None, window: int | None) -> None:
+        self.kind = kind
+        self.block_size = block_size
+        self.window = window
+        self.blocks: dict[bytes, None] = {}
+        self.names: dict[BlockHash, bytes] = {}  # vLLM's hash -> content key
+        self.hash_of: dict[bytes, BlockHash] = {}  # a resident key -> the hash vLLM names it by
+
+    def hit(self, prompt: PromptBlocks, length: int, align: int) -> int:
+        """The longest hit of at most ``length`` tokens (a multiple of ``align``) this group allows."""
+        size = self.block_size or align
+        keys = prompt.keys(size)[: length // size]
+        if self.kind in WINDOW_KINDS and self.window is not None:
+            return self._window_hit(keys, size, align)
+        run = 0
+        for key in keys:
+            if key not in self.blocks:
+                break
+            run += 1
+        return run * size // align * align
+
+    def _window_hit(self, keys: list[bytes], size: int, align: int) -> int:
+        """vLLM ``SlidingWindowManager.find_longest_cache_hit``: from the right, the first aligned
+        resident block with ``ceil((window - 1) / size)`` contiguous resident blocks ending at it; else
+        the resident run from the start."""
+        need = -(-((self.window or 1) - 1) // size)  # vLLM _contiguous_blocks_for_hit, without EAGLE
+        run = 0
+        for i in range(len(keys) - 1, -1, -1):
+            if keys[i] not in self.blocks:
+                run = 0
+                continue
+            if run == 0 and (i + 1) * size % align:
+                continue
+            run += 1
+            if run >= need:
+                return (i + run) * size
+        return run * size // align * align
+
+
 class ResidentBlocks:
-    """The resident blocks of one backend's KV pool.
+    """The resident blocks of one backend's KV pool, per KV cache group.
 
     Args:
-        block_size: tokens per block (vLLM ``--block-size``); events of another size are ignored.
-        max_blocks: most blocks kept; the least recently stored go first past it.
+        block_size: tokens per block (vLLM ``--block-size``), the full-attention groups'; a hit is a
+            multiple of the lcm of every group's (vLLM's scheduler block size,
+            ``vllm/v1/core/kv_cache_utils.py``); full-attention events of another size are ignored.
+        max_blocks: most blocks kept per group; the least recently stored go first past it.
         source: ``events`` (fed :meth:`apply`) or ``estimate`` (fed :meth:`remember`).
     """
 
@@ -116,22 +188,35 @@ class ResidentBlocks:
         self.block_size = block_size
         self.max_blocks = max_blocks
         self.source = source
-        self._blocks: dict[bytes, None] = {}  # content keys, least recently stored first
-        self._by_hash: dict[BlockHash, bytes] = {}  # vLLM's hash -> content key
-        self._hash_of: dict[bytes, BlockHash] = {}
+        self._groups: dict[int, _Group] = {}
         self.orphans = 0
         """Stored blocks whose parent the index did not know (events missed): not indexed."""
+        self.unknown_groups: dict[int, str] = {}
+        """Groups (``group_idx``) the index cannot predict, and their kind (``none``: a group past the
+        first that named none; ``<kind> (masked stores)``: a window group's sparse stores): while any
+        is known, :meth:`match` answers None."""
+        self.unknown_events = 0
+        """Events of those groups."""
 
     def __len__(self) -> int:
-        return len(self._blocks)
+        return sum(len(group.blocks) for group in self._groups.values())
 
     @property
     def resident_tokens(self) -> int:
-        return len(self._blocks) * self.block_size
+        return sum(len(g.blocks) * (g.block_size or self.block_size) for g in self._groups.values())
+
+    def groups(self) -> list[dict[str, object]]:
+        """``/admin/status``: each group's index, kind, block size, window and resident blocks."""
+        return [
+            {"group_idx": idx, "kind": g.kind, "block_size": g.block_size, "window": g.window,
+             "blocks": len(g.blocks)}
+            for idx, g in sorted(self._groups.items())
+        ]  # fmt: skip
 
     def apply(self, batch: KVEventBatch) -> Counter[str]:
         """Take in one batch of events, in order; the events ignored, by reason: ``block_size`` (a
-        ``BlockStored`` of another block size), ``malformed`` (one not of vLLM's shape)."""
+        ``BlockStored`` of another block size than its group's), ``malformed`` (one not of vLLM's
+        shape)."""
         ignored: Counter[str] = Counter()
         for event in batch.events:
             if isinstance(event, BlockStored):
@@ -139,77 +224,111 @@ class ResidentBlocks:
                 if reason is not None:
                     ignored[reason] += 1
             elif isinstance(event, BlockRemoved):
-                if event.medium in DEVICE_MEDIUMS and event.group_idx in (None, 0):
+                group = self._groups.get(event.group_idx or 0)
+                if event.group_idx in self.unknown_groups:
+                    self.unknown_events += 1
+                elif event.medium in DEVICE_MEDIUMS and group is not None:
                     for block_hash in event.block_hashes:
-                        self._forget(self._by_hash.get(block_hash))
+                        key = group.names.get(block_hash)
+                        if key is not None and group.hash_of.get(key) == block_hash:
+                            group.blocks.pop(key, None)
+                            del group.hash_of[key]
             elif isinstance(event, AllBlocksCleared):
                 self.clear()
         return ignored
 
     def clear(self) -> None:
-        """Forget every block."""
-        self._blocks.clear()
-        self._by_hash.clear()
-        self._hash_of.clear()
+        """Forget every block (the groups' kinds stay: they are the model's)."""
+        for group in self._groups.values():
+            group.blocks.clear()
+            group.names.clear()
+            group.hash_of.clear()
+
+    def _group(self, event: BlockStored) -> _Group | None:
+        """``event``'s group, learnt from its first store; None for one of a kind not known."""
+        idx, kind = event.group_idx or 0, event.kv_cache_spec_kind
+        group = self._groups.get(idx)
+        if group is None and idx not in self.unknown_groups:
+            if kind in FULL_KINDS or (kind is None and idx == 0):
+                group = _Group(kind, self.block_size, None)
+            elif kind in WINDOW_KINDS and event.kv_cache_spec_sliding_window:
+                group = _Group(kind, event.block_size, event.kv_cache_spec_sliding_window)
+            else:
+                self.unknown_groups[idx] = kind or "none"
+                return None
+            self._groups[idx] = group
+        return group
 
     def _stored(self, event: BlockStored) -> str | None:
         """Index ``event``'s blocks; the reason it is ignored, if it is."""
-        if event.medium not in DEVICE_MEDIUMS or event.group_idx not in (None, 0):
+        if event.medium not in DEVICE_MEDIUMS:
             return None
-        size = self.block_size
+        group = self._group(event)
+        if group is None:
+            self.unknown_events += 1
+            return None
+        size = group.block_size or self.block_size
         if event.block_size != size:
-            return "block_size"  # not this backend's blocks: a prefix of them would be no hit of vLLM's
-        if not event.block_hashes or len(event.token_ids) != size * len(event.block_hashes):
+            return "block_size"  # not this group's blocks: a prefix of them would be no hit of vLLM's
+        spanned = len(event.token_ids)
+        if group.window is not None and spanned % size == 0 and spanned > size * len(event.block_hashes):
+            # vLLM stores only the window's blocks a hit can end on (SlidingWindowManager.
+            # reachable_block_mask) but sends every computed block's tokens: which blocks the hashes
+            # name depends on the prompt's length, unknown here, so the group cannot be predicted
+            self.unknown_groups[event.group_idx or 0] = f"{group.kind} (masked stores)"
+            del self._groups[event.group_idx or 0]
+            self.unknown_events += 1
+            return None
+        if not event.block_hashes or spanned != size * len(event.block_hashes):
             return "malformed"  # not the shape vLLM sends: nothing of it can be trusted
         if any(not 0 <= token < 2**32 for token in event.token_ids):
             return "malformed"  # not token ids
-        parent = ROOT if event.parent_block_hash is None else self._by_hash.get(event.parent_block_hash)
+        parent = ROOT if event.parent_block_hash is None else group.names.get(event.parent_block_hash)
         if parent is None:
             self.orphans += len(event.block_hashes)
             return None
         extras = event.extra_keys or ()
         for i, block_hash in enumerate(event.block_hashes):
             extra = extras[i] if i < len(extras) else None
-            key = _digest(parent, event.token_ids[i * size : (i + 1) * size], extra)
-            self._forget(self._by_hash.get(block_hash))
-            previous = self._hash_of.get(key)
-            if previous is not None:  # the same content under another hash of vLLM's: the newer names it
-                self._by_hash.pop(previous, None)
-            self._by_hash[block_hash] = key
-            self._hash_of[key] = block_hash
-            self._add(key)
-            parent = key
+            parent = _digest(parent, event.token_ids[i * size : (i + 1) * size], extra)
+            self._add(group, parent, block_hash)
         return None
 
-    def _add(self, key: bytes) -> None:
-        self._blocks.pop(key, None)
-        self._blocks[key] = None
-        while len(self._blocks) > self.max_blocks:
-            self._forget(next(iter(self._blocks)))
+    def _add(self, group: _Group, key: bytes, block_hash: BlockHash) -> None:
+        """``key`` resident under vLLM's ``block_hash`` (the newer name of the same content wins)."""
+        group.names.pop(block_hash, None)
+        group.names[block_hash] = key
+        group.hash_of[key] = block_hash
+        group.blocks.pop(key, None)
+        group.blocks[key] = None
+        while len(group.blocks) > self.max_blocks:
+            group.hash_of.pop(next(iter(group.blocks)), None)
+            del group.blocks[next(iter(group.blocks))]
+        while len(group.names) > 2 * self.max_blocks:
+            del group.names[next(iter(group.names))]
 
-    def _forget(self, key: bytes | None) -> None:
-        if key is None:
-            return
-        self._blocks.pop(key, None)
-        block_hash = self._hash_of.pop(key, None)
-        if block_hash is not None:
-            self._by_hash.pop(block_hash, None)
-
-    def match(self, prompt: PromptBlocks) -> Match:
-        """What of ``prompt`` the pool holds: its longest resident run of full blocks from the start,
-        at most ``len - 1`` tokens of it."""
-        blocks = 0
-        for key in prompt.keys(self.block_size):
-            if key not in self._blocks:
+    def match(self, prompt: PromptBlocks) -> Match | None:
+        """What of ``prompt`` the pool holds, as vLLM's hybrid coordinator decides it (see the module
+        doc): at most ``len - 1`` tokens, a multiple of the block size; None while a group of an
+        unknown kind is seen (the caller uses the estimate)."""
+        if self.unknown_groups:
+            return None
+        groups = list(self._groups.values()) or [_Group(None, self.block_size, None)]
+        align = math.lcm(self.block_size, *(g.block_size or self.block_size for g in groups))
+        hit = max(0, (len(prompt) - 1) // align * align)
+        while True:  # each group only cuts: the fixed point is reached in a few rounds
+            length = hit
+            for group in groups:
+                length = min(length, group.hit(prompt, length, align))
+            if length >= hit:
                 break
-            blocks += 1
-        usable = max(0, (len(prompt) - 1) // self.block_size)
-        blocks = min(blocks, usable)
-        return Match(blocks * self.block_size, blocks, self.block_size)
+            hit = length
+        return Match(hit, hit // self.block_size, self.block_size)
 
     def remember(self, prompt: PromptBlocks) -> None:
         """The estimate: ``prompt`` was computed, so its full blocks are resident (the most recently
         used, its last block before its first, as vLLM frees them: an eviction cuts the prefix
         short); the least recently used go past ``max_blocks``."""
+        group = self._groups.setdefault(0, _Group(None, self.block_size, None))
         for key in reversed(prompt.keys(self.block_size)):
-            self._add(key)
+            self._add(group, key, key)

@@ -54,10 +54,17 @@ class KVView:
         return "events" if self.feed is not None and self.feed.fresh(now) else "estimate"
 
     def match(self, prompt: PromptBlocks, now: float) -> tuple[Match, Source]:
-        """What the pool holds of ``prompt``, and by which source."""
+        """What the pool holds of ``prompt``, and by which source: the estimate's where the index
+        cannot tell (a KV cache group of a kind it does not know)."""
         source = self.source(now)
-        index = self.feed.index if source == "events" and self.feed is not None else self.estimate
-        return index.match(prompt), source
+        if source == "events" and self.feed is not None:
+            match = self.feed.index.match(prompt)
+            if match is not None:
+                return match, source
+            source = "estimate"
+        match = self.estimate.match(prompt)
+        assert match is not None  # the estimate keeps one full-attention group
+        return match, source
 
     def sent(self, prompt: PromptBlocks, now: float) -> None:
         """``prompt`` went to the backend: its blocks will be resident (the estimate), and its events
@@ -75,4 +82,10 @@ class KVView:
         }
         if self.feed is not None:
             status["events"] = self.feed.status(now)
+            index = self.feed.index
+            status["kv_cache_groups"] = index.groups()
+            status["unknown_kv_cache_groups"] = {
+                "groups": {str(idx): kind for idx, kind in index.unknown_groups.items()},
+                "events": index.unknown_events,
+            }
         return status

@@ -67,7 +67,6 @@ def test_blocks_of_a_salt_another_medium_or_a_wrong_shape_match_no_plain_prompt(
             stored(b"salted", extra_keys=[("s",), ("s",)]),
             stored(b"cpu", medium="CPU"),
             stored(b"short", token_ids=tokens[:-1]),
-            stored(b"group", group_idx=1),
         )
     )
     assert cached(index, tokens + [0]) == 0 and len(index) == 2  # the salted blocks only
