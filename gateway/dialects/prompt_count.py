@@ -182,11 +182,11 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any]) -> bool:
         messages.append({"role": role, "content": parts})
         return True
     if kind == "function_call":
-        call = {
-            "id": item.get("call_id"),
-            "type": "function",
-            "function": {"name": item.get("name"), "arguments": item.get("arguments")},
-        }
+        name = item.get("name")
+        if item.get("namespace"):  # named as its tool was shown (``_construct_message_from_response_item``)
+            name = f"{item['namespace']}{_NAMESPACE_SEPARATOR}{name}"
+        function = {"name": name, "arguments": item.get("arguments")}
+        call = {"id": item.get("call_id"), "type": "function", "function": function}
         if previous is not None:
             previous.setdefault("tool_calls", []).append(call)
         else:
