@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from dspark_common import json_codec
 
-from .protocol import OPEN, Prompt, callable_tools, thinking_on, tool_texts
+from .protocol import OPEN, Prompt, callable_tools, thinking_on, with_tools
 
 BILLING_HEADER = "x-anthropic-billing-header"
 
@@ -134,7 +134,7 @@ class _Conversation(BaseModel):
         off = choice is not None and choice.type == "none"
         effort = "none" if self.thinking is not None and self.thinking.type == "disabled" else None
         return Prompt.of_messages(
-            turns + tool_texts(tools),
+            with_tools(turns, tools),
             instruction=users[-1].text() if users else "",
             thinking=thinking_on(self.chat_template_kwargs, effort),
             tool_result=results[-1].result_text() if results else None,
