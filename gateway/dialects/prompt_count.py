@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gateway.dialects.messages_chat import Unconverted, chat_form, has_inline_system
+from dspark_common.messages_chat import Unconverted, chat_form, has_inline_system
 
 #: Keyword arguments vLLM's chat completions merge into the template's from the request's own
 #: fields (``ChatCompletionRequest.build_chat_params``, vLLM 0.32); ``/tokenize`` only merges its
@@ -42,7 +42,7 @@ _TEXT_PARTS = ("input_text", "output_text", "text")
 class TokenCount:
     """POST ``body`` to ``path``; the prompt's tokens are the integer ``field`` of the answer.
     ``unmatched``: why the answer will hold no token ids to match the prefix cache with (``image``,
-    ``unconverted``: :mod:`gateway.dialects.messages_chat`), None when it will."""
+    ``unconverted``: :mod:`dspark_common.messages_chat`), None when it will."""
 
     path: str
     body: dict[str, Any]
@@ -86,7 +86,7 @@ def completion_count(payload: dict[str, Any]) -> TokenCount | None:
 
 def messages_count(payload: dict[str, Any]) -> TokenCount | EitherCount:
     """``/tokenize`` in its chat form for an Anthropic Messages body turned into the chat vLLM renders
-    for it (:func:`~gateway.dialects.messages_chat.chat_form`), so the answer holds its ids; where
+    for it (:func:`~dspark_common.messages_chat.chat_form`), so the answer holds its ids; where
     it can't be turned faithfully, vLLM's own ``/v1/messages/count_tokens`` (a count, no ids; it
     ignores the fields that are not counted: ``max_tokens``, ``stream``, sampling). A body with
     ``system`` messages in ``messages`` renders as vLLM decided for its template at start-up (merged
