@@ -57,7 +57,7 @@ class Prompt:
         tools: frozenset[str] = frozenset(),
     ) -> Prompt:
         """From ``(role, text)`` pairs in the order a chat template renders them (tool definitions
-        included, see :func:`tool_texts`): each counts as one message of the estimate."""
+        included, see :func:`with_tools`): each counts as one message of the estimate."""
         return cls(
             key=json.dumps(messages),
             tokens=estimate_prompt_tokens([text for _, text in messages]),
@@ -78,10 +78,13 @@ def thinking_on(template_kwargs: dict[str, Any] | None, effort: str | None) -> b
     return effort != "none"
 
 
-def tool_texts(tools: Iterable[Any]) -> list[tuple[str, str]]:
-    """One ``("tools", <compact JSON>)`` pair per tool definition: templates render the tools into
-    the prompt, so they count towards its size."""
-    return [("tools", json_codec.dumps_text(tool)) for tool in tools]
+def with_tools(turns: list[tuple[str, str]], tools: Iterable[Any]) -> list[tuple[str, str]]:
+    """``turns`` with one ``("tools", <compact JSON>)`` pair per tool definition where DeepSeek-V4
+    renders them: in the first system message (``_DeepseekV4Tokenizer.apply_chat_template``,
+    ``vllm/tokenizers/deepseek_v4.py``: the tools attach to it, or to one made first), so they count
+    towards the prompt's size and a conversation's next turn extends its prefix, tools and all."""
+    first = next((i + 1 for i, (role, _) in enumerate(turns) if role == "system"), 0)
+    return turns[:first] + [("tools", json_codec.dumps_text(tool)) for tool in tools] + turns[first:]
 
 
 def callable_tools(declared: Iterable[str], choice: str | None, forced: str | None) -> frozenset[str]:
@@ -203,7 +206,7 @@ class ChatRequest(_GenerationRequest):
         last = self.messages[-1]
         choice = self.tool_choice if isinstance(self.tool_choice, str) else None
         return Prompt.of_messages(
-            [(message.role, message.prompt_text()) for message in self.messages] + tool_texts(tools),
+            with_tools([(message.role, message.prompt_text()) for message in self.messages], tools),
             instruction=self.last_user_text(),
             thinking=self.thinking,
             tool_result=last.text() if last.role == "tool" else None,

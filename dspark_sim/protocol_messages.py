@@ -21,8 +21,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from dspark_common import json_codec
+from dspark_common.messages_chat import Unconverted, chat_form
 
-from .protocol import OPEN, Prompt, callable_tools, thinking_on, tool_texts
+from .protocol import OPEN, ChatMessage, Prompt, callable_tools, thinking_on, with_tools
 
 BILLING_HEADER = "x-anthropic-billing-header"
 
@@ -123,10 +124,6 @@ class _Conversation(BaseModel):
     def to_prompt(self) -> Prompt:
         """The conversation as the model reads it; it ends with a tool result when the last message
         carries ``tool_result`` blocks (the last one is quoted)."""
-        system = self._system_text()
-        turns = [("system", system)] if system else []
-        for message in self.messages:
-            turns += message.turns()
         users = [message for message in self.messages if message.role == "user"]
         results = self.messages[-1].results() if self.messages else []
         tools = [tool for tool in self.tools or () if tool.get("type", "custom") == "custom"]
@@ -134,7 +131,7 @@ class _Conversation(BaseModel):
         off = choice is not None and choice.type == "none"
         effort = "none" if self.thinking is not None and self.thinking.type == "disabled" else None
         return Prompt.of_messages(
-            turns + tool_texts(tools),
+            self._rendered(tools),
             instruction=users[-1].text() if users else "",
             thinking=thinking_on(self.chat_template_kwargs, effort),
             tool_result=results[-1].result_text() if results else None,
@@ -144,6 +141,22 @@ class _Conversation(BaseModel):
                 choice.name if choice is not None and choice.type == "tool" else None,
             ),
         )
+
+    def _rendered(self, tools: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        """The ``(role, text)`` pairs the model reads: the chat conversation vLLM converts the body to
+        (:func:`~dspark_common.messages_chat.chat_form`, inline system messages in place) as the
+        chat route renders it, so ``/tokenize`` of that conversation counts what this route does;
+        a body it can't convert (an image, a server tool), read here block by block."""
+        try:
+            form = chat_form(self.model_dump(exclude_none=True))
+        except Unconverted:
+            system = self._system_text()
+            turns = [("system", system)] if system else []
+            for message in self.messages:
+                turns += message.turns()
+            return with_tools(turns, tools)
+        chat = [(m["role"], ChatMessage.model_validate(m).prompt_text()) for m in form.messages]
+        return with_tools(chat, form.tools or [])
 
     def _system_text(self) -> str:
         if isinstance(self.system, str):

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .protocol import OPEN, Prompt, callable_tools, thinking_on, tool_texts
+from .protocol import OPEN, Prompt, callable_tools, thinking_on, with_tools
 
 _CALL_OUTPUTS = ("function_call_output", "custom_tool_call_output")
 
@@ -102,7 +102,7 @@ class ResponsesRequest(BaseModel):
         choice = self.tool_choice
         forced = choice.get("name") if isinstance(choice, dict) and choice.get("type") == "function" else None
         return Prompt.of_messages(
-            turns + tool_texts(function_tools),
+            with_tools(turns, function_tools),
             instruction=users[-1].text() if users else "",
             thinking=self.thinking,
             tool_result=_text(last.output) if last is not None and last.type in _CALL_OUTPUTS else None,

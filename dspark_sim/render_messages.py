@@ -51,9 +51,13 @@ def stop_reason(output: Output) -> str:
 
 
 def usage(gen: Generation) -> dict[str, int]:
-    """Tokens so far, and ``cache_read_input_tokens`` when the prefix cache served some of the prompt
-    (vLLM 0.32 ``anthropic/serving.py``: from ``prompt_tokens_details.cached_tokens``)."""
-    tokens = {"input_tokens": gen.seq.prompt_tokens, "output_tokens": gen.seq.generated}
+    """Tokens so far, and ``cache_read_input_tokens`` when the prefix cache served some of the prompt;
+    ``input_tokens`` is the rest of the prompt, as Anthropic defines it (vLLM 0.32
+    ``anthropic/serving.py`` ``_build_anthropic_usage``: prompt tokens less the cached ones)."""
+    tokens = {
+        "input_tokens": gen.seq.prompt_tokens - gen.seq.cached_tokens,
+        "output_tokens": gen.seq.generated,
+    }
     if gen.seq.cached_tokens:
         tokens["cache_read_input_tokens"] = gen.seq.cached_tokens
     return tokens

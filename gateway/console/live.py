@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,12 +14,15 @@ from typing import Any
 WINDOW_S = 300.0
 
 
-def figures(rows: Iterable[Mapping[str, Any]], now: datetime | None = None) -> dict[str, float | int | None]:
+def figures(rows: Iterable[Mapping[str, Any]], now: datetime | None = None) -> dict[str, Any]:
     """Over the rows that arrived in the last :data:`WINDOW_S` s: ``requests``, ``ttft_p50_s`` and
     ``ttft_p95_s`` (nearest-rank), ``decode_tokens_per_s`` (mean of the requests'),
     ``acceptance_rate`` (accepted / drafted draft tokens, summed), ``cache_hit_ratio`` (cached /
-    prompt tokens, summed) and ``cache_prediction_error_tokens`` (mean |predicted - reported cached
-    tokens| of the rows admission predicted: docs/prefix-cache.md); None where no row has the figure."""
+    prompt tokens, summed), ``cache_prediction_error_tokens`` (mean |predicted - reported cached
+    tokens| of the rows admission predicted, every API's: docs/prefix-cache.md; None where no row
+    has the figure), ``cache_predicted`` (those rows) and ``cache_unpredicted`` (rows admission sized
+    with the prefix cache on but could not predict, by the reason their ``cache_source`` gives:
+    ``prompt_estimated``, ``image``, ``unconverted``, ``no_ids``)."""
     start = (now or datetime.now(UTC)) - timedelta(seconds=WINDOW_S)
     recent = [row for row in rows if _arrived(row) >= start]
     ttfts = sorted(row["ttft_s"] for row in recent if row.get("ttft_s") is not None)
@@ -34,6 +38,11 @@ def figures(rows: Iterable[Mapping[str, Any]], now: datetime | None = None) -> d
         for row in recent
         if row.get("cached_tokens_predicted") is not None
     ]
+    unpredicted = Counter(
+        row["cache_source"]
+        for row in recent
+        if row.get("cached_tokens_predicted") is None and row.get("cache_source") is not None
+    )
     return {
         "requests": len(recent),
         "ttft_p50_s": _rank(ttfts, 0.50),
@@ -42,6 +51,8 @@ def figures(rows: Iterable[Mapping[str, Any]], now: datetime | None = None) -> d
         "acceptance_rate": accepted / drafted if drafted else None,
         "cache_hit_ratio": sum(row.get("cached_tokens") or 0 for row in recent) / prompt if prompt else None,
         "cache_prediction_error_tokens": statistics.fmean(errors) if errors else None,
+        "cache_predicted": len(errors),
+        "cache_unpredicted": dict(unpredicted),
     }
 
 

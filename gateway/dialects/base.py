@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from gateway.auth.principal import Principal
 from gateway.config import Settings
-from gateway.dialects.prompt_count import TokenCount
+from gateway.dialects.prompt_count import EitherCount, TokenCount
 from gateway.errors import GatewayError
 from gateway.reasoning.policy import ReasoningShown
 from gateway.telemetry.observation import Observation
@@ -129,7 +129,7 @@ class Prepared:
     sequences: int
     translator: Translator
     stored: tuple[tuple[str, str], ...] = ()
-    count: TokenCount | None = None
+    count: TokenCount | EitherCount | None = None
 
     def capped(self, tokens: int) -> None:
         """Generate at most ``tokens`` per sequence: ``output_param`` spliced last into :attr:`body`

@@ -15,8 +15,10 @@ Pure: no web framework, no HTTP client. The bodies share the request's values; n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from dspark_common.messages_chat import Unconverted, chat_form, has_inline_system
 
 #: Keyword arguments vLLM's chat completions merge into the template's from the request's own
 #: fields (``ChatCompletionRequest.build_chat_params``, vLLM 0.32); ``/tokenize`` only merges its
@@ -24,17 +26,38 @@ from typing import Any
 _CHAT_TEMPLATE_FIELDS = ("add_generation_prompt", "continue_final_message", "documents", "reasoning_effort")
 
 
+#: Responses tool types vLLM's chat template never sees (``get_function_tools`` drops them: they are
+#: hosted tools, run by the server if at all).
+_UNRENDERED_TOOLS = ("web_search", "web_search_preview")
+
+#: What joins a ``namespace`` tool's name to its functions' (``_NAMESPACE_TOOL_SEPARATOR``,
+#: ``vllm/tool_parsers/utils.py``).
+_NAMESPACE_SEPARATOR = "__"
+
 #: Responses content parts that are text.
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
 @dataclass(frozen=True, slots=True)
 class TokenCount:
-    """POST ``body`` to ``path``; the prompt's tokens are the integer ``field`` of the answer."""
+    """POST ``body`` to ``path``; the prompt's tokens are the integer ``field`` of the answer.
+    ``unmatched``: why the answer will hold no token ids to match the prefix cache with (``image``,
+    ``unconverted``: :mod:`dspark_common.messages_chat`), None when it will."""
 
     path: str
     body: dict[str, Any]
     field: str
+    unmatched: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EitherCount:
+    """A prompt vLLM renders one of ``forms`` ways (``/tokenize`` counts), depending on its served
+    template; ``check`` (vLLM's own count of the request, no ids) tells which: the form whose count
+    equals it. None of them: the check's count, ``unconverted``."""
+
+    forms: tuple[TokenCount, ...]
+    check: TokenCount
 
 
 def chat_count(payload: dict[str, Any]) -> TokenCount | None:
@@ -61,10 +84,33 @@ def completion_count(payload: dict[str, Any]) -> TokenCount | None:
     return TokenCount("/tokenize", body, "count")
 
 
-def messages_count(payload: dict[str, Any]) -> TokenCount:
-    """vLLM's ``/v1/messages/count_tokens`` for an Anthropic Messages body (it ignores the fields
-    that are not counted: ``max_tokens``, ``stream``, sampling)."""
-    return TokenCount("/v1/messages/count_tokens", payload, "input_tokens")
+def messages_count(payload: dict[str, Any]) -> TokenCount | EitherCount:
+    """``/tokenize`` in its chat form for an Anthropic Messages body turned into the chat vLLM renders
+    for it (:func:`~dspark_common.messages_chat.chat_form`), so the answer holds its ids; where
+    it can't be turned faithfully, vLLM's own ``/v1/messages/count_tokens`` (a count, no ids; it
+    ignores the fields that are not counted: ``max_tokens``, ``stream``, sampling). A body with
+    ``system`` messages in ``messages`` renders as vLLM decided for its template at start-up (merged
+    into the first, or in place): both forms, told apart by ``count_tokens``, the merged one first
+    (DeepSeek-V4's). A ``thinking`` of type ``disabled`` or an ``output_config.effort`` (vLLM maps
+    them to a ``reasoning_effort`` by probing the template; the gateway's dialect replaces them with
+    template kwargs before this) is counted by ``count_tokens`` only."""
+    thinking = payload.get("thinking")
+    output = payload.get("output_config")
+    check = TokenCount("/v1/messages/count_tokens", payload, "input_tokens")
+    kwargs = dict(payload.get("chat_template_kwargs") or {})
+    try:
+        if (isinstance(thinking, dict) and thinking.get("type") == "disabled") or (
+            isinstance(output, dict) and output.get("effort") is not None
+        ):
+            raise Unconverted("unconverted")
+        if not has_inline_system(payload):
+            form = chat_form(payload)
+            return _tokenize_messages(payload.get("model"), form.messages, form.tools, dict(kwargs))
+        forms = (chat_form(payload, merge_inline_system=True), chat_form(payload))
+    except Unconverted as why:
+        return replace(check, unmatched=why.reason)
+    counts = (_tokenize_messages(payload.get("model"), f.messages, f.tools, dict(kwargs)) for f in forms)
+    return EitherCount(tuple(counts), replace(check, unmatched="unconverted"))
 
 
 def responses_count(payload: dict[str, Any]) -> TokenCount | None:
@@ -88,12 +134,9 @@ def responses_count(payload: dict[str, Any]) -> TokenCount | None:
                 return None
     else:
         return None
-    tools = payload.get("tools")
-    chat_tools = None
-    if isinstance(tools, list) and tools:  # tool_choice "none" too: vLLM renders them by default
-        chat_tools = [_chat_tool(tool) for tool in tools]
-        if None in chat_tools:
-            return None
+    chat_tools = _chat_tools(payload.get("tools"))
+    if chat_tools is None:
+        return None
     kwargs = dict(payload.get("chat_template_kwargs") or {})
     reasoning = payload.get("reasoning")
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
@@ -139,11 +182,11 @@ def _add_item(messages: list[dict[str, Any]], item: dict[str, Any]) -> bool:
         messages.append({"role": role, "content": parts})
         return True
     if kind == "function_call":
-        call = {
-            "id": item.get("call_id"),
-            "type": "function",
-            "function": {"name": item.get("name"), "arguments": item.get("arguments")},
-        }
+        name = item.get("name")
+        if item.get("namespace"):  # named as its tool was shown (``_construct_message_from_response_item``)
+            name = f"{item['namespace']}{_NAMESPACE_SEPARATOR}{name}"
+        function = {"name": name, "arguments": item.get("arguments")}
+        call = {"id": item.get("call_id"), "type": "function", "function": function}
         if previous is not None:
             previous.setdefault("tool_calls", []).append(call)
         else:
@@ -193,9 +236,33 @@ def _first_text(content: Any) -> str | None:
     return None
 
 
-def _chat_tool(tool: Any) -> dict[str, Any] | None:
-    """A Responses function tool ``{type, name, description, parameters, strict}`` as a chat tool
-    (vLLM's ``convert_tool_responses_to_completions_format``)."""
-    if not isinstance(tool, dict) or tool.get("type") != "function":
-        return None
-    return {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
+def _chat_tools(tools: Any) -> list[dict[str, Any]] | None:
+    """A Responses ``tools`` list as the chat tools vLLM renders for it (``get_function_tools`` in
+    ``vllm/tool_parsers/utils.py``, then ``convert_tool_responses_to_completions_format``, vLLM 0.32),
+    in request order: a ``function`` tool as one chat function; a ``namespace`` tool's functions each
+    as one named ``<namespace>__<name>`` (``flat_namespace_tool_name``); a hosted tool vLLM never
+    renders (``web_search``: Codex sends it) as none. Rendered whatever ``tool_choice`` says (vLLM's
+    default). None for a tool of another type (``custom``, ``mcp``, …: not converted here)."""
+    if not isinstance(tools, list):
+        return []
+    chat: list[dict[str, Any]] = []
+    for tool in tools:
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind == "function":
+            chat.append(_chat_function(tool, tool.get("name")))
+        elif kind == "namespace" and isinstance(tool.get("tools"), list):
+            for inner in tool["tools"]:
+                if not isinstance(inner, dict) or inner.get("type") != "function":
+                    return None
+                chat.append(_chat_function(inner, f"{tool['name']}{_NAMESPACE_SEPARATOR}{inner.get('name')}"))
+        elif kind not in _UNRENDERED_TOOLS:
+            return None
+    return chat
+
+
+def _chat_function(tool: dict[str, Any], name: Any) -> dict[str, Any]:
+    """A Responses function ``{type, name, description, parameters, strict}`` as a chat tool named
+    ``name``."""
+    function = {k: v for k, v in tool.items() if k != "type"}
+    function["name"] = name
+    return {"type": "function", "function": function}

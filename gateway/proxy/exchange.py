@@ -34,7 +34,7 @@ from gateway.auth.principal import Principal
 from gateway.backends.kv_index import PromptBlocks
 from gateway.backends.pool import Backend, affinity_key
 from gateway.dialects.base import Answer, Dialect, Prepared, Step, Translator
-from gateway.dialects.prompt_count import TokenCount
+from gateway.dialects.prompt_count import EitherCount, TokenCount
 from gateway.errors import GatewayError
 from gateway.proxy import preparation
 from gateway.proxy.asks import Asked, too_long
@@ -134,7 +134,7 @@ class Exchange:
         self._affinity: str | None = None
         self._session: str | None = None
         self._stored_at: Backend | None = None
-        self._count: TokenCount | None = None
+        self._count: TokenCount | EitherCount | None = None
         self._need = Need()
         self._salt = cache_salt.salt(pipeline.cache_secret, cache_salt.scope(principal))
 
@@ -283,15 +283,16 @@ class Exchange:
         self._prompt_tokens = size.tokens
         if size.token_ids is not None and backend.kv.enabled:
             self._prompt = PromptBlocks(size.token_ids, self._salt)
-        cached, source = 0, None
+        # unpredicted, the record says why (the prompt was estimated, or its count held no ids)
+        cached, source, predicted = 0, size.unmatched if backend.kv.enabled else None, None
         if self._prompt is not None:
             backend = placement.prefer_cached(self._prompt, self._max_wait_s)
             match, source = backend.kv.match(self._prompt, time.monotonic())
-            cached = match.cached_tokens
+            cached = predicted = match.cached_tokens
         need = pipeline.need(prepared, size.tokens, cached)
         self._need = need = replace(need, batch=self._batch, session=self._session)
         self.recorder.sized(size.tokens, size.source, need.kv_tokens, need.long)
-        self.recorder.predicted(cached if source is not None else None, source, self._session)
+        self.recorder.predicted(predicted, source, self._session)
 
     async def enqueue(self) -> bool:
         """Admitted on the backend decided, or a place in its queue (429 ``queue_full``): True if

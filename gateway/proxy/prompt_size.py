@@ -18,8 +18,9 @@ from typing import Literal
 
 from dspark_common import json_codec
 from gateway.backends.counting import CountBusy, CountGate
+from gateway.backends.upstream import Upstream
 from gateway.config import Settings
-from gateway.dialects.prompt_count import TokenCount
+from gateway.dialects.prompt_count import EitherCount, TokenCount
 from gateway.errors import GatewayError
 
 log = logging.getLogger("gateway.admission")
@@ -33,17 +34,21 @@ class PromptSize:
     """``tokens`` of prompt, and where the figure comes from: ``tokenize`` (the backend counted it)
     or ``estimate`` (:data:`BYTES_PER_TOKEN`); ``counts_prompts``: what the backend showed of its
     prompt counts (True: it answered one; False: it has no count route; None: it was not asked);
-    ``token_ids``: the prompt's ids when the count gave them (vLLM's ``/tokenize`` ``tokens``)."""
+    ``token_ids``: the prompt's ids when the count gave them (vLLM's ``/tokenize`` ``tokens``), else
+    ``unmatched``, why not: ``prompt_estimated`` (not counted), ``image`` / ``unconverted``
+    (:attr:`~gateway.dialects.prompt_count.TokenCount.unmatched`) or ``no_ids`` (the backend's answer
+    held none)."""
 
     tokens: int
     source: Literal["tokenize", "estimate"]
     counts_prompts: bool | None = None
     token_ids: list[int] | None = None
+    unmatched: str | None = None
 
 
 def estimate(size: int) -> PromptSize:
     """The estimate for a body of ``size`` bytes (at least 1 token)."""
-    return PromptSize(max(1, size // BYTES_PER_TOKEN), "estimate")
+    return PromptSize(max(1, size // BYTES_PER_TOKEN), "estimate", unmatched="prompt_estimated")
 
 
 async def prompt_size(
@@ -51,7 +56,7 @@ async def prompt_size(
     key: str,
     counts_prompts: bool | None,
     settings: Settings,
-    count: TokenCount | None,
+    count: TokenCount | EitherCount | None,
     size: int,
     headers: dict[str, str],
 ) -> PromptSize:
@@ -59,29 +64,58 @@ async def prompt_size(
     ``settings.tokenize_min_bytes``, sent within ``counts``' bound as ``key``'s (waiting in line for
     it within the timeout), else (or if it can't be had, or ``key`` has its share of counts in
     flight) the estimate; never when the backend showed it has no count route
-    (``counts_prompts`` False). Never raises a :class:`GatewayError`: the request itself will meet
+    (``counts_prompts`` False). An :class:`EitherCount` asks its check, then its forms in turn
+    until one counts the same. Never raises a :class:`GatewayError`: the request itself will meet
     whatever the backend has to say."""
     if count is None or size < settings.tokenize_min_bytes or counts_prompts is False:
         return estimate(size)
+    asked = count.check if isinstance(count, EitherCount) else count
+    # a count that fails for a prompt the gateway could not have matched anyway keeps that reason
+    fallback = estimate(size)
+    if isinstance(count, TokenCount) and count.unmatched is not None:
+        fallback = replace(fallback, unmatched=count.unmatched)
     try:
         async with asyncio.timeout(settings.tokenize_timeout_s), counts.hold(key) as upstream:
-            response = await upstream.open("POST", count.path, json_codec.dumps(count.body), headers)
-            try:
-                answer = json_codec.loads(await response.read())
-            finally:
-                response.close()
+            tokens, ids = await _ask(upstream, asked, headers)
+            if isinstance(count, EitherCount):
+                ids = await _matching_form(upstream, count.forms, tokens, headers)
     except CountBusy:
-        return estimate(size)
+        return fallback
     except GatewayError as error:
         if error.status == 404:
-            log.warning("the backend has no %s route: prompt sizes are estimated", count.path)
-            return replace(estimate(size), counts_prompts=False)
-        return estimate(size)
+            log.warning("the backend has no %s route: prompt sizes are estimated", asked.path)
+            return replace(fallback, counts_prompts=False)
+        return fallback
     except (TimeoutError, ValueError):
-        return estimate(size)
+        return fallback
+    if ids is None:
+        return PromptSize(tokens, "tokenize", counts_prompts=True, unmatched=asked.unmatched or "no_ids")
+    return PromptSize(tokens, "tokenize", counts_prompts=True, token_ids=ids)
+
+
+async def _ask(
+    upstream: Upstream, count: TokenCount, headers: dict[str, str]
+) -> tuple[int, list[int] | None]:
+    """The backend's count of ``count``, and the ids when its answer holds them (``/tokenize``'s
+    ``tokens``); raises ``ValueError`` for an answer with no count."""
+    response = await upstream.open("POST", count.path, json_codec.dumps(count.body), headers)
+    try:
+        answer = json_codec.loads(await response.read())
+    finally:
+        response.close()
     tokens = answer.get(count.field) if isinstance(answer, dict) else None
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
-        return estimate(size)
+        raise ValueError(f"no {count.field} in the answer")
     ids = answer.get("tokens")
-    ids = ids if isinstance(ids, list) and len(ids) == tokens else None
-    return PromptSize(tokens, "tokenize", counts_prompts=True, token_ids=ids)
+    return tokens, ids if isinstance(ids, list) and len(ids) == tokens else None
+
+
+async def _matching_form(
+    upstream: Upstream, forms: tuple[TokenCount, ...], tokens: int, headers: dict[str, str]
+) -> list[int] | None:
+    """The ids of the first of ``forms`` the backend counts as ``tokens``, None if none."""
+    for form in forms:
+        counted, ids = await _ask(upstream, form, headers)
+        if counted == tokens and ids is not None:
+            return ids
+    return None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.servers import free_port
 from tests.support.vllm_server import CACHE_DIR, TINY_MODEL_NAME, VLLMServer, ensure_tiny_model
 
 HERE = Path(__file__).resolve().parent
@@ -72,3 +73,29 @@ def vllm_server(vllm_factory: Callable[..., VLLMServer]) -> VLLMServer:
     """The default server: ``tiny-scripted`` with deepseek_r1 reasoning, ngram speculation (k=3)
     and per-request metrics (``include_metrics: true``)."""
     return vllm_factory(DEFAULT_ARGS)
+
+
+@pytest.fixture(scope="module")
+def kv_events_vllm(vllm_factory: Callable[..., VLLMServer]) -> Callable[..., tuple[VLLMServer, str, str]]:
+    """``kv_events_vllm(block, pool_blocks, *extra_args)`` -> ``(server, publish, replay)``: a vLLM
+    with prefix caching on ``pool_blocks`` blocks of ``block`` tokens, reporting ``cached_tokens``,
+    publishing its KV events on ZMQ as the runtime profile has it (it connects its publisher to
+    ``publish``, which the gateway binds on loopback, and binds its replay socket on ``replay``)."""
+
+    def start(block: int, pool_blocks: int, *extra_args: str) -> tuple[VLLMServer, str, str]:
+        publish, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+        config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": publish}
+        config["replay_endpoint"] = replay
+        server = vllm_factory(
+            [
+                "--enable-prefix-caching",
+                "--block-size", str(block),
+                "--num-gpu-blocks-override", str(pool_blocks),
+                "--enable-prompt-tokens-details",
+                "--kv-events-config", json.dumps(config),
+                *extra_args,
+            ]
+        )  # fmt: skip
+        return server, publish, replay
+
+    return start

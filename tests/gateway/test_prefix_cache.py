@@ -6,8 +6,11 @@ gateway started later learns the same from the replay socket; one with no events
 
 from __future__ import annotations
 
+import copy
+
 import httpx
 
+from tests.sim.helpers import load_data
 from tests.support.probes import scrape, wait_until
 from tests.support.servers import free_port
 
@@ -133,3 +136,43 @@ def test_a_backend_without_a_prefix_cache_is_sized_whole_and_holds_no_session(
     assert backend["prefix_cache"]["source"] == "off" and "events" not in backend["prefix_cache"]
     assert backend["session_holds"] == []
     assert scrape(gateway.url)["gateway_backend_prefix_cache_source{backend=default,source=off}"] == 1
+
+
+def test_claude_codes_turns_are_predicted_from_their_converted_conversation(
+    start_sim, start_gateway, make_key, admin
+) -> None:
+    """Claude Code 2.1.328's own bodies (``tests/sim/data/claude_code.json``: a billing header, a
+    message with role "system", tools, a tool call and its result): counted by ``/tokenize`` of the
+    chat vLLM converts them to, so predicted from their ids, and the next turn finds the first's
+    whole prompt cached but for its last block — a new billing hash changes nothing."""
+    events, replay = endpoints()
+    sim = start_sim(block_size=BLOCK, kv_events_endpoint=events, kv_events_replay_endpoint=replay)
+    gateway = start_gateway(sim.url, kv_events=events, kv_events_replay=replay, **SIZED)
+    key = make_key("claude-code")
+    data = load_data("claude_code.json")
+    first_body = {**copy.deepcopy(data["turn1"]), "stream": False, "max_tokens": 8}
+    second_body = copy.deepcopy(first_body)
+    second_body["messages"] += copy.deepcopy(data["turn2"]["messages"][2:])
+    second_body["system"][0]["text"] += " cch=4f2a1;"
+
+    def send(body: dict) -> dict:
+        answer = httpx.post(gateway.url + "/v1/messages", json=body, headers={"x-api-key": key}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        request_id = answer.headers["x-request-id"]
+
+        def row() -> dict | None:
+            listed = httpx.get(gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"})
+            return next((r for r in listed.json()["data"] if r["request_id"] == request_id), None)
+
+        wait_until(lambda: row() is not None, what="its row")
+        found = row()
+        assert found is not None and found["prompt_size_source"] == "tokenize"
+        return found
+
+    first = send(first_body)
+    assert first["cached_tokens_predicted"] == first["cached_tokens"] == 0
+    wait_until(lambda: prefix_cache(gateway, admin)["source"] == "events", what="events")
+    second = send(second_body)
+    assert second["cache_source"] == "events"
+    assert second["cached_tokens_predicted"] == second["cached_tokens"] >= first["prompt_tokens"] - BLOCK
+    assert second["prompt_size_tokens"] == second["prompt_tokens"]

@@ -325,3 +325,19 @@ def test_claude_code_requests_as_captured(sim):
         "Bash",
         '{"command": "echo hello > out.txt"}',
     )
+
+
+def test_the_next_turn_of_a_conversation_with_tools_reuses_its_whole_prefix(sim):
+    """Tools are rendered in the first system message, as DeepSeek-V4's template does, not after the
+    conversation: Claude Code's turn 2 (turn 1 plus its tool call and result, a new billing hash)
+    finds turn 1's whole prompt in the prefix cache but for its last, partial block."""
+    data = load_data("claude_code.json")
+    turn1 = {**copy.deepcopy(data["turn1"]), "stream": False, "max_tokens": 1}
+    turn1["system"][1]["text"] = "A prefix of this test's own. " + turn1["system"][1]["text"]
+    turn2 = copy.deepcopy(turn1)  # the next turn: turn 1's conversation, its tool call and result
+    turn2["messages"] += copy.deepcopy(data["turn2"]["messages"][2:])
+    turn2["system"][0]["text"] += " cch=4f2a1;"  # a new billing hash
+    first = httpx.post(sim.base_url + data["path"], json=turn1, timeout=30).json()["usage"]
+    second = httpx.post(sim.base_url + data["path"], json=turn2, timeout=30).json()["usage"]
+    assert first.get("cache_read_input_tokens", 0) == 0
+    assert second["cache_read_input_tokens"] >= first["input_tokens"] - sim.config.block_size, (first, second)

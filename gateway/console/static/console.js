@@ -51,6 +51,8 @@ function show(live, data) {
   set("cache_hits", percent(f.cache_hit_ratio));
   const error = f.cache_prediction_error_tokens;
   set("prediction", error === null || error === undefined ? "–" : `${number(Math.round(error))} tokens`);
+  const unpredicted = Object.entries(f.cache_unpredicted || {}).map(([r, n]) => `${n} ${r}`);
+  set("predicted", `${f.cache_predicted} turns predicted` + (unpredicted.length ? `; unpredicted: ${unpredicted.join(", ")}` : ""));
   rows(live.querySelector('[data-live="holds"]'), s.backends.flatMap((b) => (b.session_holds || []).map((h) =>
     [h.key, h.session, number(h.tokens), seconds(h.left_s)])));
   const phrase = (r) => data.phrases[r] || r;

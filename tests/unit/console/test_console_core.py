@@ -54,11 +54,17 @@ def test_live_figures_over_the_window() -> None:
     assert live.figures([], now) == {
         "requests": 0, "ttft_p50_s": None, "ttft_p95_s": None, "decode_tokens_per_s": None,
         "acceptance_rate": None, "cache_hit_ratio": None, "cache_prediction_error_tokens": None,
+        "cache_predicted": 0, "cache_unpredicted": {},
     }  # fmt: skip
     at = now.isoformat()
-    turns = [  # (prompt, cached reported, cached predicted)
-        {"arrived_at": at, "prompt_tokens": p, "cached_tokens": c, "cached_tokens_predicted": guess}
-        for p, c, guess in ((1000, 768, 768), (1000, 0, 256), (2000, 0, None))
-    ]
+    turns = [  # (prompt, cached reported, cached predicted, source)
+        {"arrived_at": at, "prompt_tokens": p, "cached_tokens": c, "cached_tokens_predicted": guess,
+         "cache_source": source}
+        for p, c, guess, source in (
+            (1000, 768, 768, "events"), (1000, 0, 256, "events"),
+            (2000, 0, None, "image"), (10, 0, None, None),
+        )
+    ]  # fmt: skip
     cache = live.figures(turns, now)
-    assert cache["cache_hit_ratio"] == 768 / 4000 and cache["cache_prediction_error_tokens"] == 128
+    assert cache["cache_hit_ratio"] == 768 / 4010 and cache["cache_prediction_error_tokens"] == 128
+    assert cache["cache_predicted"] == 2 and cache["cache_unpredicted"] == {"image": 1}
