@@ -39,7 +39,7 @@ from gateway.admission.capacity import Capacity, Held, Need, Reason
 from gateway.admission.errors import AdmissionUnavailableError, QueueFullError
 from gateway.admission.gate import HeldLoad, expected_wait_s, status_view
 from gateway.admission.lease import Lease, Waiter, lease_when_granted
-from gateway.admission.shared_scripts import ABANDON, ENQUEUE, RELEASE, RENEW
+from gateway.admission.shared_scripts import ABANDON, ENQUEUE, MOVE_HOLD, RELEASE, RENEW
 from gateway.config import Settings
 
 log = logging.getLogger("gateway.admission.shared")
@@ -93,6 +93,7 @@ class SharedAdmission(HeldLoad):
         self._release = client.register_script(RELEASE)
         self._abandon = client.register_script(ABANDON)
         self._renew = client.register_script(RENEW)
+        self._move_hold = client.register_script(MOVE_HOLD)
         self._waiters: dict[str, Waiter] = {}
         self._enqueuing: set[str] = set()  # tickets whose ENQUEUE has not answered yet
         self._leases: dict[str, Lease] = {}  # ticket -> lease held by this replica
@@ -258,6 +259,22 @@ class SharedAdmission(HeldLoad):
             for session, key, tokens, left_ms in self._holds
             if left_ms / 1000 > gone
         ]
+
+    async def take_hold(self, session: str) -> int:
+        """As :meth:`Admission.take_hold`, for every replica (one call to Redis)."""
+        try:
+            return int(await self._call(self._move_hold, "take", session, "", 0))
+        except (RedisError, OSError) as exc:  # the hold ends with its time; the turn runs all the same
+            log.warning("admission store call failed (%s); a session's hold stays where it was", exc)
+            return 0
+
+    async def adopt_hold(self, key: str, session: str, tokens: int) -> None:
+        """As :meth:`Admission.adopt_hold`, for every replica (one call to Redis)."""
+        if self.session_hold_s > 0 and tokens > 0:
+            try:
+                await self._call(self._move_hold, "adopt", session, key, tokens)
+            except (RedisError, OSError) as exc:
+                log.warning("admission store call failed (%s); a session's hold was not moved", exc)
 
     # -- lease bookkeeping (LeaseOwner)
 

@@ -410,3 +410,23 @@ end
 return answer({lost = lost, granted = granted, queued = queued, gone = gone}, held)
 """
 )
+
+MOVE_HOLD = (
+    _PRELUDE
+    + """
+-- ARGV[7] 'take' | 'adopt', ARGV[8] session, ARGV[9] key, ARGV[10] tokens: take the session's hold
+-- (its next turn runs on another backend), or adopt one from another backend, held from now.
+-- result: the tokens the hold taken kept (0: none; 0 for adopt)
+local session, kept = ARGV[8], 0
+if ARGV[7] == 'take' then
+  for _, h in ipairs(live_holds()) do if h.session == session then kept = h.tokens end end
+  drop_hold(session)
+elseif cap.hold > 0 and tonumber(ARGV[10]) > 0 then
+  hold({session = session, key = ARGV[9], footprint = tonumber(ARGV[10])})
+  local _, running = holders()
+  evict_holds(running)
+end
+local _, held = dispatch()
+return answer(kept, held)
+"""
+)

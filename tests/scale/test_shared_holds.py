@@ -124,3 +124,21 @@ async def test_a_grant_given_back_unused_holds_nothing(replicas: Make):
     two.abandon(waiter)  # given up as it was granted: it never ran
     await until(one, lambda r: r.in_use == 0, "the grant given back")
     assert one.holds() == [] and isinstance(await one.admit("other", 1, None, cold_prompt(900)), Lease)
+
+
+async def test_a_hold_taken_away_frees_the_cold_prompt_and_one_adopted_holds_it_back(replicas: Make):
+    """What a turn moved to another backend does (gateway/proxy/placement.py, ``_take_hold``): the
+    session's hold taken from its old backend (every replica's view of it), adopted on the new one."""
+    one, two = await pair(replicas)
+    (await lease(one, "agent", turn("s1"))).release()
+    await until(two, lambda r: held_sessions(r) == ["s1"], "the hold")
+    cold = await two.admit("other", 1, None, cold_prompt())
+    assert isinstance(cold, Waiter) and cold.reason is Reason.HELD
+    assert await one.take_hold("s1") == 600 and await one.take_hold("s1") == 0
+    (await asyncio.wait_for(two.wait(cold), 10)).release()  # nothing held it back any more
+    await until(two, lambda r: r.in_use == 0, "its release")  # else the adopted hold is cut to fit it
+    await two.adopt_hold("agent", "s1", 550)
+    await until(one, lambda r: [h["tokens"] for h in r.holds()] == [550], "the hold adopted")
+    again = await one.admit("other", 1, None, cold_prompt())
+    assert isinstance(again, Waiter) and again.reason is Reason.HELD
+    one.abandon(again)
