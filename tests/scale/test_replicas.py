@@ -212,13 +212,13 @@ def test_an_agents_turns_on_two_replicas_are_held_as_on_one_gateway(cluster, pg_
         slots=2,
         kv_budget_tokens=10_000,
         tokenize_min_bytes=1,
-        session_hold_s=5,
+        session_hold_s=10,
         long_prompt_tokens=4_000,
     )
     one, two = replicas.start(2)
     agent, cold_key = create_key(pg_database, "agent"), create_key(pg_database, "cold")
     named = {"x-session-id": "task-7"}
-    post(one.url, agent, HISTORY, **named)  # its turn ends: ~5,700 tokens held for 5 s, on both
+    post(one.url, agent, HISTORY, **named)  # its turn ends: ~5,700 tokens held for 10 s, on both
     wait_until(
         lambda: [h["tokens"] > 5_000 for h in status(two.url)["session_holds"]] == [True],
         what="the hold seen by the other replica",
