@@ -173,3 +173,13 @@ class Gate(Load, Protocol):
     def holds(self) -> list[dict[str, object]]:
         """The agent sessions whose prefix is held (see :meth:`Admission.holds`)."""
         ...
+
+    async def take_hold(self, session: str) -> int:
+        """Give up ``session``'s hold here, as its next turn runs on another backend: the tokens it
+        held (0: none)."""
+        ...
+
+    async def adopt_hold(self, key: str, session: str, tokens: int) -> None:
+        """Hold ``tokens`` of ``session``'s prefix (``key``'s) here, from now, for its turn about to
+        be enqueued here: a hold taken from another backend (:meth:`take_hold`)."""
+        ...

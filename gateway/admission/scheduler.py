@@ -353,6 +353,21 @@ class Admission(HeldLoad):
             self._arm(now)
         self._dispatch()
 
+    async def take_hold(self, session: str) -> int:
+        """Give up ``session``'s hold (its next turn runs on another backend); the tokens it held."""
+        self._held_tokens(None, time.monotonic())
+        hold = self._holds.pop(session, None)
+        if hold is not None:
+            self._dispatch()  # the waiters it held back may go
+        return 0 if hold is None else hold.tokens
+
+    async def adopt_hold(self, key: str, session: str, tokens: int) -> None:
+        """Hold ``tokens`` of ``session``'s prefix from now, for ``session_hold_s``, as a turn's end
+        would (a hold taken from another backend, :meth:`take_hold`)."""
+        if self.session_hold_s > 0 and tokens > 0:
+            self._hold(key, Need(session=session, footprint=tokens))
+            self._evict_holds()
+
     def holds(self) -> list[dict[str, object]]:
         """The live holds, most recently used first: session, key, tokens, seconds left."""
         now = time.monotonic()

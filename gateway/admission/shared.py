@@ -12,8 +12,12 @@ key's request on another.
   way out, and a lost release still ends within the TTL.
 - What each waiter waits for and its place are the scripts' answer at enqueue and at every renewal;
   the totals ``/metrics`` and ``/admin/status`` show are the last answer's, at most a renewal old.
+- Agent session holds live in Redis too (``GATEWAY_SESSION_HOLD_S``): a turn released on one replica
+  holds its session's prefix against cold long prompts queued on any replica, and its next turn,
+  whichever replica it reaches, is resumed first. A replica whose waiter is held back looks again
+  (a renewal) when the script says the hold-back or the soonest hold ends.
 
-Each replica must be configured with the same capacity (slots, KV budget, lane) for a backend.
+Each replica must be configured with the same capacity (slots, KV budget, lane, hold) for a backend.
 """
 
 from __future__ import annotations
@@ -35,18 +39,21 @@ from gateway.admission.capacity import Capacity, Held, Need, Reason
 from gateway.admission.errors import AdmissionUnavailableError, QueueFullError
 from gateway.admission.gate import HeldLoad, expected_wait_s, status_view
 from gateway.admission.lease import Lease, Waiter, lease_when_granted
-from gateway.admission.shared_scripts import ABANDON, ENQUEUE, RELEASE, RENEW
+from gateway.admission.shared_scripts import ABANDON, ENQUEUE, MOVE_HOLD, RELEASE, RENEW
 from gateway.config import Settings
 
 log = logging.getLogger("gateway.admission.shared")
+
+#: Added to a look again's delay, s: the scripts' clock counts whole milliseconds.
+_CLOCK_GRAIN_S = 0.005
 
 
 class SharedAdmission(HeldLoad):
     """One backend's admission in Redis (``client``), its keys under ``prefix``
     (``<GATEWAY_ADMISSION_NAMESPACE>:admission:{<backend>}:``).
 
-    Args as :class:`~gateway.admission.scheduler.Admission`'s, plus ``lease_ttl_s``: how long a
-    lease or a queued ticket outlives its replica's last renewal, s.
+    Args as :class:`~gateway.admission.scheduler.Admission`'s (``session_hold_s`` among them), plus
+    ``lease_ttl_s``: how long a lease or a queued ticket outlives its replica's last renewal, s.
     """
 
     def __init__(
@@ -61,6 +68,7 @@ class SharedAdmission(HeldLoad):
         long_queue_timeout_s: float | None = None,
         bypass_limit: int = 8,
         lease_ttl_s: float = 10.0,
+        session_hold_s: float = 0.0,
     ) -> None:
         self.capacity = capacity
         self.queue_max = queue_max
@@ -69,6 +77,7 @@ class SharedAdmission(HeldLoad):
         self.queue_max_per_key = queue_max_per_key
         self.reserve = max(1, queue_max // 4)
         self.lease_ttl_s = lease_ttl_s
+        self.session_hold_s = session_hold_s
         self.replica = uuid.uuid4().hex
         self.grants = 0
         self.held = Held()
@@ -78,12 +87,13 @@ class SharedAdmission(HeldLoad):
         kv = capacity.kv_budget_tokens
         self._capacity_args = [
             capacity.slots, -1 if kv == math.inf else int(kv), capacity.long_slots,
-            int(lease_ttl_s * 1000), bypass_limit,
+            int(lease_ttl_s * 1000), bypass_limit, int(session_hold_s * 1000),
         ]  # fmt: skip
         self._enqueue = client.register_script(ENQUEUE)
         self._release = client.register_script(RELEASE)
         self._abandon = client.register_script(ABANDON)
         self._renew = client.register_script(RENEW)
+        self._move_hold = client.register_script(MOVE_HOLD)
         self._waiters: dict[str, Waiter] = {}
         self._enqueuing: set[str] = set()  # tickets whose ENQUEUE has not answered yet
         self._leases: dict[str, Lease] = {}  # ticket -> lease held by this replica
@@ -93,6 +103,10 @@ class SharedAdmission(HeldLoad):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loops: list[asyncio.Task[None]] = []
         self._mean_hold_s = 10.0
+        self._holds: list[list[Any]] = []  # the last answer's [session, key, tokens, ms left]
+        self._holds_at = 0.0  # monotonic s of that answer
+        self._look: asyncio.TimerHandle | None = None  # the renewal a held-back waiter waits for
+        self._look_at = math.inf
 
     @classmethod
     def configured(cls, settings: Settings, client: Redis, backend: str) -> SharedAdmission:
@@ -107,6 +121,7 @@ class SharedAdmission(HeldLoad):
             long_queue_timeout_s=settings.queue_timeout_long_s,
             bypass_limit=settings.bypass_limit,
             lease_ttl_s=settings.admission_lease_ttl_s,
+            session_hold_s=settings.session_hold_s if settings.prefix_caching else 0.0,
         )
 
     # -- lifecycle
@@ -119,6 +134,8 @@ class SharedAdmission(HeldLoad):
 
     async def aclose(self) -> None:
         """Stop renewing, send the releases still pending, close the client."""
+        if self._look is not None:
+            self._look.cancel()
         for task in self._loops:
             task.cancel()
         for task in self._loops:
@@ -144,6 +161,8 @@ class SharedAdmission(HeldLoad):
             "seq": need.sequences, "kv": need.kv_tokens, "long": int(need.long), "b": int(need.batch),
             "replica": self.replica,
         }  # fmt: skip
+        if need.session is not None:
+            fields |= {"session": need.session, "footprint": need.footprint}
         self._waiters[waiter.ticket] = waiter  # a grant's message may come before the script's answer
         self._enqueuing.add(waiter.ticket)
         try:
@@ -228,11 +247,34 @@ class SharedAdmission(HeldLoad):
         """As :meth:`Admission.status`, for all replicas (``waiting_for`` and ``waiting_by_key``: this
         replica's waiters), plus the ``replica`` id and ``shared: true``."""
         reasons = ((w.key, w.reason.value) for w in self._waiters.values() if w.reason and not w.settled)
-        return status_view(self, self._in_flight, self._queued, reasons, shared=True, replica=self.replica)
+        view = status_view(self, self._in_flight, self._queued, reasons, shared=True, replica=self.replica)
+        return {**view, "session_holds": self.holds()}
 
     def holds(self) -> list[dict[str, object]]:
-        """None: session holds are kept by a process's own admission (docs/prefix-cache.md)."""
-        return []
+        """Every replica's live holds as of this replica's last call to Redis, most recently used
+        first: session, key, tokens, seconds left."""
+        gone = time.monotonic() - self._holds_at
+        return [
+            {"session": session, "key": key, "tokens": tokens, "left_s": round(left_ms / 1000 - gone, 3)}
+            for session, key, tokens, left_ms in self._holds
+            if left_ms / 1000 > gone
+        ]
+
+    async def take_hold(self, session: str) -> int:
+        """As :meth:`Admission.take_hold`, for every replica (one call to Redis)."""
+        try:
+            return int(await self._call(self._move_hold, "take", session, "", 0))
+        except (RedisError, OSError) as exc:  # the hold ends with its time; the turn runs all the same
+            log.warning("admission store call failed (%s); a session's hold stays where it was", exc)
+            return 0
+
+    async def adopt_hold(self, key: str, session: str, tokens: int) -> None:
+        """As :meth:`Admission.adopt_hold`, for every replica (one call to Redis)."""
+        if self.session_hold_s > 0 and tokens > 0:
+            try:
+                await self._call(self._move_hold, "adopt", session, key, tokens)
+            except (RedisError, OSError) as exc:
+                log.warning("admission store call failed (%s); a session's hold was not moved", exc)
 
     # -- lease bookkeeping (LeaseOwner)
 
@@ -255,7 +297,24 @@ class SharedAdmission(HeldLoad):
         self.held = Held(answer["seq"], answer["kv"], answer["long"])
         self._waiting = answer["waiting"]
         self._in_flight, self._queued = answer["in_flight"] or {}, answer["queued"] or {}
+        self._holds, self._holds_at = answer["holds"] or [], time.monotonic()
+        self._watch_holds()
         return answer["result"]
+
+    def _watch_holds(self) -> None:
+        """With holds live and a long waiter of this replica that they may hold back, look again when
+        the soonest hold or that waiter's hold-back ends (by this replica's clock: a look a hair early
+        gets the hold-back's exact end in the renewal's answer)."""
+        if not self._holds:
+            return
+        now = time.monotonic()
+        ends = [
+            w.enqueued_at + self.session_hold_s - now
+            for w in self._waiters.values()
+            if w.need.long and not w.settled and w.enqueued_at + self.session_hold_s > now
+        ]
+        if ends:
+            self._look_again(min([*ends, *(left_ms / 1000 for *_, left_ms in self._holds)]))
 
     def _spawn(self, work: Awaitable[Any]) -> None:
         async def logged() -> None:
@@ -276,9 +335,30 @@ class SharedAdmission(HeldLoad):
             waiter.future.set_result(None)
 
     def _describe(self, waiter: Waiter, described: list[Any]) -> None:
-        reason, place = described
+        """Take a ticket's ``[reason, place]``; a held-back one's ``[reason, place, ms]`` also says when
+        its hold-back ends: look again then, or when the soonest hold ends if that comes first (no
+        other call may come meanwhile)."""
+        reason, place, *held_ms = described
         waiter.note(Reason(reason), time.monotonic())
         waiter.place = int(place)
+        if held_ms:
+            soonest = min([held_ms[0], *(left_ms for *_, left_ms in self._holds)])
+            self._look_again(soonest / 1000)
+
+    def _look_again(self, delay_s: float) -> None:
+        """Renew after ``delay_s`` (plus Redis's millisecond clock's grain), unless one comes sooner."""
+        delay_s = max(0.0, delay_s) + _CLOCK_GRAIN_S
+        at = time.monotonic() + delay_s
+        if self._look is not None and self._look_at <= at:
+            return
+        if self._look is not None:
+            self._look.cancel()
+        self._look_at = at
+        self._look = asyncio.get_running_loop().call_later(delay_s, self._looked)
+
+    def _looked(self) -> None:
+        self._look, self._look_at = None, math.inf
+        self._spawn(self.renew())
 
     async def _listen(self, pubsub: Any) -> None:
         """Resolve the waiters this replica's grant messages name (``"<ticket> <fence>"``); subscribe

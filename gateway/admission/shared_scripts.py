@@ -15,34 +15,43 @@ one Redis Cluster slot):
   ``r`` list of keys with waiters in serving order; ``c`` hash key -> grants left in its turn;
   ``px`` zset of tickets passed ``bypass_limit`` times (by ``o``, the enqueue counter: FIFO);
   ``gd`` the guarded ticket;
-- ``k`` hash key -> its requests holding the backend; ``g`` hash ticket -> the fence it was granted.
+- ``k`` hash key -> its requests holding the backend; ``g`` hash ticket -> the fence it was granted;
+- ``hs`` hash session -> its hold ``{key, tokens, since}`` (since: Redis ms); ``ho`` zset session ->
+  ``INCR hn`` at the hold: the holds, least recently used first. A holder and a ticket carry the
+  ``session`` and ``footprint`` of a session's turn (absent for other requests).
 
 Policy, the in-process scheduler's (``gateway.admission.scheduler``): weighted round robin over keys
 (a key holding nothing of the backend joining ahead of the waiting keys that hold some), interactive
 requests before batch ones, FIFO within a key, a waiter that doesn't fit passed by one that does
 (only the first :data:`SCAN_DEPTH` of a key's queue are looked at), a waiter passed ``bypass_limit``
 times guarded with the EASY-backfilling reservation of
-:meth:`~gateway.admission.capacity.Capacity.spares`.
+:meth:`~gateway.admission.capacity.Capacity.spares`; agent session holds as the scheduler keeps them
+(a released turn holds its prompt ``hold_ms``; a cold long waiter that would evict another session's
+hold waits, ``held``, while the held session's next turn is resumed first; a grant cuts the holds
+the pool has no room left for), on Redis's clock, so every replica sees one set of holds.
 A grant is published on ``grant:<replica>`` as ``"<ticket> <fence>"``; a replica that missed it
 finds it in ``g`` at its next renewal.
 
 Every script's ARGV starts with the capacity, ``slots, kv_budget_tokens (-1: none), long_slots,
-ttl_ms, bypass_limit``, and returns a JSON object: ``result`` plus the backend's totals (``seq``,
-``kv``, ``long``, ``waiting``, ``in_flight`` and ``queued`` by key). Redis's cjson writes an empty
+ttl_ms, bypass_limit, hold_ms`` (0: no holds), and returns a JSON object: ``result`` plus the backend's
+totals (``seq``, ``kv``, ``long``, ``waiting``, ``in_flight`` and ``queued`` by key) and ``holds``
+(``[session, key, tokens, ms left]``, most recently used first). Redis's cjson writes an empty
 table as ``{}``, so an empty list or object of an answer may be either.
 """
 
 from __future__ import annotations
+
+from gateway.admission.scheduler import HOLDS_PER_KEY
 
 #: Tickets of one key looked at for passing, from the head of its queue.
 SCAN_DEPTH = 64
 
 _PRELUDE = """
 local P = KEYS[1]
-local H, HX, T, TX, R, C, K, G, F, GD, PX =
-  P..'h', P..'hx', P..'t', P..'tx', P..'r', P..'c', P..'k', P..'g', P..'f', P..'gd', P..'px'
+local H, HX, T, TX, R, C, K, G, F, GD, PX, HS, HO =
+  P..'h', P..'hx', P..'t', P..'tx', P..'r', P..'c', P..'k', P..'g', P..'f', P..'gd', P..'px', P..'hs', P..'ho'
 local cap = {slots = tonumber(ARGV[1]), kv = tonumber(ARGV[2]), long = tonumber(ARGV[3]),
-             ttl = tonumber(ARGV[4]), bypass = tonumber(ARGV[5])}
+             ttl = tonumber(ARGV[4]), bypass = tonumber(ARGV[5]), hold = tonumber(ARGV[6])}
 local now = (function() local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end)()
 
@@ -50,6 +59,56 @@ local function blocker(held, need)
   if held.seq + need.seq > cap.slots then return 'slot' end
   if need.long == 1 and held.long + 1 > cap.long then return 'lane' end
   if cap.kv >= 0 and held.kv + need.kv > cap.kv then return 'kv' end
+  return false
+end
+
+-- the session holds (the in-process scheduler's _held_tokens, _hold, _evict_holds): the live ones,
+-- least recently used first, each {session, key, tokens, since}; the ended ones dropped
+local function drop_hold(session) redis.call('HDEL', HS, session); redis.call('ZREM', HO, session) end
+
+local function live_holds()
+  local list = {}
+  for _, session in ipairs(redis.call('ZRANGE', HO, 0, -1)) do
+    local h = cjson.decode(redis.call('HGET', HS, session))
+    if h.since + cap.hold <= now then drop_hold(session)
+    else h.session = session; list[#list + 1] = h end
+  end
+  return list
+end
+
+local function hold(h)  -- the prompt a turn of session h.session leaves, kept for its next turn
+  drop_hold(h.session)
+  local mine = {}
+  for _, x in ipairs(live_holds()) do if x.key == h.key then mine[#mine + 1] = x.session end end
+  for i = 1, #mine - __HOLDS_PER_KEY__ + 1 do drop_hold(mine[i]) end
+  redis.call('HSET', HS, h.session, cjson.encode({key = h.key, tokens = h.footprint, since = now}))
+  redis.call('ZADD', HO, redis.call('INCR', P..'hn'), h.session)
+end
+
+local function evict_holds(held)  -- cut what the running requests leave no room for, LRU first, from its end
+  if cap.kv < 0 then return end
+  local hs, over = live_holds(), held.kv - cap.kv
+  for _, h in ipairs(hs) do over = over + h.tokens end
+  for _, h in ipairs(hs) do
+    if over <= 0 then return end
+    if h.tokens > over then
+      local cut = {key = h.key, tokens = h.tokens - over, since = h.since}
+      redis.call('HSET', HS, h.session, cjson.encode(cut))
+      return
+    end
+    over = over - h.tokens
+    drop_hold(h.session)
+  end
+end
+
+-- blocker, and 'held' for a long waiter that would evict another session's held prefix, until it
+-- has waited a hold's length
+local function held_blocker(held, t, hs)
+  local reason = blocker(held, t)
+  if reason or t.long ~= 1 or cap.kv < 0 or #hs == 0 or now - t.enq >= cap.hold then return reason end
+  local kept = 0
+  for _, h in ipairs(hs) do if h.session ~= t.session then kept = kept + h.tokens end end
+  if held.kv + t.kv + kept > cap.kv then return 'held' end
   return false
 end
 
@@ -93,7 +152,7 @@ local function drop_holder(fence, ticket)
   if ticket and h.ticket ~= ticket then return false end  -- another lease's (fences restart with Redis)
   redis.call('HDEL', H, fence); redis.call('ZREM', HX, fence); redis.call('HDEL', G, h.ticket)
   if redis.call('HINCRBY', K, h.key, -1) <= 0 then redis.call('HDEL', K, h.key) end
-  return true
+  return h
 end
 
 local function unqueue(ticket, t)
@@ -120,7 +179,8 @@ local function grant(ticket, t)
   local q = unqueue(ticket, t)
   local fence = redis.call('INCR', F)
   redis.call('HSET', H, fence, cjson.encode({key = t.key, seq = t.seq, kv = t.kv, long = t.long,
-                                             ticket = ticket, replica = t.replica}))
+                                             ticket = ticket, replica = t.replica,
+                                             session = t.session, footprint = t.footprint}))
   redis.call('ZADD', HX, now + cap.ttl, fence)
   redis.call('HSET', G, ticket, fence)
   redis.call('HINCRBY', K, t.key, 1)
@@ -143,7 +203,7 @@ local function guard()
   return g, waiter(g)
 end
 
-local function pick(list, held, gticket, gt)
+local function pick(list, held, hs, gticket, gt)
   local passed, chosen, ct = {}, nil, nil
   for batch = 0, 1 do  -- interactive waiters first, then batch ones
     for _, key in ipairs(redis.call('LRANGE', R, 0, -1)) do
@@ -152,7 +212,7 @@ local function pick(list, held, gticket, gt)
         for _, ticket in ipairs(tickets) do
           local t = waiter(ticket)
           if (t.b or 0) == batch then
-            if ticket == gticket or blocker(held, t) then passed[#passed + 1] = {ticket, t}
+            if ticket == gticket or held_blocker(held, t, hs) then passed[#passed + 1] = {ticket, t}
             elseif gticket == nil or spares(list, held, gt, t) then chosen, ct = ticket, t; break end
           end
         end
@@ -171,33 +231,68 @@ local function pick(list, held, gticket, gt)
   return chosen, ct
 end
 
+-- the waiting next turn of a held session that fits, the most recently used session first, while a
+-- waiter is held back by the holds (the in-process scheduler's _resumed); nil once one has waited a
+-- hold's length or is guarded
+local function resumed(held, hs)
+  if #hs == 0 or cap.kv < 0 or redis.call('EXISTS', GD) == 1 then return nil end
+  local room = cap.kv - held.kv
+  for _, h in ipairs(hs) do room = room - h.tokens end
+  local turns, held_back = {}, false
+  for _, key in ipairs(redis.call('LRANGE', R, 0, -1)) do
+    for _, ticket in ipairs(redis.call('LRANGE', P..'q:'..key, 0, -1)) do
+      local t = waiter(ticket)
+      if now - t.enq >= cap.hold then return nil end
+      if t.session and not turns[t.session] then turns[t.session] = {ticket, t} end
+      if not held_back and t.kv > room then held_back = held_blocker(held, t, hs) == 'held' end
+    end
+  end
+  if not held_back then return nil end
+  for i = #hs, 1, -1 do
+    local turn = turns[hs[i].session]
+    if turn and turn[2].enq >= hs[i].since and key_free(turn[2]) and not held_blocker(held, turn[2], hs) then
+      return turn[1], turn[2]
+    end
+  end
+  return nil
+end
+
 -- the expired leases and tickets gone, grant while a waiter fits
 local function dispatch()
   purge()
   local list, held = holders()
+  local hs = live_holds()
   while redis.call('HLEN', T) > 0 and held.seq < cap.slots do
-    local gticket, gt = guard()
-    local ticket, t
-    if gt and key_free(gt) and not blocker(held, gt) then ticket, t = gticket, gt
-    else ticket, t = pick(list, held, gticket, gt) end
+    local ticket, t = resumed(held, hs)
+    if not ticket then
+      local gticket, gt = guard()
+      if gt and key_free(gt) and not held_blocker(held, gt, hs) then ticket, t = gticket, gt
+      else ticket, t = pick(list, held, hs, gticket, gt) end
+    end
     if not ticket then break end
     list[#list + 1] = grant(ticket, t)
     held = plus(held, t, 1)
+    if t.session then drop_hold(t.session) end  -- its turn came: the prefix is this request's now
+    evict_holds(held)
+    hs = live_holds()
   end
-  return list, held
+  return list, held, hs
 end
 
--- what a queued ticket waits for, and its place (grants before it, 1 = next)
-local function describe(ticket, t, list, held)
+-- what a queued ticket waits for, its place (grants before it, 1 = next), and for a held-back one
+-- the ms until its hold-back ends
+local function describe(ticket, t, list, held, hs)
   local reason
-  if not key_free(t) then reason = 'key_concurrency' else reason = blocker(held, t) end
+  if not key_free(t) then reason = 'key_concurrency' else reason = held_blocker(held, t, hs) end
   local gticket, gt = guard()
   if not reason and gt and ticket ~= gticket and not spares(list, held, gt, t) then reason = 'reserved' end
   local keys = redis.call('LRANGE', R, 0, -1)
   local turn = 0
   for i, key in ipairs(keys) do if key == t.key then turn = i end end
   local index = redis.call('LPOS', P..'q:'..t.key, ticket) or 0
-  return {reason or 'slot', index * math.max(1, #keys) + turn}
+  local place = index * math.max(1, #keys) + turn
+  if reason == 'held' then return {reason, place, t.enq + cap.hold - now} end
+  return {reason or 'slot', place}
 end
 
 local function answer(result, held)
@@ -205,23 +300,29 @@ local function answer(result, held)
   local flat = redis.call('HGETALL', K)
   for i = 1, #flat, 2 do in_flight[flat[i]] = tonumber(flat[i + 1]) end
   for _, key in ipairs(redis.call('LRANGE', R, 0, -1)) do queued[key] = redis.call('LLEN', P..'q:'..key) end
+  local holds = {}
+  for _, h in ipairs(live_holds()) do  -- most recently used first, each's ms left
+    table.insert(holds, 1, {h.session, h.key, h.tokens, h.since + cap.hold - now})
+  end
   return cjson.encode({result = result, seq = held.seq, kv = held.kv, long = held.long,
-                       waiting = redis.call('HLEN', T), in_flight = in_flight, queued = queued})
+                       waiting = redis.call('HLEN', T), in_flight = in_flight, queued = queued,
+                       holds = holds})
 end
-""".replace("__SCAN_DEPTH__", str(SCAN_DEPTH))
+""".replace("__SCAN_DEPTH__", str(SCAN_DEPTH)).replace("__HOLDS_PER_KEY__", str(HOLDS_PER_KEY))
 
 ENQUEUE = (
     _PRELUDE
     + """
--- ARGV[6] ticket, ARGV[7] waiter JSON (without enq, passes), ARGV[8] queue_max,
--- ARGV[9] queue_max_per_key (-1: none), ARGV[10] reserve
--- result: {"full": "total"|"key"} | {"fence": n} | {"queued": [reason, place]}
+-- ARGV[7] ticket, ARGV[8] waiter JSON (without enq, passes), ARGV[9] queue_max,
+-- ARGV[10] queue_max_per_key (-1: none), ARGV[11] reserve
+-- result: {"full": "total"|"key"} | {"fence": n} | {"queued": [reason, place(, ms held back)]}
 purge()
-local ticket, t = ARGV[6], cjson.decode(ARGV[7])
-local queue_max, per_key, reserve = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local ticket, t = ARGV[7], cjson.decode(ARGV[8])
+local queue_max, per_key, reserve = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 local waits = redis.call('LLEN', P..'q:'..t.key)
 local _, held_before = holders()
-local runs_now = redis.call('LLEN', R) == 0 and key_free(t) and not blocker(held_before, t)
+t.enq = now
+local runs_now = redis.call('LLEN', R) == 0 and key_free(t) and not held_blocker(held_before, t, live_holds())
 if not runs_now then  -- the queue's bounds hold for a request that would wait (as in-process)
   local bound = queue_max
   if waits > 0 then bound = queue_max - reserve end
@@ -230,7 +331,7 @@ if not runs_now then  -- the queue's bounds hold for a request that would wait (
   end
   if per_key >= 0 and waits >= per_key then return answer({full = 'key'}, held_before) end
 end
-t.enq, t.passes, t.order = now, 0, redis.call('INCR', P..'o')
+t.passes, t.order = 0, redis.call('INCR', P..'o')
 redis.call('HSET', T, ticket, cjson.encode(t))
 redis.call('ZADD', TX, now + cap.ttl, ticket)
 redis.call('RPUSH', P..'q:'..t.key, ticket)
@@ -244,34 +345,36 @@ if redis.call('HEXISTS', C, t.key) == 0 then  -- joins the rotation (see the in-
   end
   if pivot then redis.call('LINSERT', R, 'BEFORE', pivot, t.key) else redis.call('RPUSH', R, t.key) end
 end
-local list, held = dispatch()
+local list, held, hs = dispatch()
 local fence = redis.call('HGET', G, ticket)
 if fence then return answer({fence = tonumber(fence)}, held) end
-return answer({queued = describe(ticket, t, list, held)}, held)
+return answer({queued = describe(ticket, t, list, held, hs)}, held)
 """
 )
 
 RELEASE = (
     _PRELUDE
     + """
--- ARGV[6] fence, ARGV[7] ticket; result: true if it was held (false: released before, or expired)
-local held_now = drop_holder(ARGV[6], ARGV[7])
+-- ARGV[7] fence, ARGV[8] ticket; result: true if it was held (false: released before, or expired).
+-- A turn of a session that ran leaves its prompt held (a grant given back unused holds nothing).
+local h = drop_holder(ARGV[7], ARGV[8])
+if h and h.session and (h.footprint or 0) > 0 and cap.hold > 0 then hold(h) end
 local _, held = dispatch()
-return answer(held_now, held)
+return answer(h ~= false, held)
 """
 )
 
 ABANDON = (
     _PRELUDE
     + """
--- ARGV[6] ticket: out of its queue, or the grant it got back; result: true if anything was given up
-local ticket = ARGV[6]
+-- ARGV[7] ticket: out of its queue, or the grant it got back; result: true if anything was given up
+local ticket = ARGV[7]
 local t = waiter(ticket)
 local gave = false
 if t then unqueue(ticket, t); gave = true
 else
   local fence = redis.call('HGET', G, ticket)
-  if fence then gave = drop_holder(fence, ticket) end
+  if fence then gave = drop_holder(fence, ticket) ~= false end
 end
 local _, held = dispatch()
 return answer(gave, held)
@@ -281,29 +384,49 @@ return answer(gave, held)
 RENEW = (
     _PRELUDE
     + """
--- ARGV[6] n: then n (fence, ticket) pairs held, then the tickets waiting, all of one replica.
+-- ARGV[7] n: then n (fence, ticket) pairs held, then the tickets waiting, all of one replica.
 -- Extends each one's expiry; result: {"lost": [fences no longer held], "granted": {ticket: fence},
 -- "queued": {ticket: [reason, place]}, "gone": [tickets neither queued nor granted]}
-local n = tonumber(ARGV[6])
+local n = tonumber(ARGV[7])
 local lost, granted, gone = {}, {}, {}
-for i = 7, 5 + 2 * n, 2 do
+for i = 8, 6 + 2 * n, 2 do
   local raw = redis.call('HGET', H, ARGV[i])
   if raw and cjson.decode(raw).ticket == ARGV[i + 1] then redis.call('ZADD', HX, now + cap.ttl, ARGV[i])
   else lost[#lost + 1] = tonumber(ARGV[i]) end
 end
-for i = 7 + 2 * n, #ARGV do
+for i = 8 + 2 * n, #ARGV do
   if redis.call('HEXISTS', T, ARGV[i]) == 1 then redis.call('ZADD', TX, now + cap.ttl, ARGV[i]) end
 end
-local list, held = dispatch()
+local list, held, hs = dispatch()
 local queued = {}
-for i = 7 + 2 * n, #ARGV do
+for i = 8 + 2 * n, #ARGV do
   local ticket = ARGV[i]
   local t = waiter(ticket)
   local fence = redis.call('HGET', G, ticket)
-  if t then queued[ticket] = describe(ticket, t, list, held)
+  if t then queued[ticket] = describe(ticket, t, list, held, hs)
   elseif fence then granted[ticket] = tonumber(fence)
   else gone[#gone + 1] = ticket end
 end
 return answer({lost = lost, granted = granted, queued = queued, gone = gone}, held)
+"""
+)
+
+MOVE_HOLD = (
+    _PRELUDE
+    + """
+-- ARGV[7] 'take' | 'adopt', ARGV[8] session, ARGV[9] key, ARGV[10] tokens: take the session's hold
+-- (its next turn runs on another backend), or adopt one from another backend, held from now.
+-- result: the tokens the hold taken kept (0: none; 0 for adopt)
+local session, kept = ARGV[8], 0
+if ARGV[7] == 'take' then
+  for _, h in ipairs(live_holds()) do if h.session == session then kept = h.tokens end end
+  drop_hold(session)
+elseif cap.hold > 0 and tonumber(ARGV[10]) > 0 then
+  hold({session = session, key = ARGV[9], footprint = tonumber(ARGV[10])})
+  local _, running = holders()
+  evict_holds(running)
+end
+local _, held = dispatch()
+return answer(kept, held)
 """
 )

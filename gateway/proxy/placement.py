@@ -168,7 +168,21 @@ class Placement:
         up. ``prompt``: the prompt's blocks, told to the backend's KV view once it is sent."""
         self._need = need
         self._prompt = prompt
+        if need.session is not None and len(self._pipeline.backends.all) > 1:
+            await self._take_hold(need.session)
         return await self._enqueue()
+
+    async def _take_hold(self, session: str) -> None:
+        """Bring ``session``'s hold to the backend this turn of it runs on: taken from the others
+        (where its last turn ran, when the prefix placement or the load moved this one), held here for
+        as much of it as this backend's cache holds of the prompt."""
+        backend = self.backend
+        assert backend is not None
+        others = [b for b in self._pipeline.backends.all if b is not backend]
+        taken = max([await other.admission.take_hold(session) for other in others])
+        if taken > 0 and self._prompt is not None:
+            cached = backend.kv.match(self._prompt, time.monotonic())[0].cached_tokens
+            await backend.admission.adopt_hold(self._principal.name, session, min(taken, cached))
 
     async def _enqueue(self) -> bool:
         principal = self._principal

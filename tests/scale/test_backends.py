@@ -5,6 +5,7 @@ streams end with an error event, its queued requests are served by the other."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import threading
@@ -191,3 +192,51 @@ def test_what_one_backend_shows_is_learnt_for_it_alone(start_gateway, make_key, 
     finally:
         for sim in sims.values():
             sim.kill()
+
+
+def affinity_for(name: str, names: tuple[str, ...] = ("a", "b")) -> str:
+    """A ``user`` whose rendezvous hash (gateway/backends/pool.py, ``Backends.route``) picks ``name``."""
+    for n in range(1000):
+        user = f"user-{n}"
+        digests = {b: hashlib.sha256(f"{user}|{b}".encode()).digest() for b in names}
+        if max(digests, key=digests.__getitem__) == name:
+            return user
+    raise AssertionError(f"no user hashes to {name}")
+
+
+def test_a_turn_moved_to_another_backend_takes_its_sessions_hold_with_it(
+    two_backends, start_gateway, make_key
+):
+    """An agent's first turn ends on "a": its session is held there. "a" is then busy (a request
+    running, one waiting), so the next turn runs on "b": the hold leaves "a" (its cold prompts are no
+    longer held back for a turn that won't come) and the turn's end holds the session on "b"."""
+    a, b = two_backends
+    gateway = start_gateway(
+        f"a={a.url},b={b.url}", slots=1, tokenize_min_bytes=1, backend_poll_s=0.2, session_hold_s=60
+    )
+    key, admin = make_key("agent"), make_key("admin", scopes=["admin"])
+    history = [{"role": "user", "content": "read the whole repository " * 400}]
+
+    def turn(messages: list[dict]) -> None:
+        answer = httpx.post(
+            gateway.url + "/v1/chat/completions",
+            json={"model": MODEL, "messages": messages, "max_tokens": 2},
+            headers={"Authorization": f"Bearer {key}", "x-session-id": "task-9"},
+            timeout=60,
+        )
+        assert answer.status_code == 200, answer.text
+
+    turn(history)
+
+    def holds() -> dict[str, int]:
+        return {s["name"]: len(s["session_holds"]) for s in admin_status(gateway, admin)["backends"]}
+
+    assert holds() == {"a": 1, "b": 0}
+    busy = make_key("busy")
+    on_a = affinity_for("a")
+    for _ in range(2):  # one runs on "a", one waits there: "a" is past the prefix placement's slack
+        threading.Thread(target=lambda: chat(gateway.url, busy, LONG_TOKENS, user=on_a), daemon=True).start()
+    wait_until(lambda: scrape(gateway.url)["gateway_backend_queue_depth{backend=a}"] == 1, what="a busy")
+    more = [{"role": "assistant", "content": "done"}, {"role": "user", "content": "now fix the bug"}]
+    turn(history + more)
+    assert holds() == {"a": 0, "b": 1}

@@ -183,3 +183,60 @@ def test_the_ledger_has_each_request_once_whichever_replica_served_it(cluster, p
 
     wait_until(lambda: len(rows()) >= 10, what="ten ledger rows")
     assert sorted(row["request_id"] for row in rows()) == sorted(ids)
+
+
+#: ~5,700 simulated tokens: an agent's conversation (as in tests/gateway/test_sessions.py).
+HISTORY = [{"role": "user", "content": "summarise the design notes " * 850}]
+#: ~5,000 tokens of something else: with the held ~5,700 it would not fit a 10,000-token pool.
+COLD = [{"role": "user", "content": "translate this manual please " * 700}]
+
+
+def post(url: str, key: str, messages: list[dict], **headers: str) -> httpx.Response:
+    body = {"model": MODEL, "messages": messages, "max_tokens": 8}
+    answer = httpx.post(
+        url + "/v1/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {key}", **headers},
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text
+    return answer
+
+
+def test_an_agents_turns_on_two_replicas_are_held_as_on_one_gateway(cluster, pg_database):
+    """The agent's first turn ends on one replica: its prefix is held on both; a cold long prompt sent
+    to the other waits (``held``) while the agent's next turn, sent to that other replica, runs; the
+    cold one is served once its hold-back ends (tests/gateway/test_sessions.py, on one gateway)."""
+    replicas, _ = cluster(
+        sim={"prefill_tps": 50_000},
+        slots=2,
+        kv_budget_tokens=10_000,
+        tokenize_min_bytes=1,
+        session_hold_s=10,
+        long_prompt_tokens=4_000,
+    )
+    one, two = replicas.start(2)
+    agent, cold_key = create_key(pg_database, "agent"), create_key(pg_database, "cold")
+    named = {"x-session-id": "task-7"}
+    post(one.url, agent, HISTORY, **named)  # its turn ends: ~5,700 tokens held for 10 s, on both
+    wait_until(
+        lambda: [h["tokens"] > 5_000 for h in status(two.url)["session_holds"]] == [True],
+        what="the hold seen by the other replica",
+    )
+    cold: list[httpx.Response] = []
+    waiting = threading.Thread(target=lambda: cold.append(post(two.url, cold_key, COLD)))
+    waiting.start()
+    wait_until(lambda: status(two.url)["waiting_for"]["held"] == 1, what="the cold one held back")
+    nxt = HISTORY + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "go on"}]
+    second = post(two.url, agent, nxt, **named)  # admitted while the cold one waits
+    assert not cold and second.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 5_000
+    waiting.join(timeout=60)  # its hold-back runs out: then it is served
+    assert cold
+
+    def row() -> dict | None:
+        auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        rows = httpx.get(one.url + "/admin/requests", headers=auth).json()["data"]
+        return next((r for r in rows if r["key_name"] == "cold"), None)
+
+    wait_until(lambda: row() is not None, what="the cold one's row")
+    assert row()["waited_for"]["held"] > 0  # type: ignore[index]

@@ -250,3 +250,20 @@ async def test_a_waiter_queued_before_any_hold_goes_when_its_own_hold_back_ends(
     assert big.enqueued_at + HOLD_S <= big.reason_since < held_until  # granted before the hold ended
     assert lease.queue_wait_s >= HOLD_S
     lease.release()
+
+
+async def test_a_hold_taken_away_frees_a_cold_request_and_one_adopted_holds_it_back() -> None:
+    """A turn moved to another backend (gateway/proxy/placement.py, ``_take_hold``) takes its session's
+    hold from its old backend's admission to the new one's."""
+    old, new = admission(), admission()
+    (await old.acquire("agent", need=turn("s1"))).release()
+    cold = old.enqueue("other", need=cold_prompt())
+    assert isinstance(cold, Waiter) and cold.reason is Reason.HELD
+    assert await old.take_hold("s1") == 600 and await old.take_hold("s1") == 0
+    assert cold.future.done() and old.holds() == []  # nothing holds it back any more
+    (await old.wait(cold)).release()
+    await new.adopt_hold("agent", "s1", 550)
+    assert [(h["session"], h["tokens"]) for h in new.holds()] == [("s1", 550)]
+    held_back = new.enqueue("other", need=cold_prompt())
+    assert isinstance(held_back, Waiter) and held_back.reason is Reason.HELD
+    new.abandon(held_back)
