@@ -32,9 +32,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dspark_common.kv_events import AllBlocksCleared, BlockHash, BlockRemoved, BlockStored, KVCacheEvent
+from dspark_common.kv_events import AllBlocksCleared, BlockHash, BlockRemoved, KVCacheEvent
 
-from .prefix_cache import MEDIUM
+from .prefix_cache import MEDIUM, stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,17 +189,13 @@ class HybridPrefixCache:
             group.touch(skipped[null:])  # freed as the window passed them, before the rest
             group.touch(kept)
             if new:
-                first = new[0]
                 events.append(
-                    BlockStored(
-                        block_hashes=hashes[first:],
-                        parent_block_hash=hashes[first - 1] if first else None,
-                        token_ids=list(ids[first * size : len(hashes) * size]),
-                        block_size=size,
-                        lora_id=None,
-                        medium=MEDIUM,
-                        lora_name=None,
-                        extra_keys=[(salt,)] + [None] * (len(hashes) - 1) if salt and not first else None,
+                    stored(
+                        hashes,
+                        new[0],
+                        ids,
+                        size,
+                        salt,
                         group_idx=idx,
                         kv_cache_spec_kind=group.spec.kind,
                         kv_cache_spec_sliding_window=group.spec.window,

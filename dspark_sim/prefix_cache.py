@@ -34,11 +34,32 @@ import itertools
 from array import array
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from dspark_common.kv_events import AllBlocksCleared, BlockHash, BlockRemoved, BlockStored, KVCacheEvent
 
 #: vLLM's medium for blocks in device memory.
 MEDIUM = "GPU"
+
+
+def stored(
+    hashes: Sequence[BlockHash], first: int, ids: Sequence[int], size: int, salt: str | None, **group: Any
+) -> BlockStored:
+    """The ``BlockStored`` vLLM publishes for a prompt's full blocks ``hashes`` (of ``size`` tokens of
+    ``ids``) from the first one not resident, ``first``: the salt is the extra key of the prompt's first
+    block only (vLLM ``generate_block_hash_extra_keys``); ``group``: the KV cache group's fields
+    (``group_idx``, ``kv_cache_spec_kind``, ``kv_cache_spec_sliding_window``)."""
+    return BlockStored(
+        block_hashes=list(hashes[first:]),
+        parent_block_hash=hashes[first - 1] if first else None,
+        token_ids=list(ids[first * size : len(hashes) * size]),
+        block_size=size,
+        lora_id=None,
+        medium=MEDIUM,
+        lora_name=None,
+        extra_keys=[(salt,)] + [None] * (len(hashes) - 1) if salt and not first else None,
+        **group,
+    )
 
 
 class PrefixCache:
@@ -111,19 +132,7 @@ class PrefixCache:
         new = [i for i, block_hash in enumerate(hashes) if block_hash not in self._resident]
         self._touch(hashes)
         if new:
-            first, size = new[0], self.block_size
-            events.append(
-                BlockStored(
-                    block_hashes=hashes[first:],
-                    parent_block_hash=hashes[first - 1] if first else None,
-                    token_ids=list(ids[first * size : len(hashes) * size]),
-                    block_size=size,
-                    lora_id=None,
-                    medium=MEDIUM,
-                    lora_name=None,
-                    extra_keys=[(salt,)] + [None] * (len(hashes) - 1) if salt and not first else None,
-                )
-            )
+            events.append(stored(hashes, new[0], ids, self.block_size, salt))
         if owner is not None:
             self._pin(owner, hashes)
         return events + self.trim(held_tokens)
