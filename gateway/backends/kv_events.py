@@ -2,17 +2,27 @@
 :class:`~gateway.backends.kv_index.ResidentBlocks`.
 
 The wire is vLLM's (:mod:`dspark_common.kv_events`): batches on a PUB socket, numbered from 0, and a
-ROUTER socket that replays the batches it still buffers from a given number. The endpoints are
-private (:mod:`dspark_common.zmq_endpoints`: ipc in a directory others cannot reach, or loopback),
-and still nothing the subscription receives out of order is believed unless the replay socket —
-vLLM's own, which no other process can bind while vLLM runs — says the same:
+ROUTER socket that replays the batches it still buffers from a given number (vLLM
+``vllm/distributed/kv_events.py``: ``ZmqEventPublisher._publisher_thread``, ``_service_replay``).
+A PUB socket sends a batch only to the subscribers whose subscription reached it: what it publishes
+before (a subscription made after vLLM started publishing, a connection still being made, one made
+again) is lost to the subscription. So the replay is asked for what came after the last batch
+applied whenever a connection to the publisher is made (``ZMQ_EVENT_HANDSHAKE_SUCCEEDED``: the
+subscription is sent) and while a batch is due and has not come for :data:`OVERDUE_S`.
+
+The endpoints are private (:mod:`dspark_common.zmq_endpoints`: ipc in a directory others cannot
+reach, or loopback), and still nothing the subscription receives out of order is believed unless
+the replay socket — vLLM's own, which no other process can bind while vLLM runs — says the same:
 
 - a batch numbered past the next one (the first after the feed (re)subscribed included): the replay
-  is asked from the next; the batches it holds are applied, and the batch itself only if the replay
-  holds it, byte for byte;
-- a batch numbered at or below the last one: a publisher that restarted (vLLM restarting, its cache
-  empty) only if the replay holds that batch byte for byte and no longer the last one applied; then
-  the index is cleared and fed from there.
+  is asked from the last one applied; the batches it holds after it are applied, and the batch
+  itself only if the replay holds it, byte for byte;
+- a publisher that restarted (vLLM restarting, its cache empty, its numbers from 0 again): its
+  replay holds no longer the last batch applied as it was. Its first batch the feed receives may be
+  numbered at or below the last one seen (then it is believed only if the replay holds it byte for
+  byte), or above it (the batches before it were lost to the subscription): either way the index is
+  cleared and fed from the replay, from 0;
+- a batch the feed already applied (received from the replay, then from the subscription): skipped.
 
 Anything else out of order is counted (``out_of_order``) and ignored. With no replay endpoint a skip
 is taken as it comes (the missed batches counted as ``gaps``) and a restart is never believed.
@@ -30,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import AsyncGenerator
@@ -38,6 +49,7 @@ from dataclasses import dataclass
 import msgspec
 import zmq
 import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
 
 from dspark_common import kv_events
 from gateway.backends.kv_index import ResidentBlocks
@@ -52,6 +64,13 @@ QUEUE_BYTES = 32 * 1024 * 1024
 REPLAY_BATCHES = 10_000
 #: Seconds a replay may take before the feed gives up on it and goes on.
 REPLAY_TIMEOUT_S = 5.0
+#: Seconds a batch may be due (:meth:`KVEventFeed.expect`) and not come before the replay is asked
+#: for it, and again after each such while: vLLM publishes a step's batch as the step ends, so one
+#: this late was most likely published before the subscription reached the publisher.
+OVERDUE_S = 1.0
+#: Batches applied last whose numbers and digests are kept, to know one received again (from the
+#: replay, then from the subscription) for what it is.
+APPLIED_KEPT = 1024
 #: Why a message or event changed nothing (``gateway_kv_events_ignored_total{reason}``):
 #: ``malformed`` (not vLLM's frames, msgpack or event shape), ``block_size`` (a block of another size
 #: than GATEWAY_KV_BLOCK_SIZE), ``out_of_order`` (a batch number the replay did not confirm),
@@ -91,6 +110,11 @@ class KVEventFeed:
         self.resubscribed = 0
         self.last_batch_at: float | None = None
         self._last_payload = b""
+        self._applied: dict[int, bytes] = {}
+        """Digests of the batches applied last, by number (at most :data:`APPLIED_KEPT`)."""
+        self._connected_anew = False
+        """A connection to the publisher was made since the last batch received: the next one is
+        checked against the replay even if numbered next (the publisher may have restarted)."""
         self._expected_since: float | None = None
         self._context = zmq.asyncio.Context.instance()
 
@@ -130,7 +154,7 @@ class KVEventFeed:
         while True:
             socket = self._socket(zmq.SUB, QUEUE_BYTES // self.max_message_bytes)
             socket.setsockopt(zmq.SUBSCRIBE, b"")
-            monitor = socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            monitor = socket.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
             try:
                 if self.endpoints.bind:
                     socket.bind(self.endpoints.events)
@@ -156,9 +180,15 @@ class KVEventFeed:
         poller.register(socket, zmq.POLLIN)
         poller.register(monitor, zmq.POLLIN)
         while True:
-            ready = dict(await poller.poll(self.stale_s * 1000))
+            ready = dict(await poller.poll(min(self.stale_s, OVERDUE_S) * 1000))
             if monitor in ready:
-                await monitor.recv_multipart()  # the event: a connection cut (its only subscription)
+                event = parse_monitor_message(await monitor.recv_multipart())["event"]
+                if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    # the subscription is on its way to the publisher: what it sent before is lost
+                    # to it (it takes earlier numbers as it comes, then what is after them again)
+                    await self._catch_up()
+                    self._connected_anew = True
+                    continue
                 self.ignored["disconnected"] += 1
                 if not self.endpoints.bind:  # bound, the publisher's side connects again by itself
                     return
@@ -169,9 +199,11 @@ class KVEventFeed:
                     self.ignored["malformed"] += 1
                 else:
                     await self._take(seq, frames[2])
-            elif not ready:
-                stale = self._expected_since is not None and not self.fresh(time.monotonic())
-                if stale and not self.endpoints.bind:
+            elif not ready and self._expected_since is not None:
+                now = time.monotonic()
+                if now - self._expected_since >= OVERDUE_S:
+                    await self._catch_up()
+                if not self.fresh(now) and not self.endpoints.bind:
                     return
 
     def _socket(self, kind: int, hwm: int) -> zmq.asyncio.Socket:
@@ -188,18 +220,26 @@ class KVEventFeed:
 
     async def _take(self, seq: int, payload: bytes) -> None:
         """Apply batch ``seq`` received from the publisher: in order, or as the replay confirms it."""
-        if seq == self.last_seq + 1:
+        connected_anew, self._connected_anew = self._connected_anew, False
+        if seq == self.last_seq + 1 and not (connected_anew and self.endpoints.replay):
             self._apply(seq, payload)
+        elif self._applied.get(seq) == _digest(payload):
+            pass  # applied already: taken from the replay before the subscription brought it
         elif seq > self.last_seq:
             await self._skip_to(seq, payload)
         elif await self._restarted(seq, payload):
-            self.restarts += 1
-            log.info("KV event publisher %s restarted: its index starts over", self.endpoints.events)
-            self.index.clear()
-            self.last_seq, self._last_payload = -1, b""
+            self._start_over()
             await self._take(seq, payload)  # from the restart on: the replay has what came before it
         else:
             self.ignored["out_of_order"] += 1
+
+    def _start_over(self) -> None:
+        """The publisher restarted: its cache is empty and its numbers start again from 0."""
+        self.restarts += 1
+        log.info("KV event publisher %s restarted: its index starts over", self.endpoints.events)
+        self.index.clear()
+        self.last_seq, self._last_payload = -1, b""
+        self._applied.clear()
 
     async def _skip_to(self, seq: int, payload: bytes) -> None:
         """Batches after :attr:`last_seq` up to ``seq`` missed: apply what the replay still has of them,
@@ -207,22 +247,44 @@ class KVEventFeed:
         if self.endpoints.replay is None:
             self.gaps += seq - 1 - self.last_seq
             self._apply(seq, payload)
-            return
-        confirmed = False
-        async with contextlib.aclosing(self._replayed(self.last_seq + 1)) as replayed:
+        elif not await self._catch_up(seq, payload):
+            self.ignored["out_of_order"] += 1
+
+    async def _catch_up(self, seq: int | None = None, payload: bytes = b"") -> bool:
+        """Apply the batches the replay holds after :attr:`last_seq` (before ``seq`` if given, then
+        ``seq`` itself if the replay holds it as ``payload``); whether it did apply ``seq``. A replay
+        whose batch :attr:`last_seq` is another than the one applied is a restarted publisher's: the
+        index starts over, fed from the replay's first batch. Batches the replay no longer holds are
+        counted as ``gaps``; no replay endpoint: nothing to ask, False."""
+        if self.endpoints.replay is None:
+            return False
+        confirmed = restarted = False
+        taken = self.replayed
+        async with contextlib.aclosing(self._replayed(max(self.last_seq, 0))) as replayed:
             async for number, batch in replayed:
-                if number >= seq:
+                if number <= self.last_seq:  # the last one applied: still the same publisher's?
+                    restarted = number == self.last_seq and batch != self._last_payload
+                    if restarted:
+                        break
+                elif seq is not None and number >= seq:
                     confirmed = number == seq and batch == payload
                     break
-                if number > self.last_seq:
+                else:
                     self.gaps += number - 1 - self.last_seq
                     self._apply(number, batch)
                     self.replayed += 1
-        if confirmed:
+        if restarted:
+            self._start_over()
+            return await self._catch_up(seq, payload)
+        if self.replayed > taken:
+            log.info(
+                "KV events from %s: %d batches taken from the replay (published before the "
+                "subscription reached the publisher)", self.endpoints.events, self.replayed - taken,
+            )  # fmt: skip
+        if confirmed and seq is not None:
             self.gaps += seq - 1 - self.last_seq
             self._apply(seq, payload)
-        else:
-            self.ignored["out_of_order"] += 1
+        return confirmed
 
     async def _restarted(self, seq: int, payload: bytes) -> bool:
         """Whether batch ``seq`` (at or below :attr:`last_seq`) is a restarted publisher's: its replay
@@ -264,6 +326,9 @@ class KVEventFeed:
 
     def _apply(self, seq: int, payload: bytes) -> None:
         self.last_seq, self._last_payload = seq, payload
+        self._applied[seq] = _digest(payload)
+        if len(self._applied) > APPLIED_KEPT:
+            del self._applied[next(iter(self._applied))]
         try:
             batch = kv_events.decode(payload)
         except msgspec.DecodeError:
@@ -274,3 +339,8 @@ class KVEventFeed:
         self.batches += 1
         self.last_batch_at = time.monotonic()
         self._expected_since = None
+
+
+def _digest(payload: bytes) -> bytes:
+    """A batch's digest: equal for the same bytes only (a forged payload cannot match)."""
+    return hashlib.blake2b(payload, digest_size=16).digest()

@@ -93,10 +93,11 @@ def test_a_follow_up_turn_is_sized_by_what_the_cache_does_not_hold(
     assert metrics["gateway_prefill_tokens_total"] == first["prompt_tokens"] + computed
 
     later = start_gateway(sim.url, kv_events=events, kv_events_replay=replay, **SIZED)
-    wait_until(
-        lambda: status(later, admin)["backends"][0]["prefix_cache"]["events"]["replayed"] == 0, what="up"
+    wait_until(  # subscribed, it asked the replay for what came before it: no turn of its own needed
+        lambda: status(later, admin)["backends"][0]["prefix_cache"]["events"]["replayed"] == 2,
+        what="the batches before its subscription",
     )
-    third = turn(later, key, admin, follow_up(2))  # its first batch comes after the replay of the others
+    third = turn(later, key, admin, follow_up(2))
     feed = prefix_cache(later, admin)["events"]
     assert feed["replayed"] == 2 and feed["last_seq"] == 2 and feed["gaps"] == 0, feed
     fourth = turn(later, key, admin, follow_up(3))

@@ -45,12 +45,15 @@ class Publisher:
             self._thread = threading.Thread(target=self._serve, args=(router,), daemon=True)
             self._thread.start()
 
-    def publish(self, seq: int, data: bytes, buffered: bool = True) -> None:
-        """Send ``data`` as batch ``seq``; kept for the replay unless not ``buffered`` (a forger's)."""
+    def publish(self, seq: int, data: bytes, buffered: bool = True, sent: bool = True) -> None:
+        """Send ``data`` as batch ``seq``; kept for the replay unless not ``buffered`` (a forger's);
+        not ``sent``: kept for the replay only (as a batch vLLM published before a subscription
+        reached its PUB socket, which the subscriber never receives)."""
         if buffered:
             with self._lock:
                 self._buffer.append((seq, data))
-        self.pub.send_multipart((b"", kv_events.seq_frame(seq), data))
+        if sent:
+            self.pub.send_multipart((b"", kv_events.seq_frame(seq), data))
 
     def restart(self) -> None:
         """A publisher started anew: its replay buffer is empty (its numbers start again at 0)."""

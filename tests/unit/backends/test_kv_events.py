@@ -15,7 +15,7 @@ from dspark_common import kv_events
 from dspark_common.kv_events import AllBlocksCleared
 from gateway.backends import kv_events as feed_module
 from gateway.backends.kv_events import FeedEndpoints, KVEventFeed
-from gateway.backends.kv_index import ResidentBlocks
+from gateway.backends.kv_index import PromptBlocks, ResidentBlocks
 from tests.support import kv_publisher
 from tests.support.kv_publisher import Publisher, payload
 from tests.support.servers import free_port
@@ -121,9 +121,9 @@ async def test_a_batch_out_of_order_is_believed_only_when_the_replay_holds_it(tm
             assert len(feed.index) == 3
 
             publisher.publish(0, payload(AllBlocksCleared()), buffered=False)  # a forger's restart
-            publisher.publish(0, first, buffered=False)  # the genuine batch 0, sent again
+            publisher.publish(0, first, buffered=False)  # the genuine batch 0, sent again: skipped
             publisher.publish(10**9, payload(stored(7)), buffered=False)  # a forged jump ahead
-            await until(lambda: feed.ignored["out_of_order"] == 3, "the forged batches")
+            await until(lambda: feed.ignored["out_of_order"] == 2, "the forged batches")
             assert feed.restarts == 0 and len(feed.index) == 3 and feed.last_seq == 2
             publisher.publish(3, payload(stored(300)))
             await until(lambda: feed.last_seq == 3, "the next genuine batch")
@@ -132,7 +132,73 @@ async def test_a_batch_out_of_order_is_believed_only_when_the_replay_holds_it(tm
             publisher.restart()  # vLLM restarted: its cache is empty, its numbers start again
             publisher.publish(0, payload(stored(9)))
             await until(lambda: feed.restarts == 1, "the restart")
-            assert len(feed.index) == 1 and feed.last_seq == 0 and feed.ignored["out_of_order"] == 3
+            assert len(feed.index) == 1 and feed.last_seq == 0 and feed.ignored["out_of_order"] == 2
+
+
+async def test_a_restarted_publisher_first_heard_past_the_last_number_seen_starts_the_index_over(
+    tmp_path: Path,
+) -> None:
+    """vLLM restarted and published batches 0..2 before the subscription reached it: its first batch
+    received, 3, is numbered past the last one seen (1), and still it is a restart, not a gap."""
+    events, replay = ipc(tmp_path, "events"), ipc(tmp_path, "replay")
+    with Publisher(events, replay) as publisher:
+        async with running(make_feed(events, replay)) as feed:
+            first = payload(stored(1))
+            publisher.publish(0, first)
+            await subscribed(feed, publisher, 0, first)
+            publisher.publish(1, payload(stored(2)))
+            await until(lambda: feed.last_seq == 1, "batch 1")
+
+            replayed = feed.replayed
+            publisher.restart()
+            for seq in range(3):
+                publisher.publish(seq, payload(stored(50 + seq)), sent=False)
+            publisher.publish(3, payload(stored(60)))
+            await until(lambda: feed.last_seq == 3, "the restarted publisher's batch 3")
+            assert feed.restarts == 1 and feed.gaps == 0 and feed.replayed == replayed + 3
+            assert len(feed.index) == 4 and feed.index.match(PromptBlocks([1] * (BLOCK + 1))).blocks == 0
+
+
+async def test_a_restarted_publisher_is_known_by_its_replay_whatever_its_first_batch_number(
+    tmp_path: Path,
+) -> None:
+    """vLLM restarted (a new socket the feed connects to again) and published batches 0 and 1 before
+    the subscription reached it: its first batch received, 2, is numbered next after the last one
+    seen (1), and still it is a restart."""
+    events, replay = ipc(tmp_path, "events"), ipc(tmp_path, "replay")
+    async with running(make_feed(events, replay)) as feed:
+        with Publisher(events, replay) as publisher:
+            first = payload(stored(1))
+            publisher.publish(0, first)
+            await subscribed(feed, publisher, 0, first)
+            publisher.publish(1, payload(stored(2)))
+            await until(lambda: feed.last_seq == 1, "batch 1")
+        with Publisher(events, replay) as publisher:
+            for seq in range(2):
+                publisher.publish(seq, payload(stored(50 + seq)), sent=False)
+            later = payload(stored(60))
+            publisher.publish(2, later, sent=False)
+            await subscribed(feed, publisher, 2, later)
+            assert feed.restarts == 1 and feed.gaps == 0 and len(feed.index) == 3
+            assert feed.index.match(PromptBlocks([1] * (BLOCK + 1))).blocks == 0
+
+
+async def test_a_batch_published_before_the_subscription_reached_the_publisher_is_replayed() -> None:
+    """vLLM connects its PUB socket to a gateway that binds (the runtime profile's tcp endpoint) and
+    publishes before the gateway is up: that batch is lost to the subscription, and no other follows
+    it; the feed asks the replay once the publisher's connection is made. Then a batch it sent while
+    the subscription was made again is asked of the replay once it is overdue."""
+    events, replay = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    with Publisher(events, replay, connect=True) as publisher:
+        publisher.publish(0, payload(stored(1)))  # no subscriber yet: dropped by the PUB socket
+        async with running(make_feed(events, replay, bind=True)) as feed:
+            await until(lambda: feed.last_seq == 0, "batch 0, from the replay")
+            assert feed.replayed == 1 and len(feed.index) == 1
+
+            publisher.publish(1, payload(stored(2)), sent=False)
+            feed.expect(time.monotonic())
+            await until(lambda: feed.last_seq == 1, "the overdue batch 1, from the replay")
+            assert feed.replayed == 2 and feed.gaps == 0 and len(feed.index) == 2
 
 
 async def test_a_feed_that_starts_late_takes_the_missed_batches_from_the_replay(tmp_path: Path) -> None:
