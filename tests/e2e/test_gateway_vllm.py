@@ -90,7 +90,9 @@ def test_eight_clients_never_over_admit(client: OpenAI, vllm_server: VLLMServer,
         done.set()
         watcher.join()
     assert tokens == [400] * 8
-    assert peak["running"] == 2
+    # never more than the slots; two at once is the usual sight, but on a loaded machine vLLM may end
+    # one stream before the next one's prefill reaches it (both slots used: tests/gateway/test_slots_*)
+    assert 1 <= peak["running"] <= 2
     assert peak["waiting"] == 0
     wait_until(lambda: backend_idle(vllm_server, gateway), what="idle")
 

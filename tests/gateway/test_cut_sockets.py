@@ -59,7 +59,9 @@ def test_a_cut_streams_connection_is_aborted_while_its_client_stays(
     try:
         client_port = sock.getsockname()[1]
         assert connected(gateway.pid, gateway.port, client_port)
-        wait_until(lambda: record().get("end_reason") == "client_slow", timeout_s=60, what="the cut")
+        # a loaded machine takes a while to fill every buffer; any other ending is a failure at once
+        wait_until(lambda: record().get("end_reason") is not None, timeout_s=180, what="the cut")
+        assert record()["end_reason"] == "client_slow", record()
         # the client still holds its socket open, reading nothing: the gateway's side goes all the same
         wait_until(
             lambda: not connected(gateway.pid, gateway.port, client_port), timeout_s=60, what="the abort"
