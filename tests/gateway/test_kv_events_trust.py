@@ -12,7 +12,6 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
-from typing import Protocol
 
 import httpx
 import pytest
@@ -23,6 +22,7 @@ from gateway.app import create_app
 from gateway.config import Settings
 from tests.support.gateway_process import BIN, GatewayProcess, clean_env
 from tests.support.kv_publisher import Publisher, payload, stored
+from tests.support.prefix_cache_view import Served, feed, publish_until_taken
 from tests.support.probes import scrape, wait_until
 from tests.support.servers import free_port
 
@@ -31,40 +31,13 @@ BLOCK = 16
 OLD_ENDPOINT = "tcp://127.0.0.1:5557"
 
 
-class Served(Protocol):
-    """A gateway on loopback: in this process (``start_gateway``) or its own (:class:`GatewayProcess`)."""
-
-    url: str
-
-
 @pytest.fixture
 def sim(start_sim):
     return start_sim()
 
 
-def feed(gateway: Served, admin: str) -> dict:
-    status = httpx.get(
-        gateway.url + "/admin/status", headers={"Authorization": f"Bearer {admin}"}, timeout=10
-    )
-    return status.json()["backends"][0]["prefix_cache"]["events"]
-
-
 def ignored(gateway: Served, reason: str) -> float:
     return scrape(gateway.url)[f"gateway_kv_events_ignored_total{{backend=default,reason={reason}}}"]
-
-
-def publish_until_taken(publisher: Publisher, gateway: Served, admin: str, first: int = 0) -> int:
-    """Publish genuine batches from ``first`` (a block each) until the gateway took one (a subscription
-    takes a moment to reach the publisher); the last number sent."""
-    seq = first
-    deadline = time.monotonic() + 60
-    while feed(gateway, admin)["last_seq"] < first:
-        assert time.monotonic() < deadline, "no batch taken within 60 s"
-        publisher.publish(seq, payload(stored(1000 + seq, BLOCK)))
-        seq += 1
-        time.sleep(0.05)
-    wait_until(lambda: feed(gateway, admin)["last_seq"] == seq - 1, 60, "the batches sent")
-    return seq - 1
 
 
 def test_an_endpoint_others_can_reach_is_refused_at_start(tmp_path: Path, database_url: str) -> None:

@@ -11,51 +11,13 @@ import copy
 import httpx
 
 from tests.sim.helpers import load_data
+from tests.support.prefix_cache_view import endpoints, prefix_cache, status, turn
 from tests.support.probes import scrape, wait_until
-from tests.support.servers import free_port
 
-MODEL = "deepseek-v4-flash-0731"
 BLOCK = 16
 #: ~4,500 simulated tokens: long (GATEWAY_LONG_PROMPT_TOKENS 3,000 here) when nothing of it is cached.
 HISTORY = [{"role": "user", "content": "explain the build in detail " * 640}]
 SIZED = {"tokenize_min_bytes": 1, "long_prompt_tokens": 3_000, "kv_block_size": BLOCK}
-
-
-def endpoints() -> tuple[str, str]:
-    return f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-
-
-def status(gateway, admin: str) -> dict:
-    return httpx.get(gateway.url + "/admin/status", headers={"Authorization": f"Bearer {admin}"}).json()
-
-
-def prefix_cache(gateway, admin: str) -> dict:
-    """The first backend's ``prefix_cache`` in ``/admin/status``."""
-    return status(gateway, admin)["backends"][0]["prefix_cache"]
-
-
-def turn(gateway, key: str, admin: str, messages: list[dict]) -> dict:
-    """One chat turn; its ledger row."""
-    body = {"model": MODEL, "messages": messages, "max_tokens": 8}
-    answer = httpx.post(
-        gateway.url + "/v1/chat/completions",
-        json=body,
-        headers={"Authorization": f"Bearer {key}"},
-        timeout=30,
-    )
-    assert answer.status_code == 200, answer.text
-    request_id = answer.headers["x-request-id"]
-
-    def row() -> dict | None:
-        listed = httpx.get(gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"})
-        rows = listed.json()["data"]
-        return next((r for r in rows if r["request_id"] == request_id), None)
-
-    wait_until(lambda: row() is not None, what="its row")
-    found = row()
-    assert found is not None
-    assert found["cached_tokens"] == answer.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
-    return found
 
 
 def follow_up(n: int) -> list[dict]:

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import msgspec
 
-from tests.gateway.test_kv_events_trust import feed, publish_until_taken
-from tests.gateway.test_prefix_cache import endpoints, prefix_cache, status, turn
 from tests.support.kv_publisher import Publisher, payload, stored
+from tests.support.prefix_cache_view import endpoints, feed, prefix_cache, publish_until_taken, status, turn
 from tests.support.probes import wait_until
 
 BLOCK = 16

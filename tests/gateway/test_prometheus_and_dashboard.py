@@ -19,7 +19,8 @@ MODEL = "deepseek-v4-flash-0731"
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "dashboards" / "dspark-gateway.json"
 PROMQL_WORDS = {
     "sum", "rate", "by", "le", "histogram_quantile", "label_values", "model", "key", "kind", "status",
-    "source", "backend", "avg", "max", "min", "count", "irate", "increase", "without", "on", "ignoring",
+    "source", "backend", "instance", "avg", "max", "min", "count", "irate", "increase", "without", "on",
+    "ignoring",
 }  # fmt: skip
 
 
@@ -105,8 +106,15 @@ def test_every_metric_the_dashboard_queries_is_exported(start_sim, start_gateway
         model=MODEL, messages=[{"role": "user", "content": "hi"}], stream=True
     ):
         pass
+    # a prompt counted by the backend (past GATEWAY_TOKENIZE_MIN_BYTES) gets a cache prediction
+    long_prompt = [{"role": "user", "content": "explain the build in detail " * 700}]
+    client.chat.completions.create(model=MODEL, messages=long_prompt, max_tokens=4)
     wait_until(lambda: "gateway_spec_acceptance_rate_bucket" in scrape(gateway.url), what="a finished record")
     wait_until(lambda: "gateway_backend_requests_running" in scrape(gateway.url), what="a backend poll")
+    wait_until(
+        lambda: any(n.startswith("gateway_prefix_cache_prediction_error") for n in scrape(gateway.url)),
+        what="a cache prediction",
+    )
     exported = set(scrape(gateway.url))
     wanted = dashboard_metric_names()
     assert {"gateway_ttft_seconds_bucket", "gateway_slots_in_use", "gateway_tokens_total"} <= wanted

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,14 @@ RUNTIME = REPO / "runtime"
 HEAD_TEMPLATE = RUNTIME / ".env.head.example"
 WORKER_TEMPLATE = RUNTIME / ".env.worker.example"
 TEMPLATES = (HEAD_TEMPLATE, WORKER_TEMPLATE)
+#: ``runtime check``'s arguments naming the two templates
+TEMPLATE_ARGS = ["--head-env", str(HEAD_TEMPLATE), "--worker-env", str(WORKER_TEMPLATE)]
+BIN = str(Path(sys.executable).parent / "dspark-gateway")
+
+
+def runtime(*args: str) -> subprocess.CompletedProcess[str]:
+    """``dspark-gateway runtime *args`` as a process."""
+    return subprocess.run([BIN, "runtime", *args], capture_output=True, text=True, timeout=60)
 
 
 def argv_dict(argv: list[str]) -> dict[str, str | bool]:

@@ -4,8 +4,6 @@ where both look for the node env files."""
 from __future__ import annotations
 
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,14 +11,7 @@ import pytest
 from dspark_runtime import ProfileError, load_profile, render
 from dspark_runtime.cli import default_env_file, node_env_files
 from dspark_runtime.profile import RUNTIME_DIR
-from tests.runtime.conftest import HEAD_TEMPLATE, WORKER_TEMPLATE
-
-BIN = str(Path(sys.executable).parent / "dspark-gateway")
-TEMPLATES = ["--head-env", str(HEAD_TEMPLATE), "--worker-env", str(WORKER_TEMPLATE)]
-
-
-def runtime(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([BIN, "runtime", *args], capture_output=True, text=True, timeout=60)
+from tests.runtime.conftest import HEAD_TEMPLATE, TEMPLATE_ARGS, WORKER_TEMPLATE, runtime
 
 
 def test_render_prints_env_and_the_exact_command() -> None:
@@ -54,13 +45,13 @@ def test_render_refuses_a_bad_rank() -> None:
 
 
 def test_check_balanced_ok() -> None:
-    result = runtime("check", "--profile", "balanced", *TEMPLATES)
+    result = runtime("check", "--profile", "balanced", *TEMPLATE_ARGS)
     assert result.returncode == 0, result.stderr
     assert "OK" in result.stdout
 
 
 def test_check_throughput_prints_problems_and_exits_1() -> None:
-    result = runtime("check", "--profile", "throughput", *TEMPLATES)
+    result = runtime("check", "--profile", "throughput", *TEMPLATE_ARGS)
     assert result.returncode == 1
     for setting in ("GPU_MEMORY_UTILIZATION", "MAX_NUM_BATCHED_TOKENS", "MAX_NUM_SEQS"):
         assert setting in result.stdout

@@ -9,8 +9,7 @@ from pathlib import Path
 from dspark_runtime import load_profile
 from dspark_runtime.gateway_check import check_gateway
 from dspark_runtime.profile import read_env_file
-from tests.runtime.conftest import HEAD_TEMPLATE, REPO
-from tests.runtime.test_cli import TEMPLATES, runtime
+from tests.runtime.conftest import HEAD_TEMPLATE, REPO, TEMPLATE_ARGS, runtime
 
 ENV_EXAMPLE = REPO / "deploy" / ".env.example"
 
@@ -77,11 +76,11 @@ def test_a_gateway_that_disagrees_with_vllm_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_command_checks_the_gateway_env(tmp_path: Path) -> None:
-    ok = runtime("check", "--profile", "balanced", *TEMPLATES, "--gateway-env", str(ENV_EXAMPLE))
+    ok = runtime("check", "--profile", "balanced", *TEMPLATE_ARGS, "--gateway-env", str(ENV_EXAMPLE))
     assert ok.returncode == 0 and f"gateway {ENV_EXAMPLE}" in ok.stdout, ok.stdout + ok.stderr
     without = tmp_path / "gateway.env"
     without.write_text(
         ENV_EXAMPLE.read_text().replace("GATEWAY_RUNTIME_PROFILE=", "# GATEWAY_RUNTIME_PROFILE=")
     )
-    refused = runtime("check", "--profile", "balanced", *TEMPLATES, "--gateway-env", str(without))
+    refused = runtime("check", "--profile", "balanced", *TEMPLATE_ARGS, "--gateway-env", str(without))
     assert refused.returncode == 1 and "GATEWAY_KV_EVENTS" in refused.stdout, refused.stdout
