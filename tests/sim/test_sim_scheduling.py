@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import threading
-import time
 
 import httpx
 
@@ -19,17 +18,17 @@ ABORTS = "dspark_sim_requests_aborted_total"
 SUCCESS_ABORT = "vllm:request_success_total{finished_reason=abort}"  # vLLM does not count client aborts
 
 
-def test_five_streams_two_slots(new_sim):
-    server = new_sim(slots=2, decode_tps=1500)
-    seen = {"running": 0.0, "waiting": 0.0}
-    stop = threading.Event()
+async def test_five_streams_two_slots(new_sim, tmp_path):
+    """Two slots, five streams: two slow streams hold both slots until three more wait, then leave; the
+    engine's trace shows never more than two sequences holding a slot, and the three finish whole."""
+    path = tmp_path / "trace.jsonl"
+    server = new_sim(slots=2, trace_file=str(path))
+    holder = chat_body("count from 1 to 5000 #sim:decode_tps=50", stream=True)
 
-    def watch() -> None:
-        while not stop.is_set():
-            values = scrape(server.base_url)
-            seen["running"] = max(seen["running"], values[RUNNING])
-            seen["waiting"] = max(seen["waiting"], values[WAITING])
-            time.sleep(0.005)
+    async def metric(name: str, value: float) -> None:
+        await asyncio.to_thread(
+            wait_for, lambda: scrape(server.base_url)[name] == value, 10.0, f"{name} == {value}"
+        )
 
     async def one(client: httpx.AsyncClient, index: int) -> str:
         body = chat_body(f"count from 1 to {100 + index}", stream=True)
@@ -40,23 +39,29 @@ def test_five_streams_two_slots(new_sim):
                     text += json.loads(line[6:])["choices"][0]["delta"].get("content", "")
             return text
 
-    async def run_all() -> list[str]:
-        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
-            return await asyncio.gather(*(one(client, i) for i in range(5)))
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        texts = asyncio.run(run_all())
-    finally:
-        stop.set()
-        watcher.join()
-    assert [t.split(", ")[-1] for t in texts] == [str(100 + i) for i in range(5)]
-    assert seen["running"] == 2
-    assert seen["waiting"] > 0
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as client:
+        async with contextlib.AsyncExitStack() as holders:
+            for _ in range(2):  # left unread: closing the stack closes them, and vLLM aborts them
+                await holders.enter_async_context(client.stream("POST", "/v1/chat/completions", json=holder))
+            await metric(RUNNING, 2)
+            waiting = [asyncio.create_task(one(client, i)) for i in range(3)]
+            await metric(WAITING, 3)
+        texts = await asyncio.gather(*waiting)
+    assert [t.split(", ")[-1] for t in texts] == [str(100 + i) for i in range(3)]
+    await asyncio.to_thread(
+        wait_for, lambda: path.exists() and len(path.read_text().splitlines()) == 5, 10.0, "five traced"
+    )
+    trace = [json.loads(line) for line in path.read_text().splitlines()]
+    edges = sorted([(t["finish"], -1) for t in trace] + [(t["scheduled"], 1) for t in trace])
+    holding = [sum(step for _, step in edges[: i + 1]) for i in range(len(edges))]
+    assert max(holding) == 2
+    aborted = sorted(t["finish"] for t in trace if t["reason"] == "abort")
+    served = sorted(t["scheduled"] for t in trace if t["reason"] == "stop")
+    assert len(aborted) == 2 and len(served) == 3 and served[0] >= aborted[0]
     final = scrape(server.base_url)
     assert (final[RUNNING], final[WAITING], final[KV]) == (0, 0, 0)
-    assert final["vllm:request_success_total{finished_reason=stop}"] == 5
+    assert final["vllm:request_success_total{finished_reason=stop}"] == 3
+    assert final[ABORTS] == 2
 
 
 def test_disconnect_mid_stream_frees_slot(new_sim):
