@@ -139,8 +139,9 @@ class PrefixCache:
 
     def trim(self, held_tokens: int) -> list[KVCacheEvent]:
         """Evict the least recently used unpinned blocks past what ``held_tokens`` of running
-        sequences (their pinned blocks among them) leave of the pool; the removal, if any."""
-        outside = max(0, held_tokens - self._pinned_tokens) // self.block_size
+        sequences (their pinned blocks among them, the rest in whole blocks: vLLM allocates no less)
+        leave of the pool; the removal, if any."""
+        outside = -(-max(0, held_tokens - self._pinned_tokens) // self.block_size)  # a part block is one
         excess = len(self._resident) - max(0, self.pool_blocks - outside)
         if excess <= 0:
             return []

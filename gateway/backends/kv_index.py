@@ -45,6 +45,13 @@ A ``BlockStored`` of another size, or not of the shape vLLM sends, changes nothi
 (:meth:`ResidentBlocks.apply` returns the counts). Memory is bounded by ``max_blocks`` per group (the
 pool's blocks, plus slack for missed removals): past it, the block least recently stored goes first.
 
+Evictions still to come: vLLM evicts a cached block only when an allocation needs it, so what the
+index holds now is not what a request sized now will find once it runs, if requests admitted before it
+will still fill the pool. :meth:`ResidentBlocks.match` takes what they will hold in all and which
+prompts they run, and predicts the hit with the least recently freed blocks no request uses taken away
+(:meth:`ResidentBlocks.evicting`); the order of freed blocks is kept by :meth:`ResidentBlocks.touch`
+when a request ends.
+
 The estimate (:meth:`ResidentBlocks.remember`): the prompt blocks of every request sent, least
 recently used evicted past the pool's size in blocks — what vLLM's free-block LRU does when nothing
 else holds blocks. Pure: no I/O.
@@ -53,10 +60,12 @@ else holds blocks. Pure: no I/O.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Literal
 
@@ -128,9 +137,9 @@ WINDOW_KINDS = frozenset({"sliding_window", "sliding_window_mla"})
 
 
 class _Group:
-    """One KV cache group's resident blocks: content keys, least recently stored first, and vLLM's
-    hash of each (``names`` outlive a removal, as a later store may chain from a removed parent: a
-    sliding window frees the blocks behind it while their children are still computed)."""
+    """One KV cache group's resident blocks: content keys, least recently stored or freed first, and
+    vLLM's hash of each (``names`` outlive a removal, as a later store may chain from a removed
+    parent: a sliding window frees the blocks behind it while their children are still computed)."""
 
     __slots__ = ("kind", "block_size", "window", "blocks", "names", "hash_of")
 
@@ -142,27 +151,36 @@ class _Group:
         self.names: dict[BlockHash, bytes] = {}  # vLLM's hash -> content key
         self.hash_of: dict[bytes, BlockHash] = {}  # a resident key -> the hash vLLM names it by
 
-    def hit(self, prompt: PromptBlocks, length: int, align: int) -> int:
-        """The longest hit of at most ``length`` tokens (a multiple of ``align``) this group allows."""
+    def hit(
+        self,
+        prompt: PromptBlocks,
+        length: int,
+        align: int,
+        gone: AbstractSet[bytes] = frozenset(),
+        coming: AbstractSet[bytes] = frozenset(),
+    ) -> int:
+        """The longest hit of at most ``length`` tokens (a multiple of ``align``) this group allows,
+        the blocks of ``gone`` taken as evicted and those of ``coming`` as resident (a full-attention
+        group's only: a sliding window frees a running request's blocks behind it)."""
         size = self.block_size or align
         keys = prompt.keys(size)[: length // size]
         if self.kind in WINDOW_KINDS and self.window is not None:
-            return self._window_hit(keys, size, align)
+            return self._window_hit(keys, size, align, gone)
         run = 0
         for key in keys:
-            if key not in self.blocks:
+            if (key not in self.blocks or key in gone) and key not in coming:
                 break
             run += 1
         return run * size // align * align
 
-    def _window_hit(self, keys: list[bytes], size: int, align: int) -> int:
+    def _window_hit(self, keys: list[bytes], size: int, align: int, gone: AbstractSet[bytes]) -> int:
         """vLLM ``SlidingWindowManager.find_longest_cache_hit``: from the right, the first aligned
         resident block with ``ceil((window - 1) / size)`` contiguous resident blocks ending at it; else
         the resident run from the start."""
         need = -(-((self.window or 1) - 1) // size)  # vLLM _contiguous_blocks_for_hit, without EAGLE
         run = 0
         for i in range(len(keys) - 1, -1, -1):
-            if keys[i] not in self.blocks:
+            if keys[i] not in self.blocks or keys[i] in gone:
                 run = 0
                 continue
             if run == 0 and (i + 1) * size % align:
@@ -180,13 +198,23 @@ class ResidentBlocks:
         block_size: tokens per block (vLLM ``--block-size``), the full-attention groups'; a hit is a
             multiple of the lcm of every group's (vLLM's scheduler block size,
             ``vllm/v1/core/kv_cache_utils.py``); full-attention events of another size are ignored.
-        max_blocks: most blocks kept per group; the least recently stored go first past it.
+        max_blocks: most blocks kept per group; the least recently stored (or freed,
+            :meth:`touch`) go first past it.
         source: ``events`` (fed :meth:`apply`) or ``estimate`` (fed :meth:`remember`).
+        pool_tokens: the backend's KV pool, tokens (None: ``max_blocks`` blocks), which
+            :meth:`evicting` divides between the admitted requests and cached blocks.
     """
 
-    def __init__(self, block_size: int, max_blocks: int, source: Literal["events", "estimate"]) -> None:
+    def __init__(
+        self,
+        block_size: int,
+        max_blocks: int,
+        source: Literal["events", "estimate"],
+        pool_tokens: int | None = None,
+    ) -> None:
         self.block_size = block_size
         self.max_blocks = max_blocks
+        self.pool_tokens = max_blocks * block_size if pool_tokens is None else pool_tokens
         self.source = source
         self._groups: dict[int, _Group] = {}
         self.orphans = 0
@@ -287,11 +315,13 @@ class ResidentBlocks:
         if parent is None:
             self.orphans += len(event.block_hashes)
             return None
-        extras = event.extra_keys or ()
-        for i, block_hash in enumerate(event.block_hashes):
+        extras, keys = event.extra_keys or (), []
+        for i in range(len(event.block_hashes)):
             extra = extras[i] if i < len(extras) else None
             parent = _digest(parent, event.token_ids[i * size : (i + 1) * size], extra)
-            self._add(group, parent, block_hash)
+            keys.append(parent)
+        for key, block_hash in zip(reversed(keys), reversed(event.block_hashes), strict=True):
+            self._add(group, key, block_hash)  # the last block first: vLLM frees them so (touch)
         return None
 
     def _add(self, group: _Group, key: bytes, block_hash: BlockHash) -> None:
@@ -307,23 +337,72 @@ class ResidentBlocks:
         while len(group.names) > 2 * self.max_blocks:
             del group.names[next(iter(group.names))]
 
-    def match(self, prompt: PromptBlocks) -> Match | None:
-        """What of ``prompt`` the pool holds, as vLLM's hybrid coordinator decides it (see the module
-        doc): at most ``len - 1`` tokens, a multiple of the block size; None while a group of an
-        unknown kind is seen (the caller uses the estimate)."""
+    def match(
+        self, prompt: PromptBlocks, reserved_tokens: int = 0, in_use: Iterable[PromptBlocks] = ()
+    ) -> Match | None:
+        """What of ``prompt`` the pool will hold when it runs, as vLLM's hybrid coordinator decides it
+        (see the module doc): at most ``len - 1`` tokens, a multiple of the block size; None while a
+        group of an unknown kind is seen (the caller uses the estimate). ``in_use``: the prompts of
+        the requests already admitted, whose blocks will be resident (vLLM caches a block once
+        allocated, ``KVCacheManager.allocate_slots``), and ``reserved_tokens``: the KV they will hold
+        in all (each its prompt, cached prefix included, and output cap), whose blocks still to come
+        evict cached blocks no request uses (:meth:`evicting`)."""
         if self.unknown_groups:
             return None
-        groups = list(self._groups.values()) or [_Group(None, self.block_size, None)]
-        align = math.lcm(self.block_size, *(g.block_size or self.block_size for g in groups))
+        running = list(in_use)
+        gone = self.evicting(reserved_tokens, running) if reserved_tokens > 0 else {}
+        groups = list(self._groups.items()) or [(0, _Group(None, self.block_size, None))]
+        align = math.lcm(self.block_size, *(g.block_size or self.block_size for _, g in groups))
+        coming = {
+            idx: {key for p in running for key in p.keys(g.block_size or self.block_size)}
+            for idx, g in groups
+            if running and g.window is None
+        }
         hit = max(0, (len(prompt) - 1) // align * align)
         while True:  # each group only cuts: the fixed point is reached in a few rounds
             length = hit
-            for group in groups:
-                length = min(length, group.hit(prompt, length, align))
+            for idx, group in groups:
+                cut = group.hit(
+                    prompt, length, align, gone.get(idx, frozenset()), coming.get(idx, frozenset())
+                )
+                length = min(length, cut)
             if length >= hit:
                 break
             hit = length
         return Match(hit, hit // self.block_size, self.block_size)
+
+    def evicting(self, reserved_tokens: int, in_use: Iterable[PromptBlocks]) -> dict[int, set[bytes]]:
+        """Per group (``group_idx``), the cached blocks the admitted requests will evict before they
+        end: a pool of ``pool_tokens`` keeps room for ``reserved_tokens`` of theirs (what they hold and
+        will still take: vLLM gives each sequence the blocks of its computed tokens as it goes), and
+        what is left for cached blocks no request uses is taken from the least recently freed of those
+        (vLLM ``FreeKVCacheBlockQueue``: a freed block goes to the end, an allocation takes from the
+        front, evicting its cached content). A block ``in_use`` (a prompt an admitted request runs)
+        can't be evicted (vLLM frees a block at reference count 0 only). The blocks of the admitted
+        requests' outputs are not known by their ids, so they count as unused: the figure errs towards
+        evicting more, never fewer. In vLLM's hybrid allocator the groups share one pool and one
+        queue; here each group keeps ``pool_tokens`` of its own blocks (an approximation)."""
+        prompts = list(in_use)
+        gone: dict[int, set[bytes]] = {}
+        for idx, group in self._groups.items():
+            size = group.block_size or self.block_size
+            held = {key for p in prompts for key in p.keys(size) if key in group.blocks}
+            room = max(0, (self.pool_tokens - reserved_tokens) // size)
+            count = len(group.blocks) - len(held) - room
+            if count > 0:
+                evicted = (key for key in group.blocks if key not in held)
+                gone[idx] = set(itertools.islice(evicted, count))
+        return gone
+
+    def touch(self, prompt: PromptBlocks) -> None:
+        """A request of ``prompt`` ended: its resident blocks are the most recently freed, its last
+        block before its first (vLLM ``KVCacheManager.free`` frees a request's blocks in reverse
+        order, so an eviction cuts a prefix short)."""
+        for group in self._groups.values():
+            for key in reversed(prompt.keys(group.block_size or self.block_size)):
+                if key in group.blocks:
+                    del group.blocks[key]
+                    group.blocks[key] = None
 
     def remember(self, prompt: PromptBlocks) -> None:
         """The estimate: ``prompt`` was computed, so its full blocks are resident (the most recently

@@ -25,6 +25,7 @@ class KVView:
         self.estimate = estimate
         self.feed = feed
         self.enabled = enabled
+        self._running: dict[int, PromptBlocks] = {}  # id -> the prompt of a request sent, until it ends
 
     @classmethod
     def configured(cls, settings: Settings, backend: str) -> KVView:
@@ -41,7 +42,7 @@ class KVView:
         for endpoint in endpoints:
             if endpoint is not None:
                 private_ipc_dir(endpoint)
-        index = ResidentBlocks(settings.kv_block_size, 2 * blocks, "events")
+        index = ResidentBlocks(settings.kv_block_size, 2 * blocks, "events", settings.kv_budget_tokens)
         feed = FeedEndpoints(*endpoints, bind=settings.kv_events_bind)
         return cls(
             estimate, KVEventFeed(feed, index, settings.kv_events_stale_s, settings.kv_events_max_bytes)
@@ -53,25 +54,39 @@ class KVView:
             return "off"
         return "events" if self.feed is not None and self.feed.fresh(now) else "estimate"
 
-    def match(self, prompt: PromptBlocks, now: float) -> tuple[Match, Source]:
-        """What the pool holds of ``prompt``, and by which source: the estimate's where the index
-        cannot tell (a KV cache group of a kind it does not know)."""
+    def match(self, prompt: PromptBlocks, now: float, reserved_tokens: int = 0) -> tuple[Match, Source]:
+        """What the pool will hold of ``prompt`` when it runs, and by which source: the estimate's
+        where the index cannot tell (a KV cache group of a kind it does not know). ``reserved_tokens``:
+        the KV of the requests admitted to the backend (admission's ``kv_reserved_tokens``), whose
+        blocks still to come evict cached ones
+        (:meth:`~gateway.backends.kv_index.ResidentBlocks.evicting`)."""
         source = self.source(now)
+        running = self._running.values()
         if source == "events" and self.feed is not None:
-            match = self.feed.index.match(prompt)
+            match = self.feed.index.match(prompt, reserved_tokens, running)
             if match is not None:
                 return match, source
             source = "estimate"
-        match = self.estimate.match(prompt)
+        match = self.estimate.match(prompt, reserved_tokens, running)
         assert match is not None  # the estimate keeps one full-attention group
         return match, source
 
     def sent(self, prompt: PromptBlocks, now: float) -> None:
-        """``prompt`` went to the backend: its blocks will be resident (the estimate), and its events
-        are due (the feed's freshness)."""
+        """``prompt`` went to the backend: its blocks will be resident (the estimate) and in use until
+        :meth:`ended`, and its events are due (the feed's freshness)."""
         self.estimate.remember(prompt)
+        self._running[id(prompt)] = prompt
         if self.feed is not None and len(prompt) > self.estimate.block_size:
             self.feed.expect(now)
+
+    def ended(self, prompt: PromptBlocks) -> None:
+        """The request of ``prompt`` (:meth:`sent`) has left the backend: its blocks are the most
+        recently freed (:meth:`~gateway.backends.kv_index.ResidentBlocks.touch`)."""
+        if self._running.pop(id(prompt), None) is None:
+            return
+        self.estimate.touch(prompt)
+        if self.feed is not None:
+            self.feed.index.touch(prompt)
 
     def status(self, now: float) -> dict[str, object]:
         """``/admin/status``: the source admission uses, the estimate's size, and the feed's figures."""

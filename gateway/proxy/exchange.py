@@ -287,7 +287,9 @@ class Exchange:
         cached, source, predicted = 0, size.unmatched if backend.kv.enabled else None, None
         if self._prompt is not None:
             backend = placement.prefer_cached(self._prompt, self._max_wait_s)
-            match, source = backend.kv.match(self._prompt, time.monotonic())
+            # the requests admitted before it may evict some of its prefix before it runs
+            reserved = backend.admission.kv_reserved_tokens
+            match, source = backend.kv.match(self._prompt, time.monotonic(), reserved)
             cached = predicted = match.cached_tokens
         need = pipeline.need(prepared, size.tokens, cached)
         self._need = need = replace(need, batch=self._batch, session=self._session)

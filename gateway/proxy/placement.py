@@ -151,7 +151,7 @@ class Placement:
         finally:
             self._uncount()
             if self.lease is not None:
-                self.lease.release()
+                self._release(self.lease)
             elif self.waiter is not None and self.backend is not None:
                 self.backend.admission.abandon(self.waiter)
 
@@ -316,7 +316,7 @@ class Placement:
         if not any(other.up for other in backends.all if other is not backend):
             return False
         assert self.lease is not None  # its wait is carried already (_admitted)
-        self.lease.release()
+        self._release(self.lease)
         self.lease, self.waiter, self._before = None, None, None
         self._left.append(backend)
         backends.mark(backend, False)
@@ -330,7 +330,7 @@ class Placement:
         (:meth:`upstream_done` takes it and releases once the upstream's body has ended). :meth:`close`
         releases it anyway, once."""
         lease = self.lease
-        if lease is not None and self._before is None and not lease.released and lease.release():
+        if lease is not None and self._before is None and not lease.released and self._release(lease):
             await let_waiter_send()
 
     async def upstream_done(self) -> None:
@@ -344,8 +344,15 @@ class Placement:
             assert self.backend is not None
             self._after = await self.backend.monitor.scrape(COUNTERS, timeout_s=1.0)
             self._after_taken = True
-        if self.lease.release():
+        if self._release(self.lease):
             await let_waiter_send()
+
+    def _release(self, lease: Lease) -> bool:
+        """Give ``lease`` back (:meth:`~gateway.admission.lease.Lease.release`: True if that admitted a
+        waiter), the backend's KV view told first that the prompt's blocks are freed."""
+        if self._prompt is not None and self.backend is not None:
+            self.backend.kv.ended(self._prompt)
+        return lease.release()
 
     async def counters(self) -> tuple[dict[str, float], dict[str, float], bool] | None:
         """The spec-decode counters before and after the sequence, and whether it ran alone (a delta

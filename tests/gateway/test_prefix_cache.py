@@ -7,11 +7,13 @@ gateway started later learns the same from the replay socket; one with no events
 from __future__ import annotations
 
 import copy
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
 from tests.sim.helpers import load_data
-from tests.support.prefix_cache_view import endpoints, prefix_cache, status, turn
+from tests.support.prefix_cache_view import MODEL, endpoints, prefix_cache, status, turn
 from tests.support.probes import scrape, wait_until
 
 BLOCK = 16
@@ -139,3 +141,49 @@ def test_claude_codes_turns_are_predicted_from_their_converted_conversation(
     assert second["cache_source"] == "events"
     assert second["cached_tokens_predicted"] == second["cached_tokens"] >= first["prompt_tokens"] - BLOCK
     assert second["prompt_size_tokens"] == second["prompt_tokens"]
+
+
+def test_a_turn_sized_while_another_runs_allows_for_what_that_one_still_takes(
+    start_sim, start_gateway, make_key, admin
+) -> None:
+    """One slot, a pool of 400 blocks: a follow-up turn sized while a long answer runs waits for it, and
+    that answer's blocks still to come evict the first turn's least recently freed ones (its last first).
+    The prediction made at sizing allows for them: equal to what the backend reports once the turn runs,
+    well short of the whole first turn."""
+    events, replay = endpoints()
+    pool = 400 * BLOCK
+    sim = start_sim(
+        block_size=BLOCK, kv_cache_tokens=pool, kv_events_endpoint=events, kv_events_replay_endpoint=replay
+    )
+    gateway = start_gateway(
+        sim.url, kv_events=events, kv_events_replay=replay, slots=1, kv_budget_tokens=pool, **SIZED
+    )
+    key = make_key("agent")
+    first = turn(gateway, key, admin, follow_up(0))
+    wait_until(lambda: prefix_cache(gateway, admin)["source"] == "events", what="events")
+    answer = {
+        "model": MODEL, "stream": True, "max_tokens": 3_000,
+        "messages": [{"role": "user", "content": "count from 1 to 9000 #sim:decode_tps=1000"}],
+    }  # fmt: skip
+    running = threading.Event()
+
+    def long_answer() -> str:
+        with httpx.stream(
+            "POST", gateway.url + "/v1/chat/completions", json=answer,
+            headers={"Authorization": f"Bearer {key}"}, timeout=60,
+        ) as response:  # fmt: skip
+            lines = response.iter_lines()
+            for line in lines:
+                if line.startswith("data: {"):
+                    running.set()
+                    break
+            return [line for line in lines if line.startswith("data: ")][-1]
+
+    with ThreadPoolExecutor(1) as pool_:
+        done = pool_.submit(long_answer)
+        assert running.wait(30)
+        second = turn(gateway, key, admin, follow_up(1))
+        assert done.result() == "data: [DONE]"
+    assert second["cache_source"] == "events"
+    assert second["cached_tokens_predicted"] == second["cached_tokens"]
+    assert 0 < second["cached_tokens"] < first["prompt_tokens"] - 16 * BLOCK

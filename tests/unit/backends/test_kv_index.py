@@ -148,3 +148,42 @@ def test_salted_prompts_are_predicted_as_the_cache_serves_them_and_share_only_wi
     assert fresh.match(PromptBlocks(prompt, "a" * 64)).cached_tokens == 5 * BLOCK
     assert fresh.match(PromptBlocks(prompt, "b" * 64)).cached_tokens == 0
     assert fresh.match(PromptBlocks(prompt)).cached_tokens == 0
+
+
+def test_a_prediction_allows_for_the_blocks_admitted_requests_will_still_take() -> None:
+    """A request sized while another runs: what that one still takes of the pool (its whole reservation
+    less what it holds) evicts the least recently freed blocks no request uses, and its prompt's blocks
+    will be resident: the prediction made at sizing is what the cache serves once it has ended."""
+    rng = random.Random(11)
+    pool = 40
+    cache = PrefixCache(BLOCK, pool_blocks=pool)
+    index = ResidentBlocks(BLOCK, 2 * pool, "events", pool * BLOCK)
+    stems = [[rng.randrange(1000, 2000) for _ in range(BLOCK * 12)] for _ in range(4)]
+
+    def prompt() -> list[int]:
+        return rng.choice(stems)[: rng.randrange(1, BLOCK * 12)] + [rng.randrange(5)] * rng.randrange(40)
+
+    def run(ids: list[int], owner: int, held_tokens: int) -> None:
+        cache.lookup(ids, owner=owner)
+        index.apply(batch(*cache.store(ids, held_tokens, owner=owner)))
+
+    reservation_mattered = 0
+    for _ in range(300):
+        running, sized = prompt(), prompt()
+        reserved = (-(-len(running) // BLOCK) + rng.randrange(0, 20)) * BLOCK  # prompt + output cap
+        prefilled = rng.random() < 0.5
+        if prefilled:
+            run(running, 1, len(running))
+        in_use = [PromptBlocks(running)]
+        predicted = index.match(PromptBlocks(sized), reserved, in_use).cached_tokens
+        reservation_mattered += index.match(PromptBlocks(sized), 0, in_use).cached_tokens != predicted
+        if not prefilled:
+            run(running, 1, len(running))
+        index.apply(batch(*cache.trim(reserved)))  # its decode takes the rest of its reservation
+        cache.release(1)
+        index.touch(PromptBlocks(running))
+        assert cache.lookup(sized) == predicted, (len(running), reserved, len(sized))
+        run(sized, 2, len(sized))
+        cache.release(2)
+        index.touch(PromptBlocks(sized))
+    assert reservation_mattered > 30
