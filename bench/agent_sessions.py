@@ -24,11 +24,14 @@ Load, the same in every arm (``--seed``):
 Arms (a fresh simulator and gateway each):
 
 - **fifo**: the fair per-key queue in front of two slots, nothing more (every request fits:
-  ``GATEWAY_KV_BUDGET_TOKENS=10^9``; no lane: ``GATEWAY_EXPRESS_SLOTS=0``; ``GATEWAY_PREFIX_CACHING=false``);
+  ``GATEWAY_KV_BUDGET_TOKENS=10^9``; no lane: ``GATEWAY_EXPRESS_SLOTS=0``; ``GATEWAY_PREFIX_CACHING=false``;
+  each key in turn in arrival order: ``GATEWAY_QUEUE_ORDER=arrival``);
 - **before**: the KV budget and the long-prompt lane sized by whole prompts, no session holds
-  (``GATEWAY_PREFIX_CACHING=false``): admission as it was before it knew the prefix cache;
+  (``GATEWAY_PREFIX_CACHING=false``), keys in turn (``GATEWAY_QUEUE_ORDER=arrival``): admission as it
+  was before it knew the prefix cache;
 - **now**: the gateway as deployed, scaled, subscribed to the simulator's KV events (vLLM's ZMQ wire):
-  sized by the tokens left to compute, sessions held ``GATEWAY_SESSION_HOLD_S`` (3 s).
+  sized by the tokens left to compute, sessions held ``GATEWAY_SESSION_HOLD_S`` (3 s), the queue in
+  order of expected work (``GATEWAY_QUEUE_ORDER=work``).
 
 Figures per arm: agent follow-up turns' TTFT (sent -> first event with text) p50 / p95 and the
 first turns' apart; prefill tokens recomputed (a follow-up turn's previous prompt, computed before,
@@ -85,8 +88,9 @@ ARMS: dict[str, dict[str, object]] = {
         "max_model_len": CONTEXT,
         "express_slots": 0,
         "prefix_caching": False,
+        "queue_order": "arrival",
     },
-    "before": {**SIZED, "prefix_caching": False},
+    "before": {**SIZED, "prefix_caching": False, "queue_order": "arrival"},
     "now": {**SIZED, "kv_block_size": BLOCK},
 }
 QUEUE = {"queue_max": 1000, "queue_max_per_key": 500, "queue_timeout_s": 600, "queue_timeout_long_s": 600}

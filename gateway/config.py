@@ -515,6 +515,13 @@ class Settings(BaseSettings):
         description="A backend's events are stale when none came this long after a request it computed "
         "blocks for: admission uses the estimate until they come again, s",
     )
+    queue_order: Literal["work", "arrival"] = Field(
+        default="work",
+        description="How waiting requests are ordered, within each class and fairly over keys: by their "
+        "expected work (uncached prefill and expected output at the backend's measured rates: a short "
+        "chat goes before a cold long prompt) or as if every request were alike (each key in turn, in "
+        "arrival order)",
+    )
     express_slots: int = Field(
         default=1,
         ge=0,

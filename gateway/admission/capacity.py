@@ -54,7 +54,8 @@ class Need:
     long-prompt lane if ``long``; ``batch``: its class is batch (it waits behind every interactive
     request; it holds nothing more); ``session``: the agent session it is a turn of
     (:mod:`gateway.proxy.sessions`), and ``footprint``: its prompt's tokens, which stay in the prefix
-    cache after it ends (what a hold of its session keeps)."""
+    cache after it ends (what a hold of its session keeps); ``service_s``: how long it is expected to
+    run."""
 
     sequences: int = 1
     kv_tokens: int = 0
@@ -62,6 +63,9 @@ class Need:
     batch: bool = False
     session: str | None = None
     footprint: int = 0
+    service_s: float = 1.0
+    """Expected service time, s: its uncached prefill and expected output at the backend's measured
+    rates (:class:`~gateway.admission.service.ServiceRates`); what it is queued by."""
 
 
 @dataclass(frozen=True, slots=True)

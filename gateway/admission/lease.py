@@ -30,7 +30,8 @@ class Waiter:
     once the waiter became a :class:`Lease` or was given up (:meth:`Admission.abandon`).
 
     ``reason``: what it waits for now (since ``reason_since``, monotonic s); ``waited_for``: seconds
-    it waited for each reason before; ``passes``: grants that went past it while it did not fit."""
+    it waited for each reason before; ``passes``: grants that went past it while it waited (it did
+    not fit, or one of a lower tag that came later went first)."""
 
     key: str
     priority: int
@@ -49,6 +50,11 @@ class Waiter:
     """Its id in a shared queue (:mod:`~gateway.admission.shared`); "" in-process."""
     place: int = 0
     """Grants before it (1 = next) when a shared queue last said (0: not known)."""
+    tag: float = 0.0
+    """Its finish tag in the fair queue (:mod:`~gateway.admission.scheduler`): virtual seconds of
+    expected service; the lowest that fits goes first."""
+    order: int = 0
+    """Its place in arrival order: ties of ``tag`` go to the earlier."""
 
     def note(self, reason: Reason | None, now: float) -> None:
         """It waits for ``reason`` from ``now`` on (None: no longer waits)."""

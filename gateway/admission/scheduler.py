@@ -6,16 +6,26 @@ gateway's sight and fairness. So the gateway holds the queue itself and admits a
 :class:`~gateway.admission.capacity.Need` — slots, KV tokens, the long-prompt lane — fits beside the
 running ones (:class:`~gateway.admission.capacity.Capacity`).
 
-Fairness: each key has its own FIFO queue; keys with waiters take turns (round robin), a key with
-``priority`` p getting up to p grants per turn (weighted round robin), then going to the back. A key
-joins the rotation at its end, except that a key holding nothing of the backend joins ahead of the
-waiting keys that hold some: with two slots held by keys A and B that queue more, a third key's
-request gets the next freed slot, not the one after A's and B's next requests. A key flooding 100
-requests therefore delays another key's single request by at most one turn, and no key starves. A
-key at its ``max_concurrency`` is skipped until one of its requests ends.
+Order and fairness: each key has its own FIFO queue, and the queue as a whole is ordered by expected
+work — fair queueing over the keys, a request's cost being its expected service time
+(:attr:`Need.service_s`: its uncached prefill and expected output at the backend's measured rates,
+:mod:`gateway.admission.service`). A request of key k gets the finish tag ``max(V, F_k) + service_s /
+priority_k``, where ``F_k`` is the tag of k's previous request and ``V`` the virtual time: the start tag
+(``max(V, F_k)`` when it was tagged) of the request admitted last (start-time fair queueing's clock:
+Goyal, Vin and Cheng, SIGCOMM 1996), and at least the finish tag of every request that has ended; the
+lowest finish tag that fits goes first (ties in arrival order), as in weighted fair queueing. So a
+one-line question waits behind little, a 150k-token cold prefill behind more, and what a key gets is
+weighed in expected seconds, not requests. Guarantees: a key's requests keep their order; a request of
+service ``s`` of a key of priority ``p`` waits behind at most ``s * p_j / p`` seconds of expected work
+of each other key j that arrived after it (their tags start at ``V`` or later), plus one request of each
+key tagged below it already — so a key flooding 100 requests delays another key's request of like size
+by at most one of its own, and no request starves; a key holding nothing joins ahead of keys that hold
+some (their tags run on from their running requests'). Priority weights a key's share (a key of priority
+3 gets three times the expected seconds of a key of priority 1 when both wait). A key at its
+``max_concurrency`` is skipped until one of its requests ends.
 
 Classes: a request is ``interactive`` (the default) or ``batch`` (:attr:`Need.batch`): no batch
-request is admitted while an interactive one that fits waits; the turns above hold within each
+request is admitted while an interactive one that fits waits; the order above holds within each
 class. Batch work fills the slots interactive work leaves (under sustained interactive load, it
 waits: its queue timeout bounds that). The queue keeps room for keys with
 nothing waiting: a key that already waits may not take the last :attr:`Admission.reserve` places.
@@ -31,16 +41,16 @@ more than that request's tokens and recomputes them in a fraction of the hold); 
 held session's next turn is admitted first, most recently used session first, so the hold ends soon (a
 turn sent after the hold began: requests of a session queued together take their turns as any others, so
 a flood of one conversation does not pass other keys). With nobody held back, a session's turn takes its
-place in the round robin: requests that fit beside the holds are not delayed by them. A request admitted
+place in the fair queue: requests that fit beside the holds are not delayed by them. A request admitted
 past the holds cuts those the pool has no more room for, least recently used first, from their ends. A
 waiter is held back for ``session_hold_s`` at most from when it joined, and once one has waited that
-long no turn is resumed ahead of the round robin: no hold delays a request by more than
+long no turn is resumed ahead of the fair queue: no hold delays a request by more than
 ``session_hold_s`` and a turn. A hold keeps the turn's prompt (its output is seldom reused), and a key
 keeps at most :data:`HOLDS_PER_KEY` holds (a client sending a new session per request collects no more);
 a grant given back unused holds nothing.
 
-No head-of-line blocking: when the request whose turn it is does not fit (a 900k-token prompt waiting
-for KV, a second long prompt waiting for the lane), the next one in turn order that fits runs instead.
+No head-of-line blocking: when the request of the lowest tag does not fit (a 900k-token prompt waiting
+for KV, a second long prompt waiting for the lane), the next one in tag order that fits runs instead.
 Each pass over a waiter counts; one passed ``bypass_limit`` times is *guarded*: from then on a request
 is admitted ahead of it only if that leaves the guarded one able to run as soon as the holders it
 waits for have left (:meth:`Capacity.spares`), and it is admitted first whenever it fits. So a long
@@ -60,6 +70,8 @@ Pure asyncio: no web framework, no HTTP client.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import math
 import time
 from collections import Counter, deque
@@ -73,6 +85,13 @@ from gateway.config import Settings
 
 #: The need of a plain request: one sequence, no KV accounted, not long.
 ONE = Need()
+
+
+def _rank(waiter: Waiter) -> tuple[float, int]:
+    """A waiter's place in the fair queue: its tag, then its arrival."""
+    return waiter.tag, waiter.order
+
+
 #: Weight of the newest hold time in the moving average behind ``Retry-After``.
 _EWMA_ALPHA = 0.2
 #: Most sessions one key has held at once; its oldest hold goes first.
@@ -144,10 +163,12 @@ class Admission(HeldLoad):
         self.reserve = max(1, queue_max // 4)
         self.held = Held()
         self._holders: dict[int, Need] = {}  # grant id -> need, oldest grant first
+        self._tags: dict[int, float] = {}  # grant id -> its finish tag
         self._next_grant = 0
-        self._queues: dict[str, deque[Waiter]] = {}
-        self._turns: deque[str] = deque()  # keys with waiters, in serving order
-        self._credit: dict[str, int] = {}  # grants left in the current turn of each key with waiters
+        self._queues: dict[str, deque[Waiter]] = {}  # each key's waiters, in arrival (and tag) order
+        self._vtime = 0.0  # the fair queue's virtual time (see the module doc)
+        self._finish: dict[str, float] = {}  # each key's last finish tag, while it can exceed _vtime
+        self._arrivals = itertools.count()
         self._active: set[Lease] = set()
         self._active_per_key: Counter[str] = Counter()
         self._waiting = 0
@@ -191,13 +212,13 @@ class Admission(HeldLoad):
         return {**status_view(self, self._active_per_key, waiting, reasons), "session_holds": self.holds()}
 
     def position(self, waiter: Waiter) -> int:
-        """Estimated grants before ``waiter`` (1 = next), from its place in its key's queue and its key's
-        place in the rotation (priorities and passing ignored)."""
+        """Estimated grants before ``waiter`` (1 = next): the waiters of its class or an earlier one
+        with a lower tag (passing for what does not fit ignored)."""
         queue = self._queues.get(waiter.key)
         if not queue or waiter not in queue:
             return 0
-        index = next(i for i, w in enumerate(queue) if w is waiter)
-        return index * max(1, len(self._turns)) + self._turns.index(waiter.key) + 1
+        rank = (waiter.need.batch, waiter.tag, waiter.order)
+        return 1 + sum((w.need.batch, w.tag, w.order) < rank for q in self._queues.values() for w in q)
 
     def enqueue(
         self, key: str = "", priority: int = 1, max_concurrency: int | None = None, need: Need = ONE
@@ -209,33 +230,31 @@ class Admission(HeldLoad):
         if (why := self.capacity.never_fits(need)) is not None:
             raise ValueError(why)
         now = time.monotonic()
-        if not self._turns and self._key_free(key, max_concurrency) and self._fits(need, now, now):
-            return Lease(self, key, self._take(key, need), need)
+        if not self._queues and self._key_free(key, max_concurrency) and self._fits(need, now, now):
+            tag = self._tag(key, priority, need)
+            self._vtime = max(self._vtime, tag - need.service_s / max(1, priority))
+            return Lease(self, key, self._take(key, need, tag), need)
         if (refusal := self._no_room(key)) is not None:
             raise refusal
         timeout = self.long_queue_timeout_s if need.long else self.queue_timeout_s
         future = asyncio.get_running_loop().create_future()
         waiter = Waiter(key, max(1, priority), max_concurrency, future, need, timeout)
+        waiter.tag, waiter.order = self._tag(key, priority, need), next(self._arrivals)
         if need.long and self.session_hold_s > 0:  # held back (by holds now or to come) that long at most
             self._look_again(now + self.session_hold_s)
         self._queues.setdefault(key, deque()).append(waiter)
         self._waiting += 1
         self._batch += need.batch
-        if key not in self._credit:
-            self._join_turns(key)
-            self._credit[key] = waiter.priority
         self._dispatch()
         return waiter
 
-    def _join_turns(self, key: str) -> None:
-        """Put a key whose first request now waits into the rotation: at its end, or, when it holds
-        nothing of the backend, ahead of the waiting keys that hold some (they are served already)."""
-        if not self._active_per_key.get(key):
-            holding = [self._turns.index(k) for k in self._active_per_key if k in self._credit]
-            if holding:
-                self._turns.insert(min(holding), key)
-                return
-        self._turns.append(key)
+    def _tag(self, key: str, priority: int, need: Need) -> float:
+        """The finish tag of ``key``'s next request (see the module doc): it starts at the later
+        of the virtual time and the key's last finish tag, and lasts its expected service time over
+        the key's weight (``priority``)."""
+        tag = max(self._vtime, self._finish.get(key, 0.0)) + need.service_s / max(1, priority)
+        self._finish[key] = tag
+        return tag
 
     def _no_room(self, key: str) -> QueueFullError | None:
         """The queue's refusal of one more waiter of ``key``: the whole queue full (its last quarter
@@ -255,7 +274,7 @@ class Admission(HeldLoad):
 
     def queue_refusal(self, key: str) -> QueueFullError | None:
         """:meth:`_no_room`, for a request that would have to wait: others wait, or every slot is held."""
-        if not self._turns and self.held.sequences < self.capacity.slots:
+        if not self._queues and self.held.sequences < self.capacity.slots:
             return None
         return self._no_room(key)
 
@@ -394,12 +413,24 @@ class Admission(HeldLoad):
 
     def _drop_key(self, key: str) -> None:
         del self._queues[key]
-        self._credit.pop(key, None)
-        if key in self._turns:
-            self._turns.remove(key)
+        self._forget(key)
+
+    def _forget(self, key: str) -> None:
+        """Drop ``key``'s finish tag once nothing of it waits or runs and the virtual time has reached
+        it (its next request starts at the virtual time anyway); now and then every such key's, so
+        the tags kept stay bounded by the keys waiting or running."""
+        idle = key not in self._queues and not self._active_per_key.get(key)
+        if idle and self._finish.get(key, math.inf) <= self._vtime:
+            del self._finish[key]
+        if len(self._finish) > 4 * (len(self._queues) + len(self._active_per_key)) + 64:
+            self._finish = {
+                k: tag
+                for k, tag in self._finish.items()
+                if tag > self._vtime or k in self._queues or self._active_per_key.get(k)
+            }
 
     def _dispatch(self) -> None:
-        """Admit waiters while one fits: the guarded one first, then in weighted round-robin order
+        """Admit waiters while one fits: the guarded one first, then in the fair queue's tag order
         (passing the ones that don't fit); then note what each one left waits for."""
         now = time.monotonic()
         while self._waiting and self.held.sequences < self.slots:
@@ -426,7 +457,7 @@ class Admission(HeldLoad):
         while a waiter is held back by the holds (:attr:`Reason.HELD`). A next
         turn is one sent after the hold began (an agent's, after its last answer): requests of a
         session queued together take their turns as any others. None while a waiter is guarded or has
-        waited ``session_hold_s``: the round robin serves them first."""
+        waited ``session_hold_s``: the fair queue serves them first."""
         if not self._holds or self._guarded is not None:
             return None
         now = time.monotonic()
@@ -458,32 +489,25 @@ class Admission(HeldLoad):
         return None
 
     def _pick(self, guarded: Waiter | None) -> Waiter | None:
-        """The first waiter in turn order that fits (and spares ``guarded``), interactive ones before
-        any batch one; each one passed that did not fit gets a pass (a batch waiter is not passed by
-        an interactive one: it comes after them by its class)."""
+        """The waiter of the lowest tag that fits (and spares ``guarded``), interactive ones before any
+        batch one; each one passed that did not fit gets a pass (a batch waiter is not passed by an
+        interactive one: it comes after them by its class)."""
         passed: list[Waiter] = []
         gone: list[Waiter] = []
         chosen: Waiter | None = None
         now = time.monotonic()
         holders = self._holders.values()
+        queues = [q for key, q in self._queues.items() if self._key_free(key, q[0].max_concurrency)]
         for batch in (False, True) if self._batch else (False,):
-            for key in self._turns:
-                queue = self._queues[key]
-                if not self._key_free(key, queue[0].max_concurrency):
+            for waiter in heapq.merge(*queues, key=_rank):  # each key's queue is in tag order
+                if waiter.need.batch is not batch:
                     continue
-                for waiter in queue:
-                    if waiter.need.batch is not batch:
-                        continue
-                    if waiter.future.done():  # cancelled (client gone, queue timeout), its task not yet run
-                        gone.append(waiter)
-                    elif waiter is guarded or not self._fits(waiter.need, waiter.enqueued_at, now):
-                        passed.append(waiter)
-                    elif guarded is None or self.capacity.spares(
-                        self.held, holders, guarded.need, waiter.need
-                    ):
-                        chosen = waiter
-                        break
-                if chosen is not None:
+                if waiter.future.done():  # cancelled (client gone, queue timeout), its task not yet run
+                    gone.append(waiter)
+                elif waiter is guarded or not self._fits(waiter.need, waiter.enqueued_at, now):
+                    passed.append(waiter)
+                elif guarded is None or self.capacity.spares(self.held, holders, guarded.need, waiter.need):
+                    chosen = waiter
                     break
             if chosen is not None:
                 break
@@ -518,17 +542,13 @@ class Admission(HeldLoad):
         self._batch -= waiter.need.batch
         if waiter is self._guarded:
             self._guarded = None
-        waiter.grant = self._take(key, waiter.need)
+        waiter.grant = self._take(key, waiter.need, waiter.tag)
         waiter.note(None, time.monotonic())
         self.grants += 1
         waiter.future.set_result(None)
-        self._credit[key] -= 1
+        self._vtime = max(self._vtime, waiter.tag - waiter.need.service_s / waiter.priority)
         if not queue:
             self._drop_key(key)
-        elif self._credit[key] <= 0:
-            self._credit[key] = queue[0].priority
-            self._turns.remove(key)
-            self._turns.append(key)
 
     def _note_reasons(self) -> None:
         now = time.monotonic()
@@ -549,11 +569,12 @@ class Admission(HeldLoad):
                     reason = Reason.RESERVED
                 waiter.note(reason or Reason.SLOT, now)
 
-    def _take(self, key: str, need: Need) -> int:
+    def _take(self, key: str, need: Need, tag: float) -> int:
         # counted at grant, so max_concurrency and the capacity hold before the waiter's Lease exists
         grant = self._next_grant
         self._next_grant += 1
         self._holders[grant] = need
+        self._tags[grant] = tag
         self.held = self.held.plus(need)
         if need.session is not None:
             self._holds.pop(need.session, None)  # its turn came: the prefix is this request's now
@@ -593,10 +614,12 @@ class Admission(HeldLoad):
 
     def _give_back(self, key: str, grant: int, ran: bool = True) -> None:
         need = self._holders.pop(grant)
+        self._vtime = max(self._vtime, self._tags.pop(grant))  # its work is done: no key owes it
         self.held = self.held.minus(need)
         if ran and need.session is not None and need.footprint and self.session_hold_s > 0:
             self._hold(key, need)
         self._active_per_key[key] -= 1
         if self._active_per_key[key] <= 0:
             del self._active_per_key[key]
+            self._forget(key)
         self._dispatch()

@@ -32,6 +32,7 @@ from typing import Any, Literal, Protocol
 
 from gateway.admission import Capacity, Gate, Reason
 from gateway.admission.gate import status_view
+from gateway.admission.service import ServiceRates
 from gateway.backends.breaker import Breaker
 from gateway.backends.counting import CountGate
 from gateway.backends.kv_index import PromptBlocks
@@ -78,6 +79,9 @@ class Backend:
     """What its KV pool holds of a prompt (its events, else the estimate)."""
     breaker: Breaker = field(default_factory=Breaker)
     traits: UpstreamTraits = field(default_factory=UpstreamTraits)
+    service: ServiceRates = field(default_factory=ServiceRates)
+    """Its measured prefill and decode rates, and each key's mean output: what a request is expected
+    to take of it (its writer: the requests' records, :meth:`ServiceRates.observe`)."""
     up: bool = True
     routed: int = 0
     """Requests placed here whose admission has not answered yet (:meth:`placed`, :meth:`unplaced`):

@@ -29,6 +29,7 @@ from typing import Any
 
 from dspark_common import json_codec
 from gateway.admission import Need
+from gateway.admission.service import UNKNOWN_S
 from gateway.auth import cache_salt
 from gateway.auth.principal import Principal
 from gateway.backends.kv_index import PromptBlocks
@@ -291,7 +292,11 @@ class Exchange:
             reserved = backend.admission.kv_reserved_tokens
             match, source = backend.kv.match(self._prompt, time.monotonic(), reserved)
             cached = predicted = match.cached_tokens
-        need = pipeline.need(prepared, size.tokens, cached)
+        service = UNKNOWN_S  # every request alike: each key in turn, in arrival order
+        if pipeline.settings.queue_order == "work":
+            output_cap = pipeline.output_cap(prepared, size.tokens)
+            service = backend.service.expected_s(self.principal.name, size.tokens - cached, output_cap)
+        need = pipeline.need(prepared, size.tokens, cached, service)
         self._need = need = replace(need, batch=self._batch, session=self._session)
         self.recorder.sized(size.tokens, size.source, need.kv_tokens, need.long)
         self.recorder.predicted(predicted, source, self._session)
@@ -319,6 +324,14 @@ class Exchange:
         record = self.recorder.finish(self._status, self._client_gone, counters, self._end)
         if self.recorder.saw_backend_metrics and placement.backend is not None:
             placement.backend.learn(per_request_metrics=True)
+        if placement.backend is not None and record.status == 200 and record.finish_reason is not None:
+            placement.backend.service.observe(
+                self.principal.name,
+                record.prompt_tokens - record.cached_tokens,
+                record.upstream_ttft_s,
+                record.completion_tokens,
+                record.decode_tokens_per_s,
+            )
         # settled before its ledger row is written: a quota counter seeded from the ledger meanwhile (its
         # store emptied) must not hold this request twice
         await self.billing.settle(record, self._prompt_tokens)

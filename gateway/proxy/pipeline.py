@@ -90,16 +90,24 @@ class Pipeline:
             )
         return backend
 
-    def need(self, prepared: Prepared, prompt_tokens: int, cached_tokens: int = 0) -> Need:
+    def output_cap(self, prepared: Prepared, prompt_tokens: int) -> int:
+        """The most output tokens a request may produce: its own cap, else
+        ``GATEWAY_OUTPUT_RESERVE_TOKENS``, within what the context leaves."""
+        room = max(0, self.settings.max_model_len - prompt_tokens)
+        return min(room, prepared.output_budget or self.settings.output_reserve_tokens)
+
+    def need(
+        self, prepared: Prepared, prompt_tokens: int, cached_tokens: int = 0, service_s: float = 1.0
+    ) -> Need:
         """What the request holds while it runs: its sequences, ``sequences x (prompt + output)`` KV
         tokens — the output budget capped at what the context leaves, ``GATEWAY_OUTPUT_RESERVE_TOKENS``
         when it sets none (its cap, spliced once its tokens are reserved); the cached prefix counts
         too, as vLLM cannot evict blocks a running sequence uses — and the lane if what it must
         prefill, the prompt less the prefix the backend's cache holds (``cached_tokens``), is long.
-        400 ``context_length_exceeded`` when that is more than the whole pool."""
+        400 ``context_length_exceeded`` when that is more than the whole pool. ``service_s``: how
+        long it is expected to run (what the queue orders it by)."""
         settings = self.settings
-        room = max(0, settings.max_model_len - prompt_tokens)
-        output = min(room, prepared.output_budget or settings.output_reserve_tokens)
+        output = self.output_cap(prepared, prompt_tokens)
         whole = prepared.sequences * (prompt_tokens + output)
         if whole > settings.kv_budget_tokens:
             message = (
@@ -114,6 +122,7 @@ class Pipeline:
             kv_tokens=whole,
             long=prompt_tokens - cached_tokens >= settings.long_prompt_tokens,
             footprint=prompt_tokens,
+            service_s=service_s,
         )
 
     def wants_counters(self, backend: Backend) -> bool:
