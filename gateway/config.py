@@ -223,6 +223,13 @@ class Settings(BaseSettings):
         description="How long a replica's claim on a batch lasts unrenewed (renewed every third of it); "
         "a replica that dies leaves its batches to another this long after",
     )
+    batch_max_running: int = Field(
+        default=4,
+        ge=1,
+        description="Batches one gateway process runs at once, each under its own claim; their lines "
+        "share the backends' slots in turns across keys, so a key's small batch does not wait for "
+        "another key's large one. 1: one batch after another",
+    )
     key_cache_ttl_s: float = Field(
         default=1.0, ge=0, description="How long a key lookup is reused; bounds how late a revoke lands"
     )

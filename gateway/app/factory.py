@@ -236,8 +236,9 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         app.state.batches = batches = BatchStore(engine)
         app.state.message_batch_creates = set[str]()  # keys creating a message batch now: one each
         app.state.batch_runner = runner = BatchRunner(
-            app, pipeline, batches, app.state.files, store, settings.batch_lease_ttl_s, drain, metrics
-        )
+            app, pipeline, batches, app.state.files, store, settings.batch_lease_ttl_s, drain, metrics,
+            settings.batch_max_running,
+        )  # fmt: skip
         running_batches = asyncio.create_task(runner.run())
         try:
             yield

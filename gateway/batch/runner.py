@@ -1,17 +1,19 @@
 """Runs batches in the slots interactive work leaves: one background task per gateway process.
 
-It claims a batch (:meth:`~gateway.storage.batches.BatchStore.claim`: one process per batch, however
-many replicas share the database) and renews its lease while it works on it. It checks its input file
-(``validating``: every error found fails the batch before any line runs, :mod:`gateway.batch.lines`;
-each line parsed once, off the event loop, and the requests kept for what follows:
-:mod:`gateway.batch.prepared`), then runs its lines not answered yet (``in_progress``) through the
-gateway's own request path as its key's batch requests (:mod:`gateway.batch.call`): admission admits
-a batch request only when no interactive one that fits waits, so a line makes an interactive request
-wait for at most the end of the lines already running. It keeps as many lines in flight as the
-backends have slots, so batch work fills every slot nobody else wants, and no more (the queue holds
-interactive requests, not a batch's backlog). The key is looked up every :data:`WATCH_S`: a key
-revoked, expired or deleted has its remaining lines answered 401, a key's new limits apply to the
-next lines.
+It claims batches (:meth:`~gateway.storage.batches.BatchStore.claim`: one process per batch, however
+many replicas share the database), up to ``max_running`` at once, and renews each one's lease while
+it works on it. It checks a batch's input file (``validating``: every error found fails the batch
+before any line runs, :mod:`gateway.batch.lines`; each line parsed once, off the event loop, and the
+requests kept for what follows: :mod:`gateway.batch.prepared`), then runs its lines not answered yet
+(``in_progress``) through the gateway's own request path as its key's batch requests
+(:mod:`gateway.batch.call`): admission admits a batch request only when no interactive one that fits
+waits, so a line makes an interactive request wait for at most the end of the lines already
+running. The process keeps as many lines in flight as the backends have slots, all its batches
+together, so batch work fills every slot nobody else wants, and no more (the queue holds interactive
+requests, not a batch's backlog); a freed slot goes to the next key in turn
+(:class:`~gateway.batch.turns.Turns`), so a key's small batch runs beside another key's large one
+instead of after it. The key is looked up every :data:`WATCH_S`: a key revoked, expired or deleted
+has its remaining lines answered 401, a key's new limits apply to the next lines.
 
 A line is answered once: its result is recorded under the batch's fence, and lines recorded already
 are skipped after a restart or a take-over. A refusal that says "later" is not an answer: a line
@@ -26,9 +28,9 @@ then it is ``finalizing``: its output and error files are written from the recor
 not answered are in the error file as ``batch_cancelled`` / ``batch_expired``), and it ends
 ``cancelled``, ``expired`` or ``completed`` (decided from its stored times, so a finalization taken
 up again after a restart ends the same way). A gateway that begins to drain sends no more lines and
-gives the batch back as it is. A batch whose work fails with an error (not a lease lost) is given
-back and taken up again after a pause that doubles each time; the :data:`MAX_FAILURES`-th time in a
-row it ends ``failed``.
+gives its batches back as they are. A batch whose work fails with an error (not a lease lost) is
+given back until a pause that doubles each time, and taken up again after it; the
+:data:`MAX_FAILURES`-th time in a row it ends ``failed``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from gateway.auth.store import KeyNotFoundError, KeyStore
 from gateway.batch.call import Answer, Line, call
 from gateway.batch.lines import BatchLine, LineError
 from gateway.batch.prepared import prepare, read_requests, remove, requests_path
+from gateway.batch.turns import Turns
 from gateway.dialects.base import Dialect
 from gateway.dialects.messages import MESSAGES
 from gateway.dialects.openai.chat import CHAT
@@ -107,10 +110,18 @@ class _Watch:
                 await self.halt.wait()
 
 
+@dataclass
+class _Left:
+    """Lines of a running batch not answered yet (its share of ``gateway_batch_lines_waiting``)."""
+
+    lines: int
+
+
 class BatchRunner:
     """The batches of ``store`` run through ``pipeline`` (``app``: the gateway's ASGI app), reading and
     writing ``files``, as the keys of ``keys``; leases of ``lease_ttl_s``; no new line once ``drain``
-    is draining; lines answered and left counted in ``metrics``."""
+    is draining; lines answered and left counted in ``metrics``; at most ``max_running`` batches at
+    once, their lines in turns across their keys (:class:`~gateway.batch.turns.Turns`)."""
 
     def __init__(
         self,
@@ -122,6 +133,7 @@ class BatchRunner:
         lease_ttl_s: float,
         drain: Draining,
         metrics: GatewayMetrics,
+        max_running: int = 1,
     ) -> None:
         self._app = app
         self._pipeline = pipeline
@@ -131,7 +143,10 @@ class BatchRunner:
         self.lease_ttl_s = lease_ttl_s
         self._drain = drain
         self._metrics = metrics
-        self._waiting = 0
+        self.max_running = max_running
+        # lines in flight, all batches together: as many as the backends have slots
+        self._turns = Turns(sum(b.admission.slots for b in pipeline.backends.all))
+        self._waiting = 0  # lines not answered yet of the batches running here
         self.holder = f"{socket.gethostname()[:32]}:{os.getpid()}:{secrets.token_hex(4)}"
         self._wake = asyncio.Event()
         self._failures: Counter[str] = Counter()
@@ -141,37 +156,56 @@ class BatchRunner:
         self._wake.set()
 
     async def run(self) -> None:
-        """Claim and run batches until cancelled (the gateway stopping: the lease is given back, and
-        the lines running are answered again by whoever runs the batch next)."""
-        while True:
-            try:
-                lease = (
-                    None if self._drain.draining else await self._store.claim(self.holder, self.lease_ttl_s)
-                )
-            except Exception:  # the database away: try again later
-                log.exception("batches: could not look for work")
+        """Claim and run batches, up to :attr:`max_running` at once, until cancelled (the gateway
+        stopping: the leases are given back, and the lines running are answered again by whoever runs
+        their batches next)."""
+        held: dict[str, asyncio.Task[None]] = {}
+        try:
+            while True:
+                self._wake.clear()  # before looking: a batch made while we look wakes the next look
                 lease = None
-            if lease is None:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(IDLE_POLL_S):
-                        await self._wake.wait()
-                continue
-            pause_until, failed = None, 0
+                if len(held) < self.max_running and not self._drain.draining:
+                    try:
+                        lease = await self._store.claim(self.holder, self.lease_ttl_s, exclude=held)
+                    except Exception:  # the database away: try again later
+                        log.exception("batches: could not look for work")
+                if lease is not None:
+                    held[lease.batch_id] = asyncio.create_task(self._hold(lease))
+                    continue
+                waking = asyncio.create_task(self._wake.wait())
+                try:  # a batch made or cancelled here, a batch of ours ended, or the next poll
+                    await asyncio.wait([waking, *held.values()], timeout=IDLE_POLL_S,
+                                       return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                finally:
+                    waking.cancel()
+                for batch_id in [b for b, task in held.items() if task.done()]:
+                    del held[batch_id]
+        finally:
+            for task in held.values():
+                task.cancel()
+            await asyncio.gather(*held.values(), return_exceptions=True)
+
+    async def _hold(self, lease: BatchLease) -> None:
+        """Work on the batch of ``lease`` until it ends, is paused, is taken over or fails; then give
+        the lease back (until its pause ends, for a batch paused or failed)."""
+        pause_until: datetime | None = None
+        try:
+            pause_until = await self._drive(lease)
+            self._failures.pop(lease.batch_id, None)
+        except* LeaseLost:
+            log.warning("batch %s: its lease was taken over; stopped here", lease.batch_id)
+        except* Exception:
+            log.exception("batch %s: stopped by an error", lease.batch_id)
+            failed = self._failures[lease.batch_id] = self._failures[lease.batch_id] + 1
+            if failed >= MAX_FAILURES:
+                await asyncio.shield(self._fail(lease))
+            else:  # taken up again (here or elsewhere) after a pause that doubles each time
+                pause_until = datetime.now(UTC) + timedelta(seconds=min(60, 2**failed))
+        finally:
             try:
-                pause_until = await self._drive(lease)
-                self._failures.pop(lease.batch_id, None)
-            except* LeaseLost:
-                log.warning("batch %s: its lease was taken over; stopped here", lease.batch_id)
-            except* Exception:
-                log.exception("batch %s: stopped by an error", lease.batch_id)
-                failed = self._failures[lease.batch_id] = self._failures[lease.batch_id] + 1
-                if failed >= MAX_FAILURES:
-                    await asyncio.shield(self._fail(lease))
-            finally:
                 await asyncio.shield(self._store.release(lease, pause_until))
-            if failed:
-                await asyncio.sleep(min(60, 2**failed))
+            except Exception:  # the database away: the lease lapses instead
+                log.exception("batch %s: could not give its lease back", lease.batch_id)
 
     async def _fail(self, lease: BatchLease) -> None:
         """End a batch whose work failed :data:`MAX_FAILURES` times in a row."""
@@ -278,13 +312,12 @@ class BatchRunner:
                 watch.halt.set()
 
     async def _run_lines(self, lease: BatchLease, batch: Batch) -> _Watch:
-        """Send the lines not answered yet, as many at once as the backends have slots, until all are
+        """Send the lines not answered yet, each when it is the batch's key's turn, until all are
         answered or the batch is halted (the lines running end first); what halted it."""
         watch = _Watch(await self._principal(batch.key_id))
         answered = await self._store.answered(batch.id)
-        self._waiting = batch.total - len(answered)
-        self._metrics.batch_waiting(self._waiting)
-        room = asyncio.Semaphore(sum(b.admission.slots for b in self._pipeline.backends.all))
+        left = _Left(batch.total - len(answered))
+        self._count_waiting(left.lines)
         dialect = DIALECTS[batch.endpoint]
         watching = asyncio.create_task(self._watch(lease, batch, watch))
         try:
@@ -292,29 +325,34 @@ class BatchRunner:
                 async for line in self._requests(batch):
                     if line.index in answered:
                         continue
-                    await room.acquire()
+                    await self._turns.take(batch.key_id)
                     if watch.halt.is_set() or self._drain.draining:
                         watch.leave |= self._drain.draining
-                        room.release()
+                        self._turns.give()
                         break
-                    lines.create_task(self._answer(lease, dialect, line, room, watch, batch.expires_at))
+                    lines.create_task(self._answer(lease, dialect, line, watch, batch.expires_at, left))
         finally:
-            self._metrics.batch_waiting(0)
+            self._count_waiting(-left.lines)
             watching.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watching  # a lease lost while watching is raised here
         return watch
+
+    def _count_waiting(self, lines: int) -> None:
+        self._waiting += lines
+        self._metrics.batch_waiting(self._waiting)
 
     async def _answer(
         self,
         lease: BatchLease,
         dialect: Dialect,
         line: BatchLine,
-        room: asyncio.Semaphore,
         watch: _Watch,
         ends_at: datetime,
+        left: _Left,
     ) -> None:
-        """One line sent until it has an answer (or the batch is halted), and the answer recorded."""
+        """One line sent until it has an answer (or the batch is halted), and the answer recorded;
+        its turn given back."""
         request_id = f"batch_req_{secrets.token_hex(12)}"
         try:
             while True:
@@ -341,10 +379,10 @@ class BatchRunner:
             result = {"id": request_id, "custom_id": line.custom_id, "response": response, "error": None}
             if await self._store.record(lease, line.index, line.custom_id, ok, json_codec.dumps_text(result)):
                 self._metrics.batch_line(ok)
-                self._waiting -= 1
-                self._metrics.batch_waiting(self._waiting)
+                left.lines -= 1
+                self._count_waiting(-1)
         finally:
-            room.release()
+            self._turns.give()
 
     async def _principal(self, key_id: str) -> Principal | None:
         """The batch key's principal now, or None if it is revoked, expired or gone."""

@@ -1,26 +1,26 @@
 """Batches (the OpenAI Batch API) in the gateway's database: each batch's status, times and counts
 (table ``batches``), each answered line (``batch_lines``), and the lease of the process running it.
 
-One process runs a batch at a time, however many replicas share the database: it *claims* a batch
-whose lease is free or lapsed (:meth:`BatchStore.claim`), which raises the batch's ``fence``, and
-renews the lease while it runs. Every write it makes for the batch — a line's result, a status — is
-conditional on the fence it claimed: a process that lost its lease (stalled past it, or partitioned
-away) and carries on has every write refused (:class:`LeaseLost`), so a batch another process took
-over is never written by two. A line's result is written once (its primary key): a line answered
-again after a restart or a take-over is not recorded twice, and the counts move in the same
-transaction as the line.
+A batch is run by one process at a time, however many replicas share the database (a process may
+run several batches, each under its own claim): it *claims* a batch whose lease is free or lapsed
+(:meth:`BatchStore.claim`), which raises the batch's ``fence``, and renews the lease while it runs.
+Every write it makes for the batch — a line's result, a status — is conditional on the fence it
+claimed: a process that lost its lease (stalled past it, or partitioned away) and carries on has
+every write refused (:class:`LeaseLost`), so a batch another process took over is never written by
+two. A line's result is written once (its primary key): a line answered again after a restart or a
+take-over is not recorded twice, and the counts move in the same transaction as the line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, insert, or_, select, update
+from sqlalchemy import and_, case, insert, literal, null, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -195,20 +195,17 @@ class BatchStore:
         assert again is not None
         return again
 
-    async def claim(self, holder: str, ttl_s: float) -> BatchLease | None:
+    async def claim(self, holder: str, ttl_s: float, exclude: Collection[str] = ()) -> BatchLease | None:
         """The oldest active batch whose lease is free or lapsed, now ``holder``'s for ``ttl_s``
-        under a new fence; None when there is none."""
+        under a new fence; None when there is none. ``exclude``: ids of batches the caller runs
+        already (its own lapsed lease is not taken again beside the claim it works under)."""
         now = datetime.now(UTC)
         free = or_(BatchRow.lease_until.is_(None), BatchRow.lease_until < now)
+        query = select(BatchRow.id, BatchRow.fence).where(BatchRow.status.in_(ACTIVE), free)
+        if exclude:
+            query = query.where(BatchRow.id.not_in(list(exclude)))
         async with self._engine.connect() as conn:
-            rows = (
-                await conn.execute(
-                    select(BatchRow.id, BatchRow.fence)
-                    .where(BatchRow.status.in_(ACTIVE), free)
-                    .order_by(BatchRow.created_at)
-                    .limit(8)
-                )
-            ).all()
+            rows = (await conn.execute(query.order_by(BatchRow.created_at).limit(8))).all()
         for batch_id, fence in rows:
             async with self._engine.begin() as conn:
                 taken = await conn.execute(
@@ -227,9 +224,14 @@ class BatchStore:
 
     async def release(self, lease: BatchLease, until: datetime | None = None) -> None:
         """Give ``lease`` up (the batch ended, or the process stops): another may claim it at once, or
-        from ``until`` (a batch paused)."""
+        from ``until`` (a batch paused) unless it is ``cancelling`` (a cancel made while the lease was
+        held, which :meth:`cancel` could not clear: it is finalized at once)."""
+        later: Any = None
+        if until is not None:
+            at = literal(until, BatchRow.lease_until.type)
+            later = case((BatchRow.status == "cancelling", null()), else_=at)
         with contextlib.suppress(LeaseLost):
-            await self._fenced(lease, None, lease_until=until, holder=None)
+            await self._fenced(lease, None, lease_until=later, holder=None)
 
     async def move(self, lease: BatchLease, status: str, was: tuple[str, ...], **values: Any) -> bool:
         """The batch to ``status`` (its time set), with ``values`` (columns), if its status is one of

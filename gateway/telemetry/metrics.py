@@ -186,7 +186,7 @@ class GatewayMetrics:
         )
         self._batch_waiting = Gauge(
             "gateway_batch_lines_waiting",
-            "Lines not answered yet of the batch this process runs (0: none runs here)",
+            "Lines not answered yet of the batches this process runs (0: none runs here)",
             registry=registry,
         )
         self._ledger_pending = Gauge(
@@ -344,7 +344,7 @@ class GatewayMetrics:
         self._batch_lines.labels("ok" if ok else "error").inc()
 
     def batch_waiting(self, lines: int) -> None:
-        """The lines the running batch has left (0 when it stops running here)."""
+        """The lines the batches running here have left, together (0 when none runs here)."""
         self._batch_waiting.set(lines)
 
     def watch_prefix_cache(self, name: str, view: PrefixCacheView) -> None:

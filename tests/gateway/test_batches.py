@@ -12,7 +12,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,12 @@ import httpx
 import openai
 import pytest
 
+from dspark_sim import SimConfig, create_sim_app
+from tests.conftest import FAST_SIM
 from tests.support.gateway_process import GatewayProcess, clean_env
 from tests.support.probes import scrape, wait_until
+from tests.support.servers import ThreadedServer
+from tests.support.sim_gate import Gate
 
 MODEL = "deepseek-v4-flash-0731"
 CHAT = "/v1/chat/completions"
@@ -193,8 +197,45 @@ def test_a_cancelled_batch_keeps_what_it_answered(start_sim, start_gateway, make
     assert {row["error"]["code"] for row in missing.values()} == {"batch_cancelled"}
 
 
+@pytest.fixture
+def closed_sim() -> Iterator[tuple[Gate, str]]:
+    """The simulator behind a :class:`Gate` that holds every chat request until opened, and its URL
+    (opened at the end, so nothing waits on it as the server stops)."""
+    gate = Gate(create_sim_app(SimConfig(**FAST_SIM)), passed=0)
+    server = ThreadedServer(gate).start()
+    yield gate, server.url
+    gate.open()
+    server.stop()
+
+
+def test_a_keys_small_batch_runs_beside_another_keys_large_one(
+    closed_sim: tuple[Gate, str], start_gateway, make_key, tmp_path: Path
+) -> None:
+    """Key B's 5-line batch, made while key A's 60-line batch holds both slots, is run by the same
+    process beside A's, the slots freed going to the keys in turns: B's completes first, A's lines
+    still running (one batch after another, B's would wait for all 60 of A's). Each line once."""
+    gate, sim_url = closed_sim
+    gateway = start_gateway(sim_url, files_dir=tmp_path / "files", slots=2, batch_max_running=2)
+    large_sdk, small_sdk = client(gateway, make_key("large")), client(gateway, make_key("small"))
+    large_ids, small_ids = [f"a-{n}" for n in range(60)], [f"b-{n}" for n in range(5)]
+    large = create(large_sdk, upload(large_sdk, b"".join(line(i) for i in large_ids)))
+    wait_until(lambda: gate.held == 2, what="A's lines in both slots")
+    small = create(small_sdk, upload(small_sdk, b"".join(line(i) for i in small_ids)))
+    wait_until(lambda: small_sdk.batches.retrieve(small.id).status == "in_progress", what="B's batch running")
+    gate.open()
+    small_done = until_ended(small_sdk, small.id)
+    large_then = large_sdk.batches.retrieve(large.id)
+    assert small_done.status == "completed"
+    assert large_then.status == "in_progress" and large_then.request_counts.completed < 60
+    large_done = until_ended(large_sdk, large.id)
+    assert large_done.status == "completed" and small_done.completed_at <= large_done.completed_at
+    assert sorted(results(small_sdk, small_done.output_file_id)) == sorted(small_ids)
+    assert sorted(results(large_sdk, large_done.output_file_id)) == sorted(large_ids)
+    assert small_done.error_file_id is None and large_done.error_file_id is None
+
+
 def test_a_spent_quota_pauses_a_batch_without_holding_up_another_keys(
-    start_sim, start_gateway, make_key, tmp_path: Path
+    start_sim, start_gateway, make_key, database_url: str, tmp_path: Path
 ) -> None:
     """Key A's quota runs out mid-batch: its batch stays in_progress, given back until the quota resets,
     while key B's batch, made after it, runs to the end; a cancel then ends A's at once."""
@@ -205,6 +246,15 @@ def test_a_spent_quota_pauses_a_batch_without_holding_up_another_keys(
     wait_until(lambda: spent.batches.retrieve(paused.id).request_counts.completed >= 1, what="A's first line")
     later = until_ended(other, create(other, upload(other, line("b-0") + line("b-1"))).id)
     assert later.status == "completed" and later.request_counts.completed == 2
+
+    def given_back() -> bool:  # no holder, and a lease time: paused until then
+        with sqlite3.connect(database_url.split("///", 1)[1]) as db:
+            holder, until = db.execute(
+                "SELECT holder, lease_until FROM batches WHERE id = ?", (paused.id,)
+            ).fetchone()
+        return holder is None and until is not None
+
+    wait_until(given_back, what="A's batch paused")
     now = spent.batches.retrieve(paused.id)
     assert (
         now.status == "in_progress"

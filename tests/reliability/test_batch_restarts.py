@@ -1,6 +1,7 @@
 """A batch through gateways that die under it: killed (kill -9) while a second replica on the same
 database waits, the batch is taken over once its lease lapses; stopped (SIGTERM), the lease is given
-back and a restarted gateway resumes at once. Either way every line is answered exactly once in the
+back and a restarted gateway resumes at once; a gateway killed while it runs two keys' batches at
+once leaves both to the replica started after. Every way, every line is answered exactly once in the
 output file (real processes, the official ``openai`` SDK as the client).
 
 The simulator sits behind a :class:`Gate` that answers the first :data:`PASSED` lines and holds every
@@ -9,11 +10,9 @@ answered, lines in flight, lines not sent), whatever the machine's speed."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from tests.conftest import FAST_SIM
 from tests.support.gateway_process import GatewayProcess
 from tests.support.probes import wait_until
 from tests.support.servers import ThreadedServer
+from tests.support.sim_gate import Gate
 
 MODEL = "deepseek-v4-flash-0731"
 LINES = 60
@@ -34,29 +34,6 @@ LINES = 60
 #: ``LINES - PASSED - slots`` lines to the gateway that takes the batch up.
 PASSED = 20
 CHAT = "/v1/chat/completions"
-
-
-class Gate:
-    """ASGI app in front of ``app``: the first ``passed`` chat requests go through, later ones wait
-    until :meth:`open` (``held`` counts them)."""
-
-    def __init__(self, app: Any, passed: int) -> None:
-        self.app = app
-        self.passed = passed
-        self.seen = 0
-        self.held = 0
-        self._opened = threading.Event()
-
-    def open(self) -> None:
-        self._opened.set()
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == CHAT:
-            self.seen += 1
-            if self.seen > self.passed:
-                self.held += 1
-                await asyncio.to_thread(self._opened.wait)  # set from the test's thread
-        await self.app(scope, receive, send)
 
 
 @pytest.fixture
@@ -98,6 +75,14 @@ def holder_pid(database_url: str, batch_id: str) -> int:
     with sqlite3.connect(path) as db:
         (holder,) = db.execute("SELECT holder FROM batches WHERE id = ?", (batch_id,)).fetchone()
     return int(holder.split(":")[1])
+
+
+def holders(database_url: str, batch_ids: list[str]) -> list[int | None]:
+    """The pids of the processes holding the batches' leases (None: a batch not held)."""
+    path = database_url.split("///", 1)[1]
+    with sqlite3.connect(path) as db:
+        found = [db.execute("SELECT holder FROM batches WHERE id = ?", (b,)).fetchone()[0] for b in batch_ids]
+    return [int(holder.split(":")[1]) if holder else None for holder in found]
 
 
 def answered_once(sdk: openai.OpenAI, batch_id: str, timeout_s: float) -> Any:
@@ -171,3 +156,33 @@ def test_a_batch_stopped_mid_way_resumes_at_once_on_restart(
     restarted = sdk_for(gateway_processes(sim_url, database_url, **settings), key)
     assert completed(restarted, batch_id) < LINES, "the batch ended before the stop: nothing was proved"
     answered_once(restarted, batch_id, timeout_s=120)  # well within the lease: it was given back
+
+
+def test_a_gateway_killed_while_running_two_keys_batches_leaves_both_to_another(
+    gate: tuple[Gate, str],
+    gateway_processes: Callable[..., GatewayProcess],
+    make_key: Callable[..., str],
+    database_url: str,
+    tmp_path: Path,
+) -> None:
+    held, sim_url = gate
+    settings = {"files_dir": tmp_path / "files", "batch_lease_ttl_s": 2, "batch_max_running": 2}
+    first = gateway_processes(sim_url, database_url, **settings)
+    keys = [make_key("first-key"), make_key("second-key")]
+    started = [start_batch(first, key) for key in keys]
+    batch_ids = [batch_id for _, batch_id in started]
+
+    def both_running_here() -> bool:
+        statuses = {sdk.batches.retrieve(batch_id).status for sdk, batch_id in started}
+        return statuses == {"in_progress"} and holders(database_url, batch_ids) == [first.pid] * 2
+
+    wait_until(both_running_here, timeout_s=120, what="both batches running on the first gateway")
+    wait_until(lambda: held.held == 2, timeout_s=120, what="lines in both slots, held at the gate")
+    standby = gateway_processes(sim_url, database_url, **settings)
+    first.kill()
+    survivors = [sdk_for(standby, key) for key in keys]
+    for survivor, batch_id in zip(survivors, batch_ids, strict=True):  # the gate holds what is left
+        assert completed(survivor, batch_id) < LINES, "a batch ended before the kill: nothing was proved"
+    held.open()
+    for survivor, batch_id in zip(survivors, batch_ids, strict=True):
+        answered_once(survivor, batch_id, timeout_s=120)

@@ -128,3 +128,6 @@ async def test_a_batch_has_one_holder_and_a_stale_one_writes_nothing_on_postgres
     assert batch.metadata == {"a": "b"} and batch.times["cancelling_at"] is not None
     assert [r async for r in store.results(made.id, ok=True)] == ['{"line": 0}']
     assert await store.answered(made.id) == {0, 1}
+    await store.release(second, until=datetime.now(UTC) + day)  # a pause seen as the cancel came
+    again = await store.claim("replica-c", ttl_s=30)  # finalized at once, not after the pause
+    assert again is not None and again.batch_id == made.id
