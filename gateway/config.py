@@ -230,6 +230,12 @@ class Settings(BaseSettings):
         "share the backends' slots in turns across keys, so a key's small batch does not wait for "
         "another key's large one. 1: one batch after another",
     )
+    batch_preemption: bool = Field(
+        default=True,
+        description="An interactive request that waits for a slot or KV while batch lines hold them takes "
+        "them back: the youngest lines are aborted and sent again later (their prompts stay in the "
+        "prefix cache; their output so far is lost). false: a line keeps its slot until it ends",
+    )
     key_cache_ttl_s: float = Field(
         default=1.0, ge=0, description="How long a key lookup is reused; bounds how late a revoke lands"
     )

@@ -71,6 +71,8 @@ CATALOGUE: Mapping[str, ErrorKind] = {
     "wait_too_long": ErrorKind(429, "rate_limit_error", _INFO),  # expected past its x-max-wait-s
     "create_in_progress": ErrorKind(429, "rate_limit_error", _INFO),  # one message batch create per key
     "draining": ErrorKind(503, "service_unavailable_error", _INFO),
+    # a batch line whose slot an interactive request took back (GATEWAY_BATCH_PREEMPTION): sent again
+    "preempted": ErrorKind(503, "service_unavailable_error", _INFO),
     "admission_unavailable": ErrorKind(503, "service_unavailable_error", _ERROR),  # Redis, when shared
     "limits_unavailable": ErrorKind(503, "service_unavailable_error", _ERROR),  # the limits' store
     "ledger_unavailable": ErrorKind(503, "service_unavailable_error", _ERROR),  # rows it can't write

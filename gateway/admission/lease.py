@@ -73,11 +73,13 @@ class Lease:
     ``overlapped`` turns True if another lease was held at any moment while this one was: counters the
     backend keeps for all requests (vLLM's spec-decode totals) are then not this request's alone.
     ``ticket``: its id in a shared queue ("" in-process); with ``grant``, its fence, it names the lease.
+    ``preempted`` is set when admission wants the slot of this batch request back for an interactive
+    one: its holder aborts the request and releases the lease (:class:`~gateway.admission.Admission`).
     """
 
     __slots__ = (
-        "_admission", "_released", "grant", "granted_at", "key", "need", "overlapped", "queue_wait_s",
-        "ticket", "waited_for",
+        "_admission", "_released", "grant", "granted_at", "key", "need", "overlapped", "preempted",
+        "queue_wait_s", "ticket", "waited_for",
     )  # fmt: skip
 
     def __init__(
@@ -100,6 +102,7 @@ class Lease:
         self.waited_for = waited_for or {}
         self.granted_at = time.monotonic()
         self.overlapped = False
+        self.preempted = asyncio.Event()
         admission.hold(self)
 
     @property

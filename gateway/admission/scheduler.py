@@ -24,11 +24,14 @@ some (their tags run on from their running requests'). Priority weights a key's 
 3 gets three times the expected seconds of a key of priority 1 when both wait). A key at its
 ``max_concurrency`` is skipped until one of its requests ends.
 
-Classes: a request is ``interactive`` (the default) or ``batch`` (:attr:`Need.batch`): no batch
-request is admitted while an interactive one that fits waits; the order above holds within each
-class. Batch work fills the slots interactive work leaves (under sustained interactive load, it
-waits: its queue timeout bounds that). The queue keeps room for keys with
-nothing waiting: a key that already waits may not take the last :attr:`Admission.reserve` places.
+Classes: a request is ``interactive`` (the default) or ``batch`` (:attr:`Need.batch`): no batch request
+is admitted while an interactive one that fits waits; the order above holds within each class. Batch
+work fills the slots interactive work leaves (under sustained interactive load, it waits: its queue
+timeout bounds that), and gives them back: with ``preempt_batch``, an interactive waiter that needs only
+slots or KV that batch requests hold has the youngest of those leases marked :attr:`Lease.preempted`
+(:meth:`_preempt`); their holders abort them (vLLM frees the sequence) and release them, and the waiter
+is admitted. The queue keeps room for keys with nothing waiting: a key that already waits may not take
+the last :attr:`Admission.reserve` places.
 
 Agent sessions: when a turn of a session (:attr:`Need.session`) ends, its prompt and output stay in the
 backend's prefix cache, and the agent's next turn — usually within a second — finds them there. For
@@ -128,6 +131,8 @@ class Admission(HeldLoad):
         bypass_limit: passes after which a waiter is guarded (see the module doc).
         session_hold_s: how long an agent session's cached prefix is held for its next turn, s (0:
             never).
+        preempt_batch: interactive waiters take slots and KV back from batch requests (see the
+            module doc).
 
     ``in_use`` counts sequences holding slots, ``kv_reserved_tokens`` their KV, ``long_in_use`` the
     long requests running; ``grants`` counts every grant to a waiter so far; ``reserve`` is the queue
@@ -146,6 +151,7 @@ class Admission(HeldLoad):
         long_queue_timeout_s: float | None = None,
         bypass_limit: int = 8,
         session_hold_s: float = 0.0,
+        preempt_batch: bool = False,
     ) -> None:
         if slots < 1:
             raise ValueError("slots must be >= 1")
@@ -176,6 +182,7 @@ class Admission(HeldLoad):
         self._guarded: Waiter | None = None
         self._mean_hold_s = 10.0
         self.session_hold_s = session_hold_s
+        self.preempt_batch = preempt_batch
         self._holds: dict[str, SessionHold] = {}  # by session, the most recently used last
         self._due: deque[float] = deque()  # when a hold or a hold-back ends, soonest first
         self._timer: asyncio.TimerHandle | None = None
@@ -193,6 +200,7 @@ class Admission(HeldLoad):
             long_queue_timeout_s=settings.queue_timeout_long_s,
             bypass_limit=settings.bypass_limit,
             session_hold_s=settings.session_hold_s if settings.prefix_caching else 0.0,
+            preempt_batch=settings.batch_preemption,
         )
 
     def waiting_for(self) -> dict[str, int]:
@@ -450,7 +458,43 @@ class Admission(HeldLoad):
             if chosen is None:
                 break
             self._admit(chosen)
+        if self.preempt_batch and self._waiting > self._batch:
+            self._preempt(now)
         self._note_reasons()
+
+    def _preempt(self, now: float) -> None:
+        """Take slots back from batch requests for the interactive waiters, in tag order, that wait for
+        a slot or KV only: for each, the youngest batch leases (the least work lost) whose leaving
+        lets it run are marked :attr:`Lease.preempted` (their holders abort and release them); leases
+        marked already count as gone, and each waiter they make room for as running, so a waiter
+        preempts at most what it needs, once. Stops at the first one that batch leases leaving would
+        not make fit."""
+        batch = sorted((lease for lease in self._active if lease.need.batch), key=lambda x: -x.grant)
+        if not batch:
+            return
+        after = self.held
+        for lease in batch:
+            if lease.preempted.is_set():
+                after = after.minus(lease.need)
+        spare = [lease for lease in batch if not lease.preempted.is_set()]
+        for waiter in heapq.merge(*self._queues.values(), key=_rank):
+            if (
+                waiter.need.batch
+                or waiter.future.done()
+                or not self._key_free(waiter.key, waiter.max_concurrency)
+            ):
+                continue
+            if self._blocker(waiter.need, waiter.enqueued_at, now) not in (Reason.SLOT, Reason.KV):
+                continue
+            taken: list[Lease] = []
+            while self.capacity.blocker(after, waiter.need) is not None and spare:
+                taken.append(spare.pop(0))
+                after = after.minus(taken[-1].need)
+            if self.capacity.blocker(after, waiter.need) is not None:
+                return
+            for lease in taken:
+                lease.preempted.set()
+            after = after.plus(waiter.need)
 
     def _resumed(self) -> Waiter | None:
         """The waiting next turn of a held session that fits, the most recently used session first,

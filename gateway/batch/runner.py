@@ -15,13 +15,14 @@ requests, not a batch's backlog); a freed slot goes to the next key in turn
 instead of after it. The key is looked up every :data:`WATCH_S`: a key revoked, expired or deleted
 has its remaining lines answered 401, a key's new limits apply to the next lines.
 
-A line is answered once: its result is recorded under the batch's fence, and lines recorded already
-are skipped after a restart or a take-over. A refusal that says "later" is not an answer: a line
-refused for the key's rate or a full queue (429) or a backend away (503) is sent again after its
-``Retry-After``; a line refused because the key's quota is spent *pauses* the batch: no more lines,
-and its lease is given back until the ``Retry-After`` (at most the batch's end), so the process runs
-other batches meanwhile and the batch is not failed. Any other answer (a 2xx, or the request refused
-as it would be interactively) is the line's result, in the output or the error file.
+A line is answered once: its result is recorded under the batch's fence, and lines recorded already are
+skipped after a restart or a take-over. A refusal that says "later" is not an answer: a line refused for
+the key's rate or a full queue (429) or a backend away (503) is sent again after its ``Retry-After``,
+and one whose slot an interactive request took back (503 ``preempted``, ``GATEWAY_BATCH_PREEMPTION``) at
+once; a line refused because the key's quota is spent *pauses* the batch: no more lines, and its lease
+is given back until the ``Retry-After`` (at most the batch's end), so the process runs other batches
+meanwhile and the batch is not failed. Any other answer (a 2xx, or the request refused as it would be
+interactively) is the line's result, in the output or the error file.
 
 A batch asked to stop (``cancelling``) or past its window sends no more lines; the ones running end;
 then it is ``finalizing``: its output and error files are written from the recorded results (lines
@@ -367,6 +368,8 @@ class BatchRunner:
                     answer = await call(self._app, self._pipeline, dialect, principal, sent)
                 if answer.status not in _LATER:
                     break
+                if _code(answer) == "preempted":
+                    continue  # its slot went to an interactive request: it queues again at once
                 wait = answer.retry_after_s
                 if _code(answer) == "quota_exceeded":
                     until = min(ends_at, datetime.now(UTC) + timedelta(seconds=wait or PAUSE_S))

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
+from typing import Any, TypeVar
 
 from gateway.admission import Lease, Need, Waiter
 from gateway.auth.principal import Principal
@@ -25,6 +26,8 @@ from gateway.errors import GatewayError
 from gateway.proxy.pipeline import Pipeline
 from gateway.telemetry.recorder import RequestRecorder
 from gateway.telemetry.spec import COUNTERS
+
+T = TypeVar("T")
 
 #: Seconds between two looks at a held request's backend circuit (a local check, no I/O).
 HOLD_POLL_S = 0.1
@@ -154,6 +157,34 @@ class Placement:
                 self._release(self.lease)
             elif self.waiter is not None and self.backend is not None:
                 self.backend.admission.abandon(self.waiter)
+
+    async def answer(self, prepared: Prepared) -> tuple[UpstreamResponse, bytes]:
+        """A non-streamed request's response and whole body (:meth:`open_when_back`, then the read);
+        503 ``preempted`` when admission takes this batch request's slot back for an interactive one
+        first (:attr:`~gateway.admission.Lease.preempted`): what was sent is closed, so the backend
+        aborts the sequence, and the request is to be sent again."""
+        upstream = await self._unless_preempted(self.open_when_back(prepared))
+        return upstream, await self._unless_preempted(upstream.read())
+
+    async def _unless_preempted(self, work: Coroutine[Any, Any, T]) -> T:
+        """``work``'s result, or 503 ``preempted`` (``work`` cancelled) once this batch request's lease
+        is marked so."""
+        lease = self.lease
+        if lease is None or not lease.need.batch:
+            return await work
+        task = asyncio.ensure_future(work)
+        preempted = asyncio.ensure_future(lease.preempted.wait())
+        try:
+            await asyncio.wait({task, preempted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in (task, preempted):
+                waiting.cancel()
+            await asyncio.gather(task, preempted, return_exceptions=True)
+        if (task.cancelled() or task.exception() is not None) and lease.preempted.is_set():
+            self.abort()
+            message = "An interactive request took this batch request's slot: it is sent again."
+            raise GatewayError("preempted", message, headers={"Retry-After": "0"})
+        return task.result()
 
     def abort(self) -> None:
         """Close the upstream response before its end: the backend aborts the sequence (the slot is

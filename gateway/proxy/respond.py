@@ -154,8 +154,7 @@ async def _serve(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
     if not prepared.stream:
         if not admitted:
             await placement.wait()
-        upstream = await placement.open_when_back(prepared)
-        body = await upstream.read()
+        upstream, body = await placement.answer(prepared)
         await placement.upstream_done()  # the slot handed on before the answer is rewritten
         answer = exchange.answer(prepared.translator.answer(body), upstream.status)
         await reply.json(upstream.status, answer, headers)

@@ -382,3 +382,34 @@ def test_a_batch_checked_by_a_gateway_that_kept_no_requests_is_checked_again_and
     assert done.status == "completed" and done.request_counts.completed == 30
     assert sorted(results(again, done.output_file_id)) == sorted(f"k-{n}" for n in range(30))
     assert not kept.exists()  # removed when the batch ended
+
+
+def test_an_interactive_request_takes_a_batch_lines_slot_back(
+    start_sim, start_gateway, make_key, admin, tmp_path: Path
+) -> None:
+    """Two batch lines decoding hold both slots; a chat of another key takes the younger line's slot
+    (GATEWAY_BATCH_PREEMPTION): that line is aborted (its ledger row: 503 ``preempted``) and sent again,
+    and the batch still answers each line once, 200."""
+    gateway = start_gateway(start_sim().url, files_dir=tmp_path / "files", slots=2)
+    sdk = client(gateway, make_key("nightly"))
+    slow = {"messages": [{"role": "user", "content": "count from 1 to 9000 #sim:decode_tps=50"}],
+            "max_tokens": 150}  # fmt: skip
+    batch = create(sdk, upload(sdk, line("first", **slow) + line("second", **slow)))
+    wait_until(lambda: scrape(gateway.url)["gateway_slots_in_use"] == 2, what="both lines running")
+    chat = httpx.post(
+        gateway.url + CHAT, timeout=60, headers={"Authorization": f"Bearer {make_key('chat')}"},
+        json={"model": MODEL, "messages": [{"role": "user", "content": "count to 3"}], "max_tokens": 8},
+    )  # fmt: skip
+    assert chat.status_code == 200
+    done = until_ended(sdk, batch.id)
+    assert done.status == "completed" and done.error_file_id is None
+    answered = results(sdk, done.output_file_id)
+    assert sorted(answered) == ["first", "second"]
+    assert all(row["response"]["status_code"] == 200 for row in answered.values())
+
+    def rows() -> list[dict]:
+        listed = httpx.get(gateway.url + "/admin/requests", headers={"Authorization": f"Bearer {admin}"})
+        return [r for r in listed.json()["data"] if r["key_name"] == "nightly"]
+
+    wait_until(lambda: len(rows()) == 3, what="the batch's three attempts recorded")
+    assert sorted(r["status"] for r in rows()) == [200, 200, 503]
