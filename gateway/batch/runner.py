@@ -43,11 +43,11 @@ import os
 import secrets
 import socket
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from starlette.types import ASGIApp
 
@@ -85,6 +85,7 @@ PAUSE_S = 60.0
 MAX_FAILURES = 5
 #: Statuses of refusals that say "later", not "no" (the key's rates, the queue; draining, backend down).
 _LATER = {429, 503}
+T = TypeVar("T")
 
 
 class Draining(Protocol):
@@ -184,7 +185,7 @@ class BatchRunner:
         finally:
             for task in held.values():
                 task.cancel()
-            await asyncio.gather(*held.values(), return_exceptions=True)
+            await to_the_end(asyncio.gather(*held.values(), return_exceptions=True))
 
     async def _hold(self, lease: BatchLease) -> None:
         """Work on the batch of ``lease`` until it ends, is paused, is taken over or fails; then give
@@ -199,12 +200,12 @@ class BatchRunner:
             log.exception("batch %s: stopped by an error", lease.batch_id)
             failed = self._failures[lease.batch_id] = self._failures[lease.batch_id] + 1
             if failed >= MAX_FAILURES:
-                await asyncio.shield(self._fail(lease))
+                await to_the_end(self._fail(lease))
             else:  # taken up again (here or elsewhere) after a pause that doubles each time
                 pause_until = datetime.now(UTC) + timedelta(seconds=min(60, 2**failed))
         finally:
             try:
-                await asyncio.shield(self._store.release(lease, pause_until))
+                await to_the_end(self._store.release(lease, pause_until))
             except Exception:  # the database away: the lease lapses instead
                 log.exception("batch %s: could not give its lease back", lease.batch_id)
 
@@ -443,6 +444,25 @@ class BatchRunner:
             await self._files.discard(upload)
             raise
         return file_id
+
+
+async def to_the_end(work: Awaitable[T]) -> T:
+    """``work``'s result, waited for even if the caller is cancelled meanwhile, once or more (then
+    the cancellation is raised once ``work`` has ended).
+
+    ``asyncio.shield`` alone keeps ``work`` running but lets a cancelled caller go on at once: a
+    batch's lease given back as the gateway stops would race the database's close, and a lease not
+    given back keeps the batch from every other process until it lapses."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return task.result()
 
 
 async def _chain(first: AsyncIterator[str], then: list[str]) -> AsyncIterator[str]:

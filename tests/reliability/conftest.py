@@ -13,7 +13,8 @@ from tests.support.gateway_process import GatewayProcess, clean_env
 @pytest.fixture
 def gateway_processes(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
     """Factory: ``start(upstream, database_url, **settings)`` -> a started ``dspark-gateway serve``
-    process (``GATEWAY_<SETTING>`` for each setting)."""
+    process (``GATEWAY_<SETTING>`` for each setting); their shared log's last 200 lines printed at the
+    end."""
     started: list[GatewayProcess] = []
 
     def start(upstream: str, database_url: str, **settings: object) -> GatewayProcess:
@@ -25,3 +26,6 @@ def gateway_processes(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]
     yield start
     for process in started:
         process.stop()
+    log = tmp_path / "gateway.log"
+    if log.exists():  # pytest shows a test's captured output only when it failed: the gateways' story
+        print("".join(log.read_text(errors="replace").splitlines(keepends=True)[-200:]))
