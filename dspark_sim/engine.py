@@ -137,7 +137,8 @@ class SimEngine:
     async def _prefill(self, seq: Sequence) -> None:
         """Prefill prompt + generated tokens in chunks of ``prefill_chunk_tokens``, but for the prompt's
         prefix the cache holds; a chunk of c tokens takes c / (prefill_tps / sequences prefilling now)
-        s (the compute is shared). Its prompt's blocks are then resident."""
+        s (the compute is shared). Its prompt's blocks are then resident; those of the chunks computed
+        if it stops part-way (aborted, preempted)."""
         config, scheduler, cache = self.config, self.scheduler, self.cache
         left = seq.prompt_tokens + seq.generated
         if cache is not None and seq.prompt_ids is not None:
@@ -147,14 +148,23 @@ class SimEngine:
             scheduler.grow(seq, cached)
             left -= cached
         seq.prefilling = True
+        done = False
         try:
             while left > 0:
                 chunk = min(config.prefill_chunk_tokens, left)
                 scheduler.grow(seq, chunk)
-                await _nap(seq, time.monotonic() + chunk * scheduler.num_prefilling / config.prefill_tps)
                 left -= chunk
+                await _nap(seq, time.monotonic() + chunk * scheduler.num_prefilling / config.prefill_tps)
+            done = True
         finally:
             seq.prefilling = False
+            if not done and seq.generated == 0 and cache is not None and seq.prompt_ids is not None:
+                # aborted or preempted part-way: vLLM caches a block once it is allocated
+                # (``KVCacheManager.allocate_slots``), an abort or a preemption takes effect between
+                # two steps (the chunk under way is computed), and the blocks stay resident when
+                # freed: the prompt sent again resumes from there
+                computed = seq.prompt_ids[: seq.prompt_tokens - left]
+                self._publish(cache.store(computed, scheduler.kv_tokens, id(seq), seq.cache_salt))
         if cache is not None and seq.prompt_ids is not None:
             self._publish(cache.store(seq.prompt_ids, scheduler.kv_tokens, id(seq), seq.cache_salt))
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from dspark_sim.config import SimConfig
 from dspark_sim.engine import SimEngine, draw_accepted, plan_steps
+from dspark_sim.prefix_cache import PrefixCache
 from dspark_sim.scheduler import Preempted, Scheduler
 from dspark_sim.sequence import Sequence, Step
 
@@ -242,3 +243,27 @@ async def test_an_aborted_sequence_frees_its_kv_mid_prefill():
         await task
     await steps.aclose()
     assert engine.scheduler.kv_tokens == 0 and seen.events == [("abort", "a")]
+
+
+async def test_a_prompt_sent_again_after_an_abort_mid_prefill_resumes_from_the_chunks_computed():
+    # vLLM caches a block once allocated, and an aborted request's blocks stay resident when freed:
+    # the same prompt sent again computes only what the first one had not
+    engine, _ = engine_for(prefill_tps=10_000.0, prefill_chunk_tokens=1_000)
+    engine.cache = PrefixCache(block_size=8, pool_blocks=10_000)
+    ids = list(range(10_000))
+    first = long_seq("first", 10_000, 5, seed=1)
+    first.prompt_ids = ids
+    steps = engine.run(first)
+    task = asyncio.create_task(anext(steps))
+    # the fourth chunk under way (polled: the scheduler tells nothing of a chunk): computed, as vLLM
+    # takes an abort between two steps
+    while engine.scheduler.kv_tokens < 4_000:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await steps.aclose()
+    again = long_seq("again", 10_000, 5, seed=1)
+    again.prompt_ids = ids
+    await drain(engine, again)
+    assert 4_000 <= again.cached_tokens < 10_000 and again.cached_tokens % 8 == 0
