@@ -114,8 +114,8 @@ def test_client_gone_mid_stream_aborts_in_vllm(vllm_factory, start_gateway, make
     }
     with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, headers=headers) as response:
         lines = response.iter_lines()
+        # gone at the first event: nothing else in the way of the abort while vLLM decodes the rest
         assert next(line for line in lines if line.startswith("data: "))
-        assert scrape(vllm_server.base_url)["vllm:num_requests_running"] == 1
     wait_until(lambda: backend_idle(vllm_server, gateway), timeout_s=10, what="vLLM abort and slot release")
     generated = scrape(vllm_server.base_url)["vllm:generation_tokens_total"] - before
-    assert generated < 450  # aborted, not run to the end
+    assert 1 <= generated < 450  # it ran, and was aborted before its end
