@@ -25,20 +25,22 @@ Arms (a fresh simulator and gateway each):
 
 - **fifo**: the fair per-key queue in front of two slots, nothing more (every request fits:
   ``GATEWAY_KV_BUDGET_TOKENS=10^9``; no lane: ``GATEWAY_EXPRESS_SLOTS=0``; ``GATEWAY_PREFIX_CACHING=false``;
-  each key in turn in arrival order: ``GATEWAY_QUEUE_ORDER=arrival``);
+  each key in turn in arrival order: ``GATEWAY_QUEUE_ORDER=arrival``; no prefill preemption);
 - **before**: the KV budget and the long-prompt lane sized by whole prompts, no session holds
-  (``GATEWAY_PREFIX_CACHING=false``), keys in turn (``GATEWAY_QUEUE_ORDER=arrival``): admission as it
-  was before it knew the prefix cache;
+  (``GATEWAY_PREFIX_CACHING=false``), keys in turn (``GATEWAY_QUEUE_ORDER=arrival``), no prefill
+  preemption: admission as it was before it knew the prefix cache;
 - **now**: the gateway as deployed, scaled, subscribed to the simulator's KV events (vLLM's ZMQ wire):
   sized by the tokens left to compute, sessions held ``GATEWAY_SESSION_HOLD_S`` (3 s), the queue in
-  order of expected work (``GATEWAY_QUEUE_ORDER=work``).
+  order of expected work (``GATEWAY_QUEUE_ORDER=work``), a cold prompt's prefill preempted for a
+  much shorter request (``GATEWAY_PREFILL_PREEMPTION``).
 
 Figures per arm: agent follow-up turns' TTFT (sent -> first event with text) p50 / p95 and the
 first turns' apart; prefill tokens recomputed (a follow-up turn's previous prompt, computed before,
 less what the cache served it: ``usage.prompt_tokens_details.cached_tokens``) and all prefill computed
-(prompt - cached, every request); short chats' TTFT p50 / p95, and p95 of those sent while a cold
-prompt waited or prefilled (from its sending to its first token: the one slot its lane leaves is
-all the agents' turns and the short chats have then); throughput (output tokens / s over the
+(prompt - cached, every request; a document's whole prompt: :func:`computed`); short chats' TTFT
+p50 / p95, and p95 of those sent while a cold prompt waited or prefilled (from its sending to its
+first token: the one slot its lane leaves is all the agents' turns and the short chats have then);
+throughput (output tokens / s over the
 makespan); fairness: Jain's index (Jain, Chiu & Hawe 1984, (sum x)^2 / (n sum x^2)) over keys of
 x = the key's time alone / time taken (sum over its requests of the simulator's no-queue
 end-to-end time, ``ttft_base + computed / prefill_tps + output / decode_tps``, over the measured one).
@@ -89,8 +91,9 @@ ARMS: dict[str, dict[str, object]] = {
         "express_slots": 0,
         "prefix_caching": False,
         "queue_order": "arrival",
+        "prefill_preemption": False,
     },
-    "before": {**SIZED, "prefix_caching": False, "queue_order": "arrival"},
+    "before": {**SIZED, "prefix_caching": False, "queue_order": "arrival", "prefill_preemption": False},
     "now": {**SIZED, "kv_block_size": BLOCK},
 }
 QUEUE = {"queue_max": 1000, "queue_max_per_key": 500, "queue_timeout_s": 600, "queue_timeout_long_s": 600}
@@ -274,13 +277,17 @@ async def run_arm(workdir: Path, arm: str, load: Plan) -> tuple[Run, float]:
     return run, makespan
 
 
+def computed(done: Done) -> int:
+    """The prompt tokens a request computed: all but what the cache served it, and all of a document's.
+    A document is distinct, so nothing of it is cached before it runs; a document whose prefill was
+    preempted (``GATEWAY_PREFILL_PREEMPTION``) was sent again, and that send's usage reports as cached
+    what its own earlier sends computed."""
+    return done.prompt_tokens if done.kind == "doc" else done.prompt_tokens - done.cached_tokens
+
+
 def alone_s(done: Done) -> float:
     """A request's end-to-end time on an idle simulator: what it computes and decodes, s."""
-    return (
-        TTFT_BASE_S
-        + (done.prompt_tokens - done.cached_tokens) / PREFILL_TPS
-        + done.output_tokens / DECODE_TPS
-    )
+    return TTFT_BASE_S + computed(done) / PREFILL_TPS + done.output_tokens / DECODE_TPS
 
 
 def jain(values: list[float]) -> float:
@@ -316,7 +323,7 @@ def figures(run: Run, makespan: float) -> dict[str, Any]:
         "recomputed_prefill_tokens": sum(
             max(0, d.previous_prompt - d.cached_tokens) for d in by_kind["agent"]
         ),
-        "prefill_computed_tokens": sum(d.prompt_tokens - d.cached_tokens for d in run.done),
+        "prefill_computed_tokens": sum(map(computed, run.done)),
         "short_requests": len(shorts),
         "short_ttft_s": {
             "p50": pct(shorts, 50),

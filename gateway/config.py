@@ -236,6 +236,13 @@ class Settings(BaseSettings):
         "them back: the youngest lines are aborted and sent again later (their prompts stay in the "
         "prefix cache; their output so far is lost). false: a line keeps its slot until it ends",
     )
+    prefill_preemption: bool = Field(
+        default=True,
+        description="An interactive request that waits for a slot takes it from a streamed request still in "
+        "its prefill that is due after it in the fair queue and expected to take 8 times as long (1 s at "
+        "least): that one is aborted and sent again at once with its place kept, resuming from the blocks "
+        "it computed (vLLM keeps them cached). false: a prefill keeps its slot until it ends",
+    )
     key_cache_ttl_s: float = Field(
         default=1.0, ge=0, description="How long a key lookup is reused; bounds how late a revoke lands"
     )

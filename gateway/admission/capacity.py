@@ -66,6 +66,9 @@ class Need:
     service_s: float = 1.0
     """Expected service time, s: its uncached prefill and expected output at the backend's measured
     rates (:class:`~gateway.admission.service.ServiceRates`); what it is queued by."""
+    rejoin_tag: float | None = None
+    """The fair-queue finish tag of a request whose prefill was preempted and that queues again: it
+    keeps its place (in-process admission; a shared queue preempts nothing)."""
 
 
 @dataclass(frozen=True, slots=True)

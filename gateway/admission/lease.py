@@ -73,13 +73,17 @@ class Lease:
     ``overlapped`` turns True if another lease was held at any moment while this one was: counters the
     backend keeps for all requests (vLLM's spec-decode totals) are then not this request's alone.
     ``ticket``: its id in a shared queue ("" in-process); with ``grant``, its fence, it names the lease.
-    ``preempted`` is set when admission wants the slot of this batch request back for an interactive
-    one: its holder aborts the request and releases the lease (:class:`~gateway.admission.Admission`).
+    ``preempted`` is set when admission wants the slot back for an interactive request: a batch
+    request's, or the slot of one whose prefill runs (``prefilling``, set by its holder while a
+    streamed request waits for its first output, and still set when it is released cut in its
+    prefill) for a much shorter one due before it; its holder aborts the request and releases the
+    lease (:class:`~gateway.admission.Admission`). ``tag``: its finish tag in the fair queue
+    (in-process admission), which a preempted request queues again with.
     """
 
     __slots__ = (
         "_admission", "_released", "grant", "granted_at", "key", "need", "overlapped", "preempted",
-        "queue_wait_s", "ticket", "waited_for",
+        "prefilling", "queue_wait_s", "tag", "ticket", "waited_for",
     )  # fmt: skip
 
     def __init__(
@@ -91,9 +95,12 @@ class Lease:
         queue_wait_s: float = 0.0,
         waited_for: dict[str, float] | None = None,
         ticket: str = "",
+        tag: float = 0.0,
     ) -> None:
         self._admission = admission
         self.ticket = ticket
+        self.tag = tag
+        self.prefilling = False
         self._released = False
         self.key = key
         self.grant = grant
@@ -155,4 +162,6 @@ async def lease_when_granted(queue: Queue, waiter: Waiter) -> Lease:
     waiter.settled = True
     assert waiter.grant is not None
     waited = time.monotonic() - waiter.enqueued_at
-    return Lease(queue, waiter.key, waiter.grant, waiter.need, waited, waiter.waited_for, waiter.ticket)
+    return Lease(
+        queue, waiter.key, waiter.grant, waiter.need, waited, waiter.waited_for, waiter.ticket, waiter.tag
+    )

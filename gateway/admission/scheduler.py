@@ -30,7 +30,15 @@ work fills the slots interactive work leaves (under sustained interactive load, 
 timeout bounds that), and gives them back: with ``preempt_batch``, an interactive waiter that needs only
 slots or KV that batch requests hold has the youngest of those leases marked :attr:`Lease.preempted`
 (:meth:`_preempt`); their holders abort them (vLLM frees the sequence) and release them, and the waiter
-is admitted. The queue keeps room for keys with nothing waiting: a key that already waits may not take
+is admitted. With ``preempt_prefill``, an interactive waiter takes a slot the same way from a streamed
+request still in its prefill (:attr:`Lease.prefilling`) that is due after it (a higher tag) and expected
+to take at least :data:`PREFILL_PREEMPT_RATIO` times as long — a short chat need not wait for a cold
+150k-token prompt's minutes of prefill. vLLM caches a prompt's blocks as it computes them and keeps them
+when the request is aborted, so the preempted request, sent again with its tag
+(:attr:`Need.rejoin_tag`: it keeps its place, and its ending raises no virtual time), resumes its
+prefill where it stopped. It can be preempted again only by requests tagged below it, and the virtual
+time reaches its tag as the requests before it end: the bound above holds, each preemption costing it
+a re-send. The queue keeps room for keys with nothing waiting: a key that already waits may not take
 the last :attr:`Admission.reserve` places.
 
 Agent sessions: when a turn of a session (:attr:`Need.session`) ends, its prompt and output stay in the
@@ -99,6 +107,13 @@ def _rank(waiter: Waiter) -> tuple[float, int]:
 _EWMA_ALPHA = 0.2
 #: Most sessions one key has held at once; its oldest hold goes first.
 HOLDS_PER_KEY = 2
+#: How many times longer than an interactive waiter's expected service a streamed request's must be for
+#: its prefill to yield the slot (``GATEWAY_PREFILL_PREEMPTION``): a re-send costs its prompt's
+#: tokenization and lookup, worth it only for a wait many times the waiter's own.
+PREFILL_PREEMPT_RATIO = 8.0
+#: Least expected service, s, of a streamed request whose prefill may yield its slot: below that the
+#: waiter would not wait long for it anyway.
+PREFILL_PREEMPT_MIN_S = 1.0
 #: Added to a hold's timer, s: the loop may run a timer a hair before the clock reads its deadline.
 _TIMER_SLACK_S = 0.005
 #: Grid the times a hold ends are rounded up to, s: a burst of requests shares one look again.
@@ -133,6 +148,8 @@ class Admission(HeldLoad):
             never).
         preempt_batch: interactive waiters take slots and KV back from batch requests (see the
             module doc).
+        preempt_prefill: interactive waiters take slots back from much longer streamed requests
+            still in their prefill (see the module doc).
 
     ``in_use`` counts sequences holding slots, ``kv_reserved_tokens`` their KV, ``long_in_use`` the
     long requests running; ``grants`` counts every grant to a waiter so far; ``reserve`` is the queue
@@ -152,6 +169,7 @@ class Admission(HeldLoad):
         bypass_limit: int = 8,
         session_hold_s: float = 0.0,
         preempt_batch: bool = False,
+        preempt_prefill: bool = False,
     ) -> None:
         if slots < 1:
             raise ValueError("slots must be >= 1")
@@ -183,6 +201,7 @@ class Admission(HeldLoad):
         self._mean_hold_s = 10.0
         self.session_hold_s = session_hold_s
         self.preempt_batch = preempt_batch
+        self.preempt_prefill = preempt_prefill
         self._holds: dict[str, SessionHold] = {}  # by session, the most recently used last
         self._due: deque[float] = deque()  # when a hold or a hold-back ends, soonest first
         self._timer: asyncio.TimerHandle | None = None
@@ -201,6 +220,7 @@ class Admission(HeldLoad):
             bypass_limit=settings.bypass_limit,
             session_hold_s=settings.session_hold_s if settings.prefix_caching else 0.0,
             preempt_batch=settings.batch_preemption,
+            preempt_prefill=settings.prefill_preemption,
         )
 
     def waiting_for(self) -> dict[str, int]:
@@ -241,8 +261,9 @@ class Admission(HeldLoad):
         if not self._queues and self._key_free(key, max_concurrency) and self._fits(need, now, now):
             tag = self._tag(key, priority, need)
             self._vtime = max(self._vtime, tag - need.service_s / max(1, priority))
-            return Lease(self, key, self._take(key, need, tag), need)
-        if (refusal := self._no_room(key)) is not None:
+            return Lease(self, key, self._take(key, need, tag), need, tag=tag)
+        # a preempted request queuing again had its place: the queue's bounds do not refuse it
+        if need.rejoin_tag is None and (refusal := self._no_room(key)) is not None:
             raise refusal
         timeout = self.long_queue_timeout_s if need.long else self.queue_timeout_s
         future = asyncio.get_running_loop().create_future()
@@ -259,7 +280,9 @@ class Admission(HeldLoad):
     def _tag(self, key: str, priority: int, need: Need) -> float:
         """The finish tag of ``key``'s next request (see the module doc): it starts at the later
         of the virtual time and the key's last finish tag, and lasts its expected service time over
-        the key's weight (``priority``)."""
+        the key's weight (``priority``); a preempted request's own (:attr:`Need.rejoin_tag`)."""
+        if need.rejoin_tag is not None:
+            return need.rejoin_tag
         tag = max(self._vtime, self._finish.get(key, 0.0)) + need.service_s / max(1, priority)
         self._finish[key] = tag
         return tag
@@ -458,25 +481,30 @@ class Admission(HeldLoad):
             if chosen is None:
                 break
             self._admit(chosen)
-        if self.preempt_batch and self._waiting > self._batch:
+        if (self.preempt_batch or self.preempt_prefill) and self._waiting > self._batch:
             self._preempt(now)
         self._note_reasons()
 
     def _preempt(self, now: float) -> None:
-        """Take slots back from batch requests for the interactive waiters, in tag order, that wait for
-        a slot or KV only: for each, the youngest batch leases (the least work lost) whose leaving
-        lets it run are marked :attr:`Lease.preempted` (their holders abort and release them); leases
-        marked already count as gone, and each waiter they make room for as running, so a waiter
-        preempts at most what it needs, once. Stops at the first one that batch leases leaving would
-        not make fit."""
-        batch = sorted((lease for lease in self._active if lease.need.batch), key=lambda x: -x.grant)
-        if not batch:
+        """Take slots back for the interactive waiters, in tag order, that wait for a slot or KV only:
+        for each, the leases that may yield to it (:meth:`_yields`: batch ones, the youngest first —
+        the least work lost —, then prefills, the last due first) whose leaving lets it run are marked
+        :attr:`Lease.preempted` (their holders abort and release them); leases marked already count
+        as gone, and each waiter they make room for as running, so a waiter preempts at most what it
+        needs, once. Stops at the first one that no yielding lease would make fit."""
+        spare = [
+            lease
+            for lease in self._active
+            if not lease.preempted.is_set()
+            and ((self.preempt_batch and lease.need.batch) or (self.preempt_prefill and lease.prefilling))
+        ]
+        if not spare:
             return
+        spare.sort(key=lambda x: (not x.need.batch, -x.grant if x.need.batch else -x.tag))
         after = self.held
-        for lease in batch:
-            if lease.preempted.is_set():
+        for lease in self._active:  # marked and leaving (a prefill whose output began stays)
+            if lease.preempted.is_set() and (lease.need.batch or lease.prefilling):
                 after = after.minus(lease.need)
-        spare = [lease for lease in batch if not lease.preempted.is_set()]
         for waiter in heapq.merge(*self._queues.values(), key=_rank):
             if (
                 waiter.need.batch
@@ -486,15 +514,28 @@ class Admission(HeldLoad):
                 continue
             if self._blocker(waiter.need, waiter.enqueued_at, now) not in (Reason.SLOT, Reason.KV):
                 continue
+            yielding = [lease for lease in spare if self._yields(lease, waiter)]
             taken: list[Lease] = []
-            while self.capacity.blocker(after, waiter.need) is not None and spare:
-                taken.append(spare.pop(0))
+            while self.capacity.blocker(after, waiter.need) is not None and yielding:
+                taken.append(yielding.pop(0))
                 after = after.minus(taken[-1].need)
             if self.capacity.blocker(after, waiter.need) is not None:
                 return
             for lease in taken:
                 lease.preempted.set()
+                spare.remove(lease)
             after = after.plus(waiter.need)
+
+    @staticmethod
+    def _yields(lease: Lease, waiter: Waiter) -> bool:
+        """Whether ``lease`` gives its slot up for ``waiter``: a batch request always; a prefill when
+        it is due after the waiter and expected to take :data:`PREFILL_PREEMPT_RATIO` times as long,
+        and :data:`PREFILL_PREEMPT_MIN_S` at least."""
+        if lease.need.batch:
+            return True
+        service = lease.need.service_s
+        longer = service >= PREFILL_PREEMPT_MIN_S and service >= PREFILL_PREEMPT_RATIO * waiter.need.service_s
+        return lease.tag > waiter.tag and longer
 
     def _resumed(self) -> Waiter | None:
         """The waiting next turn of a held session that fits, the most recently used session first,
@@ -654,11 +695,14 @@ class Admission(HeldLoad):
         """Lease bookkeeping: ``lease``, held ``held_s`` s, is released; its grant goes to the waiters."""
         self._active.discard(lease)
         self._mean_hold_s += _EWMA_ALPHA * (held_s - self._mean_hold_s)
-        self._give_back(lease.key, lease.grant)
+        # a prefill cut has not ended: it queues again with its tag, and holds no prefix
+        self._give_back(lease.key, lease.grant, ran=not (lease.preempted.is_set() and lease.prefilling))
 
     def _give_back(self, key: str, grant: int, ran: bool = True) -> None:
         need = self._holders.pop(grant)
-        self._vtime = max(self._vtime, self._tags.pop(grant))  # its work is done: no key owes it
+        tag = self._tags.pop(grant)
+        if ran:
+            self._vtime = max(self._vtime, tag)  # its work is done: no key owes it
         self.held = self.held.minus(need)
         if ran and need.session is not None and need.footprint and self.session_hold_s > 0:
             self._hold(key, need)

@@ -10,6 +10,7 @@ model server has no reason to send one; following it would re-send the prompt el
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
@@ -57,6 +58,34 @@ class Upstream(Protocol):
     async def get_text(self, path: str, timeout_s: float) -> str | None: ...
 
     async def aclose(self) -> None: ...
+
+
+class Started:
+    """A streamed :class:`UpstreamResponse` whose body has begun: :meth:`chunks` yields its first chunk
+    (``first``, a read already done) and then the rest of ``rest``, the iterator that read came from;
+    the error the first read raised, if any, is raised there as the response would have raised it."""
+
+    def __init__(
+        self, response: UpstreamResponse, first: asyncio.Future[bytes], rest: AsyncIterator[bytes]
+    ) -> None:
+        self._response = response
+        self._first = first
+        self._rest = rest
+        self.status = response.status
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            yield self._first.result()
+        except StopAsyncIteration:  # the body was empty
+            return
+        async for chunk in self._rest:
+            yield chunk
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.chunks()])
+
+    def close(self) -> None:
+        self._response.close()
 
 
 async def probe(upstream: Upstream, timeout_s: float) -> bool:

@@ -13,6 +13,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Coroutine, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from gateway.admission import Lease, Need, Waiter
@@ -20,7 +21,7 @@ from gateway.auth.principal import Principal
 from gateway.backends.breaker import DOWN_STATUSES
 from gateway.backends.kv_index import PromptBlocks
 from gateway.backends.pool import Backend, BackendDown
-from gateway.backends.upstream import Unreachable, UpstreamResponse
+from gateway.backends.upstream import Started, Unreachable, UpstreamResponse
 from gateway.dialects.base import Prepared
 from gateway.errors import GatewayError
 from gateway.proxy.pipeline import Pipeline
@@ -185,6 +186,46 @@ class Placement:
             message = "An interactive request took this batch request's slot: it is sent again."
             raise GatewayError("preempted", message, headers={"Retry-After": "0"})
         return task.result()
+
+    async def first_output(self) -> bool:
+        """For a streamed interactive request sent upstream: wait for its first output (vLLM streams
+        nothing before the prompt's prefill has ended), its lease
+        :attr:`~gateway.admission.Lease.prefilling` meanwhile, so admission may take the slot back
+        for a much shorter request due first (``GATEWAY_PREFILL_PREEMPTION``). True once output began
+        (the response then hands that first read out first:
+        :class:`~gateway.backends.upstream.Started`), or at once for a request admission never
+        preempts so; False if the slot was taken back first: what was sent is closed (vLLM aborts
+        the sequence and keeps the blocks it computed cached) and the slot given back, and
+        :meth:`rejoin` queues the request again."""
+        lease, upstream = self.lease, self.upstream
+        assert lease is not None and upstream is not None
+        if lease.need.batch or not self._pipeline.settings.prefill_preemption:
+            return True
+        rest = aiter(upstream.chunks())
+        first: asyncio.Future[Any] = asyncio.ensure_future(anext(rest))
+        preempted: asyncio.Future[Any] = asyncio.ensure_future(lease.preempted.wait())
+        lease.prefilling = True
+        try:
+            await asyncio.wait({first, preempted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            preempted.cancel()
+            if not first.done():  # preempted, or this request cancelled (its client gone)
+                first.cancel()
+                await asyncio.wait({first})
+        if not first.cancelled():
+            lease.prefilling = False  # its output began: it runs on, preempted or not
+            self.upstream = Started(upstream, first, rest)
+            return True
+        self.abort()  # released still prefilling: admission takes it as cut in its prefill
+        self._release(lease)
+        self._need = replace(self._need, rejoin_tag=lease.tag)
+        self.lease, self._before = None, None
+        return False
+
+    async def rejoin(self) -> bool:
+        """Queue again after :meth:`first_output` gave the slot back, with the place the request had
+        (:attr:`~gateway.admission.Need.rejoin_tag`); True if admitted at once, else :meth:`wait`."""
+        return await self._enqueue()
 
     def abort(self) -> None:
         """Close the upstream response before its end: the backend aborts the sequence (the slot is

@@ -172,6 +172,10 @@ async def _serve(exchange: Exchange, prepared: Prepared, reply: Reply) -> None:
         await _commented(reply, placement.open_when_back(prepared), _held)
     if not reply.streaming:
         await reply.start_stream(headers)
+    while not await placement.first_output():  # its prefill preempted: queued again, its place kept
+        if not await placement.rejoin():
+            await _commented(reply, placement.wait(), placement.position)
+        await placement.open(prepared)
     await _relay(exchange, prepared, reply)
 
 
