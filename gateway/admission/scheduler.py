@@ -187,7 +187,6 @@ class Admission(HeldLoad):
         self.reserve = max(1, queue_max // 4)
         self.held = Held()
         self._holders: dict[int, Need] = {}  # grant id -> need, oldest grant first
-        self._tags: dict[int, float] = {}  # grant id -> its finish tag
         self._next_grant = 0
         self._queues: dict[str, deque[Waiter]] = {}  # each key's waiters, in arrival (and tag) order
         self._vtime = 0.0  # the fair queue's virtual time (see the module doc)
@@ -261,7 +260,7 @@ class Admission(HeldLoad):
         if not self._queues and self._key_free(key, max_concurrency) and self._fits(need, now, now):
             tag = self._tag(key, priority, need)
             self._vtime = max(self._vtime, tag - need.service_s / max(1, priority))
-            return Lease(self, key, self._take(key, need, tag), need, tag=tag)
+            return Lease(self, key, self._take(key, need), need, tag=tag)
         # a preempted request queuing again had its place: the queue's bounds do not refuse it
         if need.rejoin_tag is None and (refusal := self._no_room(key)) is not None:
             raise refusal
@@ -327,7 +326,7 @@ class Admission(HeldLoad):
         waiter.settled = True
         waiter.note(None, time.monotonic())
         if waiter.grant is not None:
-            self._give_back(waiter.key, waiter.grant, ran=False)  # granted in the tick it was given up
+            self._give_back(waiter.key, waiter.grant, None)  # granted in the tick it was given up
             return
         waiter.future.cancel()
         self._discard(waiter)
@@ -627,7 +626,7 @@ class Admission(HeldLoad):
         self._batch -= waiter.need.batch
         if waiter is self._guarded:
             self._guarded = None
-        waiter.grant = self._take(key, waiter.need, waiter.tag)
+        waiter.grant = self._take(key, waiter.need)
         waiter.note(None, time.monotonic())
         self.grants += 1
         waiter.future.set_result(None)
@@ -654,12 +653,11 @@ class Admission(HeldLoad):
                     reason = Reason.RESERVED
                 waiter.note(reason or Reason.SLOT, now)
 
-    def _take(self, key: str, need: Need, tag: float) -> int:
+    def _take(self, key: str, need: Need) -> int:
         # counted at grant, so max_concurrency and the capacity hold before the waiter's Lease exists
         grant = self._next_grant
         self._next_grant += 1
         self._holders[grant] = need
-        self._tags[grant] = tag
         self.held = self.held.plus(need)
         if need.session is not None:
             self._holds.pop(need.session, None)  # its turn came: the prefix is this request's now
@@ -696,13 +694,16 @@ class Admission(HeldLoad):
         self._active.discard(lease)
         self._mean_hold_s += _EWMA_ALPHA * (held_s - self._mean_hold_s)
         # a prefill cut has not ended: it queues again with its tag, and holds no prefix
-        self._give_back(lease.key, lease.grant, ran=not (lease.preempted.is_set() and lease.prefilling))
+        cut = lease.preempted.is_set() and lease.prefilling
+        self._give_back(lease.key, lease.grant, None if cut else lease.tag)
 
-    def _give_back(self, key: str, grant: int, ran: bool = True) -> None:
+    def _give_back(self, key: str, grant: int, ended_tag: float | None) -> None:
+        """Grant ``grant`` of ``key`` given back; ``ended_tag``: the finish tag of a request that ran
+        to its end (None: it did not run, or its prefill was cut)."""
         need = self._holders.pop(grant)
-        tag = self._tags.pop(grant)
-        if ran:
-            self._vtime = max(self._vtime, tag)  # its work is done: no key owes it
+        ran = ended_tag is not None
+        if ended_tag is not None:
+            self._vtime = max(self._vtime, ended_tag)  # its work is done: no key owes it
         self.held = self.held.minus(need)
         if ran and need.session is not None and need.footprint and self.session_hold_s > 0:
             self._hold(key, need)
