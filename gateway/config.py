@@ -398,6 +398,11 @@ class Settings(BaseSettings):
         "acceptance): auto = only while the upstream sends no per-request metrics",
     )
     backend_poll_s: float = Field(default=2.0, gt=0, description="Interval of the upstream /metrics poll")
+    loop_lag_interval_s: float = Field(
+        default=0.005,
+        ge=0,
+        description="How often the event loop's lag is sampled (gateway_event_loop_lag_seconds), s; 0: never",
+    )
     ledger_flush_s: float = Field(default=1.0, gt=0, description="Usage ledger batch interval (rows at risk)")
     ledger_max_pending_rows: int = Field(
         default=10_000,

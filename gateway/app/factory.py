@@ -53,6 +53,7 @@ from gateway.storage.response_owners import ResponseOwners
 from gateway.storage.secrets import shared_secret
 from gateway.telemetry import GatewayMetrics
 from gateway.telemetry.ledger import UsageLedger
+from gateway.telemetry.loop_lag import sample_lag
 from gateway.telemetry.sinks import TelemetrySinks
 from gateway.telemetry.tracing import Tracing
 
@@ -182,6 +183,8 @@ def create_app(settings: Settings, upstream_factory: UpstreamFactory = aiohttp_u
         )
         metrics.watch(backends)
         monitors = []
+        if settings.loop_lag_interval_s > 0:
+            monitors.append(asyncio.create_task(sample_lag(metrics.loop_lag, settings.loop_lag_interval_s)))
         for backend in backends.all:
             metrics.watch_backend(backend.name, backend.admission)
             metrics.watch_circuit(backend.name, backend.breaker)

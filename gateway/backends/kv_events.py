@@ -52,6 +52,7 @@ import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from dspark_common import kv_events
+from dspark_common.turns import Turns
 from gateway.backends.kv_index import ResidentBlocks
 
 log = logging.getLogger("gateway.kv_events")
@@ -117,6 +118,7 @@ class KVEventFeed:
         checked against the replay even if numbered next (the publisher may have restarted)."""
         self._expected_since: float | None = None
         self._context = zmq.asyncio.Context.instance()
+        self._turns = Turns()
 
     def expect(self, now: float) -> None:
         """A request computed blocks on the backend: a batch should come within ``stale_s``."""
@@ -222,7 +224,7 @@ class KVEventFeed:
         """Apply batch ``seq`` received from the publisher: in order, or as the replay confirms it."""
         connected_anew, self._connected_anew = self._connected_anew, False
         if seq == self.last_seq + 1 and not (connected_anew and self.endpoints.replay):
-            self._apply(seq, payload)
+            await self._apply(seq, payload)
         elif self._applied.get(seq) == _digest(payload):
             pass  # applied already: taken from the replay before the subscription brought it
         elif seq > self.last_seq:
@@ -246,7 +248,7 @@ class KVEventFeed:
         then ``seq`` if the replay has it too (no replay: as it comes); count the rest as missed."""
         if self.endpoints.replay is None:
             self.gaps += seq - 1 - self.last_seq
-            self._apply(seq, payload)
+            await self._apply(seq, payload)
         elif not await self._catch_up(seq, payload):
             self.ignored["out_of_order"] += 1
 
@@ -271,7 +273,7 @@ class KVEventFeed:
                     break
                 else:
                     self.gaps += number - 1 - self.last_seq
-                    self._apply(number, batch)
+                    await self._apply(number, batch)
                     self.replayed += 1
         if restarted:
             self._start_over()
@@ -283,7 +285,7 @@ class KVEventFeed:
             )  # fmt: skip
         if confirmed and seq is not None:
             self.gaps += seq - 1 - self.last_seq
-            self._apply(seq, payload)
+            await self._apply(seq, payload)
         return confirmed
 
     async def _restarted(self, seq: int, payload: bytes) -> bool:
@@ -324,7 +326,11 @@ class KVEventFeed:
         finally:
             socket.close(linger=0)
 
-    def _apply(self, seq: int, payload: bytes) -> None:
+    async def _apply(self, seq: int, payload: bytes) -> None:
+        """Apply batch ``seq``: decoded at once (a batch is one step's events, vLLM's scheduler bounds
+        its tokens by ``--max-num-batched-tokens``), its events in pieces
+        (:meth:`~gateway.backends.kv_index.ResidentBlocks.applying`), taking turns with the loop's
+        other work across batches (a replay brings thousands in a row)."""
         self.last_seq, self._last_payload = seq, payload
         self._applied[seq] = _digest(payload)
         if len(self._applied) > APPLIED_KEPT:
@@ -334,7 +340,7 @@ class KVEventFeed:
         except msgspec.DecodeError:
             self.ignored["malformed"] += 1
             return
-        for reason, count in self.index.apply(batch).items():
+        for reason, count in (await self._turns.run(self.index.applying(batch))).items():
             self.ignored[reason] += count
         self.batches += 1
         self.last_batch_at = time.monotonic()

@@ -70,8 +70,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
+import numpy as np
+from numpy.typing import NDArray
 
 from dspark_common.kv_events import AllBlocksCleared, BlockHash, BlockRemoved, BlockStored, KVEventBatch
+from dspark_common.turns import Work, run_now
 
 #: The digest of no parent (the first block of a prompt).
 ROOT = b""
@@ -79,44 +82,65 @@ ROOT = b""
 DEVICE_MEDIUMS = (None, "GPU")
 
 _EXTRA = msgspec.msgpack.Encoder()
+#: Blocks keyed per piece of work (:mod:`dspark_common.turns`): well under a millisecond of hashing.
+PIECE_BLOCKS = 256
 
 
-def _digest(parent: bytes, tokens: Sequence[int], extra: object = None) -> bytes:
-    """A block's content key: BLAKE2b-128 of its parent's key, its token ids (uint32) and any extra key
-    (as msgpack: an event's decoded list and a tuple of the same items are the same key)."""
+def _digest(parent: bytes, tokens: memoryview, extra: object = None) -> bytes:
+    """A block's content key: BLAKE2b-128 of its parent's key, its token ids (``tokens``: their uint32
+    bytes, native order) and any extra key (as msgpack: an event's decoded list and a tuple of the
+    same items are the same key)."""
     h = hashlib.blake2b(parent, digest_size=16)
-    h.update(array("I", tokens).tobytes())
+    h.update(tokens)
     if extra is not None:
         h.update(_EXTRA.encode(extra))
     return h.digest()
 
 
+def _chained(
+    parent: bytes, ids: memoryview, block_size: int, extras: Sequence[object] = ()
+) -> Work[list[bytes]]:
+    """The keys of the full blocks of ``block_size`` of ``ids`` (uint32 bytes), chained from
+    ``parent``, block ``i`` with ``extras[i]`` if there is one; :data:`PIECE_BLOCKS` a piece."""
+    keys: list[bytes] = []
+    step = 4 * block_size
+    for i, start in enumerate(range(0, len(ids) - step + 1, step)):
+        parent = _digest(parent, ids[start : start + step], extras[i] if i < len(extras) else None)
+        keys.append(parent)
+        if i % PIECE_BLOCKS == PIECE_BLOCKS - 1:
+            yield
+    return keys
+
+
 class PromptBlocks:
-    """A prompt's ``token_ids`` and the content keys of its full blocks, computed once per block size:
-    admission matches them and the estimate remembers them once sent (a 1M-token prompt's keys take
-    tens of ms to compute, on the event loop). ``cache_salt``: the salt the request is sent with (None:
-    unsalted), an extra key of its first block as vLLM's (see the module doc)."""
+    """A prompt's ``token_ids`` (``uint32``: 4 bytes a token) and the content keys of its full blocks,
+    computed once per block size: admission matches them and the estimate remembers them once sent.
+    A 1M-token prompt's keys take ~7 ms of hashing at 256 tokens a block: the request computes them
+    in pieces (:meth:`keying`) before they are used. ``cache_salt``: the salt the request is sent with
+    (None: unsalted), an extra key of its first block as vLLM's (see the module doc)."""
 
     __slots__ = ("token_ids", "_first_extra", "_keys")
 
-    def __init__(self, token_ids: Sequence[int], cache_salt: str | None = None) -> None:
-        self.token_ids = token_ids
-        self._first_extra = (cache_salt,) if cache_salt else None
+    def __init__(self, token_ids: NDArray[np.uint32] | Sequence[int], cache_salt: str | None = None) -> None:
+        self.token_ids: NDArray[np.uint32] = np.ascontiguousarray(token_ids, dtype=np.uint32)
+        self._first_extra = ((cache_salt,),) if cache_salt else ()
         self._keys: dict[int, list[bytes]] = {}
 
     def __len__(self) -> int:
         return len(self.token_ids)
 
     def keys(self, block_size: int) -> list[bytes]:
-        """The content keys of the full blocks of ``block_size`` tokens, in order."""
+        """The content keys of the full blocks of ``block_size`` tokens, in order (computed now if
+        :meth:`keying` did not)."""
+        keys = self._keys.get(block_size)
+        return run_now(self.keying(block_size)) if keys is None else keys
+
+    def keying(self, block_size: int) -> Work[list[bytes]]:
+        """:meth:`keys` of ``block_size``, computed a piece at a time and kept."""
         keys = self._keys.get(block_size)
         if keys is None:
-            keys, parent, ids, extra = [], ROOT, self.token_ids, self._first_extra
-            for start in range(0, len(ids) - block_size + 1, block_size):
-                parent = _digest(parent, ids[start : start + block_size], extra)
-                extra = None
-                keys.append(parent)
-            self._keys[block_size] = keys
+            ids = self.token_ids.data.cast("B")
+            keys = self._keys[block_size] = yield from _chained(ROOT, ids, block_size, self._first_extra)
         return keys
 
 
@@ -233,6 +257,11 @@ class ResidentBlocks:
     def resident_tokens(self) -> int:
         return sum(len(g.blocks) * (g.block_size or self.block_size) for g in self._groups.values())
 
+    def block_sizes(self) -> set[int]:
+        """The block sizes a prompt is keyed by to be matched here: the configured one and each
+        group's."""
+        return {self.block_size} | {g.block_size for g in self._groups.values() if g.block_size}
+
     def groups(self) -> list[dict[str, object]]:
         """``/admin/status``: each group's index, kind, block size, window and resident blocks."""
         return [
@@ -242,13 +271,17 @@ class ResidentBlocks:
         ]  # fmt: skip
 
     def apply(self, batch: KVEventBatch) -> Counter[str]:
-        """Take in one batch of events, in order; the events ignored, by reason: ``block_size`` (a
-        ``BlockStored`` of another block size than its group's), ``malformed`` (one not of vLLM's
-        shape)."""
+        """:meth:`applying` at once."""
+        return run_now(self.applying(batch))
+
+    def applying(self, batch: KVEventBatch) -> Work[Counter[str]]:
+        """Take in one batch of events, in order, a piece at a time (:mod:`dspark_common.turns`); the
+        events ignored, by reason: ``block_size`` (a ``BlockStored`` of another block size than its
+        group's), ``malformed`` (one not of vLLM's shape)."""
         ignored: Counter[str] = Counter()
         for event in batch.events:
             if isinstance(event, BlockStored):
-                reason = self._stored(event)
+                reason = yield from self._stored(event)
                 if reason is not None:
                     ignored[reason] += 1
             elif isinstance(event, BlockRemoved):
@@ -263,6 +296,7 @@ class ResidentBlocks:
                             del group.hash_of[key]
             elif isinstance(event, AllBlocksCleared):
                 self.clear()
+            yield
         return ignored
 
     def clear(self) -> None:
@@ -287,8 +321,8 @@ class ResidentBlocks:
             self._groups[idx] = group
         return group
 
-    def _stored(self, event: BlockStored) -> str | None:
-        """Index ``event``'s blocks; the reason it is ignored, if it is."""
+    def _stored(self, event: BlockStored) -> Work[str | None]:
+        """Index ``event``'s blocks, a piece at a time; the reason it is ignored, if it is."""
         if event.medium not in DEVICE_MEDIUMS:
             return None
         group = self._group(event)
@@ -309,17 +343,15 @@ class ResidentBlocks:
             return None
         if not event.block_hashes or spanned != size * len(event.block_hashes):
             return "malformed"  # not the shape vLLM sends: nothing of it can be trusted
-        if any(not 0 <= token < 2**32 for token in event.token_ids):
-            return "malformed"  # not token ids
+        try:
+            ids = array("I", event.token_ids)  # a C loop over the list: ~8 ns an id
+        except OverflowError:
+            return "malformed"  # not token ids: one below 0 or of 2**32 and more
         parent = ROOT if event.parent_block_hash is None else group.names.get(event.parent_block_hash)
         if parent is None:
             self.orphans += len(event.block_hashes)
             return None
-        extras, keys = event.extra_keys or (), []
-        for i in range(len(event.block_hashes)):
-            extra = extras[i] if i < len(extras) else None
-            parent = _digest(parent, event.token_ids[i * size : (i + 1) * size], extra)
-            keys.append(parent)
+        keys = yield from _chained(parent, memoryview(ids).cast("B"), size, event.extra_keys or ())
         for key, block_hash in zip(reversed(keys), reversed(event.block_hashes), strict=True):
             self._add(group, key, block_hash)  # the last block first: vLLM frees them so (touch)
         return None

@@ -48,6 +48,12 @@ class KVView:
             estimate, KVEventFeed(feed, index, settings.kv_events_stale_s, settings.kv_events_max_bytes)
         )
 
+    def block_sizes(self) -> set[int]:
+        """The block sizes :meth:`match` keys a prompt by (:meth:`PromptBlocks.keying
+        <gateway.backends.kv_index.PromptBlocks.keying>` computes them ahead)."""
+        sizes = self.estimate.block_sizes()
+        return sizes if self.feed is None else sizes | self.feed.index.block_sizes()
+
     def source(self, now: float) -> Source:
         """``events`` while the feed is fresh, else ``estimate``; ``off`` when the backend keeps none."""
         if not self.enabled:

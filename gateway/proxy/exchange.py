@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from dspark_common import json_codec
+from dspark_common.turns import Turns
 from gateway.admission import Need
 from gateway.admission.service import UNKNOWN_S
 from gateway.auth import cache_salt
@@ -283,7 +284,10 @@ class Exchange:
             backend.learn(counts_prompts=size.counts_prompts)
         self._prompt_tokens = size.tokens
         if size.token_ids is not None and backend.kv.enabled:
-            self._prompt = PromptBlocks(size.token_ids, self._salt)
+            self._prompt = prompt = PromptBlocks(size.token_ids, self._salt)
+            turns = Turns()  # a 1M-token prompt's keys take ms: computed in pieces, then matched at once
+            for block_size in sorted(set().union(*(b.kv.block_sizes() for b in pipeline.backends.all))):
+                await turns.run(prompt.keying(block_size))
         # unpredicted, the record says why (the prompt was estimated, or its count held no ids)
         cached, source, predicted = 0, size.unmatched if backend.kv.enabled else None, None
         if self._prompt is not None:

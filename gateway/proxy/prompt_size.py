@@ -16,8 +16,13 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Literal
 
+import numpy as np
+from numpy.typing import NDArray
+
 from dspark_common import json_codec
+from dspark_common.turns import Turns
 from gateway.backends.counting import CountBusy, CountGate
+from gateway.backends.token_ids import parse_ids, split_answer
 from gateway.backends.upstream import Upstream
 from gateway.config import Settings
 from gateway.dialects.prompt_count import EitherCount, TokenCount
@@ -34,7 +39,8 @@ class PromptSize:
     """``tokens`` of prompt, and where the figure comes from: ``tokenize`` (the backend counted it)
     or ``estimate`` (:data:`BYTES_PER_TOKEN`); ``counts_prompts``: what the backend showed of its
     prompt counts (True: it answered one; False: it has no count route; None: it was not asked);
-    ``token_ids``: the prompt's ids when the count gave them (vLLM's ``/tokenize`` ``tokens``), else
+    ``token_ids``: the prompt's ids when the count gave them (vLLM's ``/tokenize`` ``tokens``, as
+    ``uint32``: :mod:`gateway.backends.token_ids`), else
     ``unmatched``, why not: ``prompt_estimated`` (not counted), ``image`` / ``unconverted``
     (:attr:`~gateway.dialects.prompt_count.TokenCount.unmatched`) or ``no_ids`` (the backend's answer
     held none)."""
@@ -42,7 +48,7 @@ class PromptSize:
     tokens: int
     source: Literal["tokenize", "estimate"]
     counts_prompts: bool | None = None
-    token_ids: list[int] | None = None
+    token_ids: NDArray[np.uint32] | None = None
     unmatched: str | None = None
 
 
@@ -95,24 +101,26 @@ async def prompt_size(
 
 async def _ask(
     upstream: Upstream, count: TokenCount, headers: dict[str, str]
-) -> tuple[int, list[int] | None]:
+) -> tuple[int, NDArray[np.uint32] | None]:
     """The backend's count of ``count``, and the ids when its answer holds them (``/tokenize``'s
-    ``tokens``); raises ``ValueError`` for an answer with no count."""
+    ``tokens``, parsed in pieces: :mod:`gateway.backends.token_ids`); raises ``ValueError`` for an
+    answer with no count."""
     response = await upstream.open("POST", count.path, json_codec.dumps(count.body), headers)
     try:
-        answer = json_codec.loads(await response.read())
+        answer, ids_text = split_answer(await response.read())
     finally:
         response.close()
     tokens = answer.get(count.field) if isinstance(answer, dict) else None
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
         raise ValueError(f"no {count.field} in the answer")
-    ids = answer.get("tokens")
-    return tokens, ids if isinstance(ids, list) and len(ids) == tokens else None
+    if ids_text is None:
+        return tokens, None
+    return tokens, await Turns().run(parse_ids(ids_text, tokens))
 
 
 async def _matching_form(
     upstream: Upstream, forms: tuple[TokenCount, ...], tokens: int, headers: dict[str, str]
-) -> list[int] | None:
+) -> NDArray[np.uint32] | None:
     """The ids of the first of ``forms`` the backend counts as ``tokens``, None if none."""
     for form in forms:
         counted, ids = await _ask(upstream, form, headers)

@@ -31,6 +31,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 
 from dspark_common.metric_series import BoundSeries
 from gateway.admission import Load, Reason
+from gateway.telemetry.loop_lag import LAG_BUCKETS
 from gateway.telemetry.record import RequestTelemetry
 
 _SECONDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200)
@@ -276,6 +277,13 @@ class GatewayMetrics:
             "gateway_telemetry_clamped",
             "Impossible upstream values clamped, by field",
             ("field",),
+            registry=registry,
+        )
+        self.loop_lag = Histogram(
+            "gateway_event_loop_lag_seconds",
+            "How late the event loop fired a timer (GATEWAY_LOOP_LAG_INTERVAL_S apart): every stream, "
+            "health check and scrape waits while the loop is held",
+            buckets=LAG_BUCKETS,
             registry=registry,
         )
         self.upstream_up = Gauge(

@@ -85,6 +85,8 @@ def test_real_prometheus_scrapes_the_gateway(start_sim, start_gateway, make_key,
     wait_until(counted, timeout_s=30, what="Prometheus to scrape 3 requests")
     e2e = query(prom, "histogram_quantile(0.5, sum by (le) (gateway_e2e_seconds_bucket))")
     assert e2e and float(e2e[0]["value"][1]) > 0
+    lag = query(prom, "sum(gateway_event_loop_lag_seconds_count)")
+    assert lag and float(lag[0]["value"][1]) > 0
 
 
 def dashboard_metric_names() -> set[str]:

@@ -96,10 +96,11 @@ def test_events_that_are_not_vllms_change_nothing() -> None:
         batch(
             stored(b"x", [], size=10**9, hashes=[]),
             stored(b"y", [-1] + tokens[1:]),
+            stored(b"w", tokens[1:] + [2**32]),
             stored(b"z", [], hashes=[]),
         )
     )
-    assert ignored == {"block_size": 1, "malformed": 2}
+    assert ignored == {"block_size": 1, "malformed": 3}
     assert index.block_size == BLOCK and len(index) == 1 and cached(index, tokens + [0]) == BLOCK
     # a block of one token (another size than the configured one) changes nothing, the size included
     assert index.apply(batch(stored(b"one", [1], size=1), stored(b"two", [1, 1], size=2))) == {

@@ -1,0 +1,87 @@
+"""A prompt's token ids from vLLM's ``/tokenize`` answer, as a typed array, parsed in pieces.
+
+vLLM answers ``{"count": n, "max_model_len": m, "tokens": [id, ...], "token_strs": null}``
+(``TokenizeResponse``, as compact JSON). A 1M-token prompt's answer is ~7 MB: parsed whole into
+Python ints it would hold the event loop for ~50 ms and keep 46 MiB per waiting request; here the
+``tokens`` array is cut out of the answer (:func:`split_answer`: the rest is decoded with it emptied,
+which proves it was the answer's own ``tokens``), and its text parsed by numpy a piece at a time
+(:func:`parse_ids`) into ``uint32``: 4 bytes an id. What is not a list of ids — any character but
+digits, commas and whitespace, an empty or trailing item, an id of 2**32 or more, another count than
+the answer's — gives no ids, as a list of anything else did.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from dspark_common import json_codec
+from dspark_common.turns import Work
+
+#: Where the answer's ``tokens`` array starts (its ``[`` ends the match).
+_TOKENS = re.compile(rb'"tokens"\s*:\s*\[')
+#: Bytes of ids text parsed per piece (~37,000 ids: ~1 ms).
+PIECE_BYTES = 256 * 1024
+#: The bytes a list of ids is written with: digits, the comma, JSON's whitespace.
+_ID_BYTES = np.zeros(256, dtype=bool)
+_ID_BYTES[list(b"0123456789, \t\r\n")] = True
+#: Those of them that are not whitespace.
+_MARKS = np.zeros(256, dtype=bool)
+_MARKS[list(b"0123456789,")] = True
+_COMMA = ord(",")
+
+
+def split_answer(body: bytes) -> tuple[Any, bytes | None]:
+    """``body`` decoded, its ``tokens`` array left empty, and that array's text (between its brackets);
+    the whole of ``body`` decoded and None where ``tokens`` is no flat array of it. Raises
+    ``ValueError`` if ``body`` is not JSON."""
+    found = _TOKENS.search(body)
+    if found is not None:
+        end = body.find(b"]", found.end())
+        if end >= 0:
+            try:
+                answer = json_codec.loads(body[: found.end()] + body[end:])
+            except ValueError:
+                answer = None  # the first "]" closed something else: an array in the array
+            if isinstance(answer, dict) and answer.get("tokens") == []:
+                return answer, body[found.end() : end]
+    return json_codec.loads(body), None
+
+
+def parse_ids(text: bytes, count: int) -> Work[NDArray[np.uint32] | None]:
+    """The ``count`` ids written in ``text`` (comma-separated decimal, as in JSON), a piece of
+    :data:`PIECE_BYTES` at a time; None if it holds anything else."""
+    if not text.strip():
+        return np.zeros(0, dtype=np.uint32) if count == 0 else None
+    pieces: list[NDArray[np.int64]] = []
+    start = 0
+    while True:
+        end = text.find(b",", start + PIECE_BYTES)
+        end = len(text) if end < 0 else end
+        piece = text[start:end]
+        if not _is_list(np.frombuffer(piece, dtype=np.uint8)):
+            return None  # a trailing comma leaves an empty last piece
+        try:
+            pieces.append(np.fromstring(piece, dtype=np.int64, sep=","))
+        except ValueError:
+            return None  # two numbers with no comma between
+        if end == len(text):
+            break
+        start = end + 1
+        yield
+    ids = np.concatenate(pieces)
+    if len(ids) != count or (len(ids) and int(ids.max()) >= 2**32):
+        return None
+    return ids.astype(np.uint32)
+
+
+def _is_list(text: NDArray[np.uint8]) -> bool:
+    """Whether ``text`` is decimal numbers and commas between them, whitespace aside (numpy reads an
+    item of whitespace alone as 0, so an empty item is found here)."""
+    if not _ID_BYTES[text].all():
+        return False
+    commas = text[_MARKS[text]] == _COMMA
+    return len(commas) > 0 and not (commas[0] or commas[-1] or (commas[1:] & commas[:-1]).any())
