@@ -31,16 +31,26 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _targets(run: dict[str, Any]) -> str:
+    """A run's targets: each with the figure that decides it, and whether it is met."""
+    met = {True: "**yes**", False: "no", None: "—"}
+    rows = [[t["target"], t["figure"], met[t["met"]]] for t in run["targets"]]
+    return _table(["target (or figure)", "latest run", "met"], rows)
+
+
 def latest(run: dict[str, Any]) -> str:
     """The gateway benchmark's targets (``python -m bench.bench_gateway``)."""
     machine = run["machine"]
-    met = {True: "**yes**", False: "no", None: "—"}
     head = (
         f"One run on {run['started'][:10]} ({machine['nproc']} vCPUs, Python {machine['python']}; "
         f"{run['duration_s']:.0f} s; every figure: [performance-latest.json](performance-latest.json)).\n\n"
     )
-    rows = [[t["target"], t["figure"], met[t["met"]]] for t in run["targets"]]
-    return head + _table(["target (or figure)", "latest run", "met"], rows)
+    return head + _targets(run)
+
+
+def large_prompts(run: dict[str, Any]) -> str:
+    """What 150k- and 1M-token prompts cost the gateway (``python -m bench.large_prompts``)."""
+    return f"{run['prompts']} prompts of each size per phase, one at a time.\n\n" + _targets(run)
 
 
 def kv_mix(run: dict[str, Any]) -> str:
@@ -113,6 +123,7 @@ BLOCKS: dict[str, Callable[[dict[str, Any]], str]] = {
     "kv-mix": kv_mix,
     "scale-out": scale_out,
     "slow-readers": slow_readers,
+    "large-prompts": large_prompts,
 }
 
 

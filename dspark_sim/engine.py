@@ -27,7 +27,7 @@ from dspark_common.kv_events import KVCacheEvent
 
 from .config import SimConfig
 from .hybrid_cache import HybridPrefixCache
-from .prefix_cache import PrefixCache
+from .prefix_cache import PrefixCache, in_steps
 from .scheduler import Preempted, Scheduler
 from .sequence import Sequence, Step
 
@@ -170,7 +170,8 @@ class SimEngine:
 
     def _publish(self, events: list[KVCacheEvent]) -> None:
         if events and self._events is not None:
-            self._events.publish(events)
+            for batch in in_steps(events, self.config.prefill_chunk_tokens):
+                self._events.publish(batch)
 
     def _emit(self, seq: Sequence, step: Step) -> None:
         now = time.monotonic()

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.requests import ClientDisconnect, Request
@@ -113,7 +114,9 @@ async def _tokenize(request: Request, body: TokenizeRequest) -> Response:
     _check_model(config, body.model)
     ids = body.to_prompt().token_ids()
     async with _counting(sim, len(ids)):
-        return FastJSONResponse({"count": len(ids), "max_model_len": config.max_model_len, "tokens": ids})
+        answer = {"count": len(ids), "max_model_len": config.max_model_len, "tokens": ids}
+        data = orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)  # the ids' array, as JSON numbers
+        return Response(data, media_type="application/json")
 
 
 def _priority(body: BaseModel) -> Any:

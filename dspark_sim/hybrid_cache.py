@@ -25,16 +25,14 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-import hashlib
 import math
-from array import array
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dspark_common.kv_events import AllBlocksCleared, BlockHash, BlockRemoved, KVCacheEvent
 
-from .prefix_cache import MEDIUM, stored
+from .prefix_cache import MEDIUM, chained_hashes, stored
+from .tokens import PromptIds
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,15 +72,8 @@ class _Blocks:
         self.pins: Counter[BlockHash] = Counter()
         self.owned: dict[int, list[BlockHash]] = {}
 
-    def hashes(self, ids: Sequence[int], salt: str | None) -> list[BlockHash]:
-        size, out, parent = self.spec.block_size, list[BlockHash](), b""
-        for start in range(0, len(ids) - size + 1, size):
-            block = parent + array("I", ids[start : start + size]).tobytes()
-            if start == 0 and salt:
-                block += b"\0salt\0" + salt.encode()
-            parent = hashlib.sha256(block).digest()
-            out.append(parent)
-        return out
+    def hashes(self, ids: PromptIds, salt: str | None) -> list[BlockHash]:
+        return chained_hashes(ids, self.spec.block_size, salt)
 
     def cut(self, hashes: list[BlockHash], length: int, align: int) -> int:
         """The longest hit of at most ``length`` tokens this group allows."""
@@ -135,7 +126,7 @@ class HybridPrefixCache:
     def __len__(self) -> int:
         return sum(len(group.resident) for group in self._groups)
 
-    def lookup(self, ids: Sequence[int], owner: int | None = None, salt: str | None = None) -> int:
+    def lookup(self, ids: PromptIds, owner: int | None = None, salt: str | None = None) -> int:
         """Tokens of a prompt of ``ids`` served from the cache, as vLLM's hybrid coordinator decides
         (the hit blocks touched, and pinned to ``owner``)."""
         align = self.block_size
@@ -172,7 +163,7 @@ class HybridPrefixCache:
             group.unpin(owner)
 
     def store(
-        self, ids: Sequence[int], held_tokens: int, owner: int | None = None, salt: str | None = None
+        self, ids: PromptIds, held_tokens: int, owner: int | None = None, salt: str | None = None
     ) -> list[KVCacheEvent]:
         """A prefill of ``ids`` finished: each group's full blocks are resident (a sliding window's
         skipped ones unpinned, used before the rest), then :meth:`trim`. The events, in order."""

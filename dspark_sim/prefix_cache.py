@@ -31,19 +31,23 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from array import array
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+import numpy as np
+
 from dspark_common.kv_events import AllBlocksCleared, BlockHash, BlockRemoved, BlockStored, KVCacheEvent
+
+from .tokens import PromptIds
 
 #: vLLM's medium for blocks in device memory.
 MEDIUM = "GPU"
 
 
 def stored(
-    hashes: Sequence[BlockHash], first: int, ids: Sequence[int], size: int, salt: str | None, **group: Any
+    hashes: Sequence[BlockHash], first: int, ids: PromptIds, size: int, salt: str | None, **group: Any
 ) -> BlockStored:
     """The ``BlockStored`` vLLM publishes for a prompt's full blocks ``hashes`` (of ``size`` tokens of
     ``ids``) from the first one not resident, ``first``: the salt is the extra key of the prompt's first
@@ -52,7 +56,7 @@ def stored(
     return BlockStored(
         block_hashes=list(hashes[first:]),
         parent_block_hash=hashes[first - 1] if first else None,
-        token_ids=list(ids[first * size : len(hashes) * size]),
+        token_ids=np.asarray(ids[first * size : len(hashes) * size], dtype=np.uint32).tolist(),
         block_size=size,
         lora_id=None,
         medium=MEDIUM,
@@ -60,6 +64,47 @@ def stored(
         extra_keys=[(salt,)] + [None] * (len(hashes) - 1) if salt and not first else None,
         **group,
     )
+
+
+def chained_hashes(ids: PromptIds, size: int, salt: str | None) -> list[BlockHash]:
+    """The hashes of the full blocks of ``size`` of ``ids``: SHA-256 of the parent's hash, the block's
+    ids (uint32) and, for the first block of a salted prompt, the salt."""
+    data = np.ascontiguousarray(ids, dtype=np.uint32).data.cast("B")
+    hashes, parent, step = list[BlockHash](), b"", 4 * size
+    for start in range(0, len(data) - step + 1, step):
+        h = hashlib.sha256(parent)
+        h.update(data[start : start + step])
+        if start == 0 and salt:
+            h.update(b"\0salt\0" + salt.encode())
+        parent = h.digest()
+        hashes.append(parent)
+    return hashes
+
+
+def in_steps(events: list[KVCacheEvent], step_tokens: int) -> list[list[KVCacheEvent]]:
+    """``events`` in batches as vLLM publishes a chunked prefill's, a step's at a time: a
+    ``BlockStored`` of more than ``step_tokens`` tokens cut into stores of that many (whole blocks, one
+    at least), each in a batch of its own; the other events in the batch of the store before them."""
+    batches: list[list[KVCacheEvent]] = [[]]
+    for event in events:
+        if not isinstance(event, BlockStored) or len(event.token_ids) <= step_tokens:
+            batches[-1].append(event)
+            continue
+        per = max(1, step_tokens // event.block_size)
+        parent, extras = event.parent_block_hash, event.extra_keys
+        for i in range(0, len(event.block_hashes), per):
+            piece = event.block_hashes[i : i + per]
+            batches.append([
+                msgspec.structs.replace(
+                    event,
+                    block_hashes=piece,
+                    parent_block_hash=parent,
+                    token_ids=event.token_ids[i * event.block_size : (i + len(piece)) * event.block_size],
+                    extra_keys=None if extras is None else extras[i : i + per],
+                )
+            ])  # fmt: skip
+            parent = piece[-1]
+    return [batch for batch in batches if batch]
 
 
 class PrefixCache:
@@ -76,17 +121,10 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._resident)
 
-    def _hashes(self, ids: Sequence[int], salt: str | None) -> list[BlockHash]:
-        size, hashes, parent = self.block_size, list[BlockHash](), b""
-        for start in range(0, len(ids) - size + 1, size):
-            block = parent + array("I", ids[start : start + size]).tobytes()
-            if start == 0 and salt:
-                block += b"\0salt\0" + salt.encode()
-            parent = hashlib.sha256(block).digest()
-            hashes.append(parent)
-        return hashes
+    def _hashes(self, ids: PromptIds, salt: str | None) -> list[BlockHash]:
+        return chained_hashes(ids, self.block_size, salt)
 
-    def lookup(self, ids: Sequence[int], owner: int | None = None, salt: str | None = None) -> int:
+    def lookup(self, ids: PromptIds, owner: int | None = None, salt: str | None = None) -> int:
         """Tokens of a prompt of ``ids`` (sent with ``cache_salt`` ``salt``) served from the cache
         (touched: now the most recently used; pinned to ``owner``, a sequence about to run on them)."""
         usable = max(0, (len(ids) - 1) // self.block_size)
@@ -122,7 +160,7 @@ class PrefixCache:
                 del self._pins[block_hash]
 
     def store(
-        self, ids: Sequence[int], held_tokens: int, owner: int | None = None, salt: str | None = None
+        self, ids: PromptIds, held_tokens: int, owner: int | None = None, salt: str | None = None
     ) -> list[KVCacheEvent]:
         """A prefill of ``ids`` (sent with ``cache_salt`` ``salt``) finished: its full blocks are
         resident (pinned to ``owner``, the sequence now decoding on them); then :meth:`trim` to what

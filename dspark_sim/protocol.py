@@ -18,7 +18,7 @@ from dspark_common import json_codec
 
 from .errors import SimError
 from .text import THINK_START, estimate_prompt_tokens
-from .tokens import chat_ids, raw_ids
+from .tokens import Ids, chat_ids, raw_ids
 
 OPEN = ConfigDict(extra="allow")
 
@@ -42,7 +42,7 @@ class Prompt:
     """``(role, text)`` pairs of a chat prompt as the template renders them; None: a raw prompt
     (its text is ``key``)."""
 
-    def token_ids(self) -> list[int]:
+    def token_ids(self) -> Ids:
         """The prompt's ids (:mod:`dspark_sim.tokens`): as many as :attr:`tokens`."""
         return raw_ids(self.key) if self.parts is None else chat_ids(self.parts)
 

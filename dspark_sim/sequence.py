@@ -8,6 +8,8 @@ import random
 import time
 from dataclasses import dataclass, field
 
+from .tokens import Ids
+
 
 @dataclass(frozen=True, slots=True)
 class Step:
@@ -39,7 +41,7 @@ class Sequence:
     rng: random.Random
     decode_tps: float | None = None
     """This sequence's decode speed, tokens/s (None: the server's ``SimConfig.decode_tps``)."""
-    prompt_ids: list[int] | None = None
+    prompt_ids: Ids | None = None
     """The prompt's token ids, for the prefix cache (None: not cached)."""
     cache_salt: str | None = None
     """The request's ``cache_salt``: it shares cached blocks only with requests of the same one."""

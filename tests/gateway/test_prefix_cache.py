@@ -56,14 +56,17 @@ def test_a_follow_up_turn_is_sized_by_what_the_cache_does_not_hold(
     assert metrics[errors.format("bucket", "le=0.0,")] == metrics[errors.format("count", "")]
     assert metrics["gateway_prefill_tokens_total"] == first["prompt_tokens"] + computed
 
+    published = prefix_cache(gateway, admin)["events"]["batches"]  # a prefill step's blocks each
     later = start_gateway(sim.url, kv_events=events, kv_events_replay=replay, **SIZED)
     wait_until(  # subscribed, it asked the replay for what came before it: no turn of its own needed
-        lambda: status(later, admin)["backends"][0]["prefix_cache"]["events"]["replayed"] == 2,
+        lambda: status(later, admin)["backends"][0]["prefix_cache"]["events"]["replayed"] == published,
         what="the batches before its subscription",
     )
     third = turn(later, key, admin, follow_up(2))
+    wait_until(lambda: prefix_cache(later, admin)["events"]["batches"] > published, what="the third's events")
     feed = prefix_cache(later, admin)["events"]
-    assert feed["replayed"] == 2 and feed["last_seq"] == 2 and feed["gaps"] == 0, feed
+    assert feed["replayed"] == published and feed["gaps"] == 0, feed
+    assert feed["last_seq"] == feed["batches"] - 1 > published - 1, feed  # the third turn's, live
     fourth = turn(later, key, admin, follow_up(3))
     assert (
         fourth["cache_source"] == "events"

@@ -12,7 +12,7 @@ import zmq
 
 from dspark_common import kv_events
 from dspark_common.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
-from dspark_sim.prefix_cache import PrefixCache
+from dspark_sim.prefix_cache import PrefixCache, in_steps
 from dspark_sim.tokens import chat_ids
 from tests.sim.helpers import MODEL
 from tests.support.servers import free_port
@@ -77,11 +77,34 @@ def test_a_running_sequences_blocks_count_once_and_stay_until_it_ends() -> None:
     assert len(removed.block_hashes) == 4 and len(cache) == 1
 
 
+def test_a_long_store_is_published_a_prefill_step_at_a_time() -> None:
+    """vLLM publishes a chunked prefill's blocks step by step: the store of a 10-block prompt, with
+    steps of 4 blocks, goes out as stores of 4, 4 and 2 blocks chained to each other, the salt on the
+    first, the eviction it caused after the last."""
+    cache = PrefixCache(BLOCK, pool_blocks=10)
+    cache.store(list(range(10_000, 10_000 + 3 * BLOCK)), held_tokens=0)
+    prompt = list(range(20_000, 20_000 + 10 * BLOCK)) + [1]
+    events = cache.store(prompt, held_tokens=0, salt="tenant")
+    assert [type(event) for event in events] == [BlockStored, BlockRemoved]
+    batches = in_steps(events, 4 * BLOCK + 3)
+    assert [[type(event) for event in batch] for batch in batches] == [
+        [BlockStored], [BlockStored], [BlockStored, BlockRemoved]
+    ]  # fmt: skip
+    stores = [batch[0] for batch in batches]
+    assert [len(store.block_hashes) for store in stores] == [4, 4, 2]
+    assert sum((store.block_hashes for store in stores), []) == events[0].block_hashes
+    assert sum((store.token_ids for store in stores), []) == prompt[: 10 * BLOCK]
+    assert [store.parent_block_hash for store in stores] == [None, *(s.block_hashes[-1] for s in stores[:2])]
+    assert [store.extra_keys for store in stores] == [[("tenant",), None, None, None], [None] * 4, [None] * 2]
+    assert batches[-1][1] == events[1]
+    assert in_steps(events, 10 * BLOCK) == [events]
+
+
 def test_chat_ids_are_prefix_stable() -> None:
     turn = [("system", "Be brief."), ("user", "x" * 5000)]
     later = chat_ids([*turn, ("assistant", "ok"), ("user", "more")])
     first = chat_ids(turn)
-    assert later[: len(first) - 2] == first[:-2]  # all but the assistant's opening ids
+    assert later[: len(first) - 2].tolist() == first[:-2].tolist()  # all but the assistant's opening ids
 
 
 def _subscriber(endpoint: str) -> zmq.Socket:
