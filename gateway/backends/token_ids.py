@@ -29,6 +29,7 @@ PIECE_BYTES = 256 * 1024
 #: JSON's whitespace, taken out of the ids' text before it is parsed.
 _WHITESPACE = b" \t\r\n"
 
+
 def split_answer(body: bytes) -> tuple[Any, bytes | None]:
     """``body`` decoded, its ``tokens`` array left empty, and that array's text (between its brackets);
     the whole of ``body`` decoded and None where ``tokens`` is no flat array of it. Raises
