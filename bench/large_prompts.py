@@ -16,9 +16,10 @@ Phases, per gateway:
    between two text chunks while nothing arrives (3 s), then while the same prompts arrive one at a
    time; the gateway's event loop lag over the arrivals (``gateway_event_loop_lag_seconds``: the
    samples over 10 ms, and the bucket of the longest).
-3. **Direct** (this checkout's gateway only): the same prompts sent straight to the simulator while
-   the stream runs through the gateway: the stream's gap growth then is the simulator's own share
-   (and that of the gateway applying the events).
+3. **Direct** (this checkout's gateway only): the same prompts sent straight to the simulator, each
+   counted (``/tokenize``) then sent as the gateway does, while the stream runs through the gateway:
+   the stream's gap growth then is the simulator's own share (and that of the gateway applying the
+   events).
 4. **Queued memory**: both slots held by streams, :data:`QUEUED` counted 1M-token requests waiting
    in the queue; the gateway's RSS per waiting request.
 
@@ -39,6 +40,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -177,12 +179,26 @@ class Stream:
 _INDEX = itertools.count()
 
 
-async def send(client: httpx.AsyncClient, url: str, headers: dict[str, str], size: int, count: int) -> None:
-    """``count`` distinct prompts of ``size`` tokens to ``url``, one at a time; raises
+async def send(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    size: int,
+    count: int,
+    count_first: bool = False,
+) -> None:
+    """``count`` distinct prompts of ``size`` tokens to the server at ``url``, one at a time, each
+    counted first (``/tokenize``) with ``count_first``, as the gateway has it counted; raises
     :class:`BenchError` on a failure or a miscounted prompt."""
     for _ in range(count):
         content = prompt_bytes(size, next(_INDEX))
-        response = await client.post(url, content=content, headers=headers | JSON)
+        if count_first:
+            counted = await client.post(url + "/tokenize", content=content, headers=headers | JSON)
+            if counted.status_code != 200 or counted.json()["count"] != size:
+                raise BenchError(
+                    f"/tokenize of a {size}-token prompt: {counted.status_code}: {counted.text[:200]}"
+                )
+        response = await client.post(url + CHAT, content=content, headers=headers | JSON)
         if response.status_code != 200:
             raise BenchError(f"{size}-token prompt: status {response.status_code}: {response.text[:200]}")
         counted = response.json()["usage"]["prompt_tokens"]
@@ -216,9 +232,9 @@ async def beside_a_stream(
         quiet_start = time.perf_counter()
         await asyncio.sleep(QUIET_S)
         lag_before, busy_start = lag_buckets(gateway_url), time.perf_counter()
-        headers = key if prompts_to == gateway_url else {}
+        direct = prompts_to != gateway_url
         for size in SIZES:
-            await send(client, prompts_to + CHAT, headers, size, count)
+            await send(client, prompts_to, {} if direct else key, size, count, count_first=direct)
         busy_end = time.perf_counter()
         lag = lag_figures(lag_before, lag_buckets(gateway_url))
         if stream.task.done():
@@ -257,16 +273,16 @@ async def queued_memory(client: httpx.AsyncClient, gateway_url: str, key: dict[s
         await asyncio.sleep(1)
         before = rss_mib(pid)
         size = SIZES[-1]
-        waiting = [
-            asyncio.create_task(
-                client.post(gateway_url + CHAT, content=prompt_bytes(size, next(_INDEX)), headers=key | JSON)
+        waiting: list[asyncio.Task[httpx.Response]] = []
+        for _ in range(QUEUED):  # one at a time: each counted alone (a key's counts in flight are bounded)
+            content = prompt_bytes(size, next(_INDEX))
+            waiting.append(
+                asyncio.create_task(client.post(gateway_url + CHAT, content=content, headers=key | JSON))
             )
-            for _ in range(QUEUED)
-        ]
-        while queue_depth(gateway_url) < QUEUED:
-            if any(task.done() for task in waiting):
-                raise BenchError("a queued request ended before the others were queued")
-            await asyncio.sleep(0.2)
+            while queue_depth(gateway_url) < len(waiting):
+                if any(task.done() for task in waiting):
+                    raise BenchError("a queued request ended before the others were queued")
+                await asyncio.sleep(0.1)
         await asyncio.sleep(1)
         per_request = (rss_mib(pid) - before) / QUEUED
         for task in waiting:
@@ -287,9 +303,9 @@ async def measure(workdir: Path, name: str, count: int, environ: dict[str, str] 
         with gateway(workdir, name, sim_url, 2, settings, environ) as (gateway_url, pid):
             async with httpx.AsyncClient(timeout=httpx.Timeout(600.0)) as client:
                 for size in SIZES:  # warm: the first requests' imports, pools and caches
-                    await send(client, gateway_url + CHAT, key, size, 1)
+                    await send(client, gateway_url, key, size, 1)
                 figures: dict[str, Any] = {
-                    "cpu_s": await cpu_per_prompt(client, gateway_url + CHAT, key, pid, count)
+                    "cpu_s": await cpu_per_prompt(client, gateway_url, key, pid, count)
                 }
                 figures["through_gateway"] = await beside_a_stream(
                     client, gateway_url, key, gateway_url, count
@@ -348,6 +364,9 @@ def main() -> int:
     arms: dict[str, dict[str, str] | None] = {"gateway": None}
     if args.before is not None:
         arms["before"] = {"PYTHONPATH": str(args.before.resolve())}
+        head = ["git", "-C", str(args.before), "rev-parse", "--short", "HEAD"]
+        commit = subprocess.run(head, capture_output=True, text=True, check=True)
+        report["before_commit"] = commit.stdout.strip()
     with tempfile.TemporaryDirectory(prefix="bench-large-") as tmp:
         for name, environ in arms.items():
             report[name] = asyncio.run(measure(Path(tmp), name, args.prompts, environ))

@@ -50,7 +50,8 @@ def latest(run: dict[str, Any]) -> str:
 
 def large_prompts(run: dict[str, Any]) -> str:
     """What 150k- and 1M-token prompts cost the gateway (``python -m bench.large_prompts``)."""
-    return f"{run['prompts']} prompts of each size per phase, one at a time.\n\n" + _targets(run)
+    before = f"; before: {run['before_commit']}" if "before_commit" in run else ""
+    return f"{run['prompts']} prompts of each size per phase, one at a time{before}.\n\n" + _targets(run)
 
 
 def kv_mix(run: dict[str, Any]) -> str:

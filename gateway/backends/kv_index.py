@@ -116,29 +116,38 @@ class PromptBlocks:
     """A prompt's ``token_ids`` (``uint32``: 4 bytes a token) and the content keys of its full blocks,
     computed once per block size: admission matches them and the estimate remembers them once sent.
     A 1M-token prompt's keys take ~7 ms of hashing at 256 tokens a block: the request computes them
-    in pieces (:meth:`keying`) before they are used. ``cache_salt``: the salt the request is sent with
-    (None: unsalted), an extra key of its first block as vLLM's (see the module doc)."""
+    in pieces (:meth:`keying`) before they are used, and may then :meth:`forget_ids`: a request that
+    waits in the queue keeps 16 bytes a block, not 4 a token. ``cache_salt``: the salt the request is
+    sent with (None: unsalted), an extra key of its first block as vLLM's (see the module doc)."""
 
-    __slots__ = ("token_ids", "_first_extra", "_keys")
+    __slots__ = ("token_ids", "_length", "_first_extra", "_keys")
 
     def __init__(self, token_ids: NDArray[np.uint32] | Sequence[int], cache_salt: str | None = None) -> None:
-        self.token_ids: NDArray[np.uint32] = np.ascontiguousarray(token_ids, dtype=np.uint32)
+        self.token_ids: NDArray[np.uint32] | None = np.ascontiguousarray(token_ids, dtype=np.uint32)
+        self._length = len(self.token_ids)
         self._first_extra = ((cache_salt,),) if cache_salt else ()
         self._keys: dict[int, list[bytes]] = {}
 
     def __len__(self) -> int:
-        return len(self.token_ids)
+        return self._length
 
     def keys(self, block_size: int) -> list[bytes]:
         """The content keys of the full blocks of ``block_size`` tokens, in order (computed now if
-        :meth:`keying` did not)."""
+        :meth:`keying` did not; none of a size not keyed before :meth:`forget_ids`)."""
         keys = self._keys.get(block_size)
         return run_now(self.keying(block_size)) if keys is None else keys
+
+    def forget_ids(self) -> None:
+        """Keep the keys computed so far, not the ids: a block size keyed later has no blocks (so no
+        hit, nothing held or freed of it)."""
+        self.token_ids = None
 
     def keying(self, block_size: int) -> Work[list[bytes]]:
         """:meth:`keys` of ``block_size``, computed a piece at a time and kept."""
         keys = self._keys.get(block_size)
         if keys is None:
+            if self.token_ids is None:
+                return []
             ids = self.token_ids.data.cast("B")
             keys = self._keys[block_size] = yield from _chained(ROOT, ids, block_size, self._first_extra)
         return keys
@@ -257,6 +266,11 @@ class ResidentBlocks:
     def resident_tokens(self) -> int:
         return sum(len(g.blocks) * (g.block_size or self.block_size) for g in self._groups.values())
 
+    @property
+    def groups_seen(self) -> bool:
+        """Whether a store named a group (vLLM's first step names every group it stores blocks of)."""
+        return bool(self._groups) or bool(self.unknown_groups)
+
     def block_sizes(self) -> set[int]:
         """The block sizes a prompt is keyed by to be matched here: the configured one and each
         group's."""
@@ -352,22 +366,27 @@ class ResidentBlocks:
             self.orphans += len(event.block_hashes)
             return None
         keys = yield from _chained(parent, memoryview(ids).cast("B"), size, event.extra_keys or ())
-        for key, block_hash in zip(reversed(keys), reversed(event.block_hashes), strict=True):
-            self._add(group, key, block_hash)  # the last block first: vLLM frees them so (touch)
+        # the last block first: vLLM frees them so (touch)
+        self._add(group, reversed(keys), reversed(event.block_hashes))
         return None
 
-    def _add(self, group: _Group, key: bytes, block_hash: BlockHash) -> None:
-        """``key`` resident under vLLM's ``block_hash`` (the newer name of the same content wins)."""
-        group.names.pop(block_hash, None)
-        group.names[block_hash] = key
-        group.hash_of[key] = block_hash
-        group.blocks.pop(key, None)
-        group.blocks[key] = None
-        while len(group.blocks) > self.max_blocks:
-            group.hash_of.pop(next(iter(group.blocks)), None)
-            del group.blocks[next(iter(group.blocks))]
-        while len(group.names) > 2 * self.max_blocks:
-            del group.names[next(iter(group.names))]
+    def _add(self, group: _Group, keys: Iterable[bytes], block_hashes: Iterable[BlockHash]) -> None:
+        """Each of ``keys`` resident under vLLM's hash of the same place in ``block_hashes`` (the newer
+        name of the same content wins); the least recently stored go past :attr:`max_blocks`."""
+        names, hash_of, blocks = group.names, group.hash_of, group.blocks
+        for key, block_hash in zip(keys, block_hashes, strict=True):
+            names.pop(block_hash, None)
+            names[block_hash] = key
+            hash_of[key] = block_hash
+            blocks.pop(key, None)
+            blocks[key] = None
+        if len(blocks) > self.max_blocks:
+            for key in list(itertools.islice(blocks, len(blocks) - self.max_blocks)):
+                del blocks[key]
+                hash_of.pop(key, None)
+        if len(names) > 2 * self.max_blocks:
+            for block_hash in list(itertools.islice(names, len(names) - 2 * self.max_blocks)):
+                del names[block_hash]
 
     def match(
         self, prompt: PromptBlocks, reserved_tokens: int = 0, in_use: Iterable[PromptBlocks] = ()
@@ -441,5 +460,5 @@ class ResidentBlocks:
         used, its last block before its first, as vLLM frees them: an eviction cuts the prefix
         short); the least recently used go past ``max_blocks``."""
         group = self._groups.setdefault(0, _Group(None, self.block_size, None))
-        for key in reversed(prompt.keys(self.block_size)):
-            self._add(group, key, key)
+        keys = prompt.keys(self.block_size)
+        self._add(group, reversed(keys), reversed(keys))

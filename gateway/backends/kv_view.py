@@ -54,6 +54,11 @@ class KVView:
         sizes = self.estimate.block_sizes()
         return sizes if self.feed is None else sizes | self.feed.index.block_sizes()
 
+    def groups_known(self) -> bool:
+        """Whether :meth:`block_sizes` are all a prompt will be matched by: the estimate's one, or the
+        KV cache groups the events named once they came (a prompt keyed before may hold its ids)."""
+        return self.feed is None or self.feed.index.groups_seen
+
     def source(self, now: float) -> Source:
         """``events`` while the feed is fresh, else ``estimate``; ``off`` when the backend keeps none."""
         if not self.enabled:

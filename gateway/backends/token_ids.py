@@ -30,10 +30,10 @@ PIECE_BYTES = 256 * 1024
 _WHITESPACE = b" \t\r\n"
 
 
-def split_answer(body: bytes) -> tuple[Any, bytes | None]:
-    """``body`` decoded, its ``tokens`` array left empty, and that array's text (between its brackets);
-    the whole of ``body`` decoded and None where ``tokens`` is no flat array of it. Raises
-    ``ValueError`` if ``body`` is not JSON."""
+def split_answer(body: bytes) -> tuple[Any, slice | None]:
+    """``body`` decoded, its ``tokens`` array left empty, and where that array's text is in ``body``
+    (between its brackets); the whole of ``body`` decoded and None where ``tokens`` is no flat array
+    of it. Raises ``ValueError`` if ``body`` is not JSON."""
     found = _TOKENS.search(body)
     if found is not None:
         end = body.find(b"]", found.end())
@@ -43,35 +43,36 @@ def split_answer(body: bytes) -> tuple[Any, bytes | None]:
             except ValueError:
                 answer = None  # the first "]" closed something else: an array in the array
             if isinstance(answer, dict) and answer.get("tokens") == []:
-                return answer, body[found.end() : end]
+                return answer, slice(found.end(), end)
     return json_codec.loads(body), None
 
 
-def parse_ids(text: bytes, count: int) -> Work[NDArray[np.uint32] | None]:
-    """The ``count`` ids written in ``text`` (comma-separated decimal, as in JSON), a piece of
+def parse_ids(body: bytes, span: slice, count: int) -> Work[NDArray[np.uint32] | None]:
+    """The ``count`` ids written in ``body[span]`` (comma-separated decimal, as in JSON), a piece of
     :data:`PIECE_BYTES` at a time; None if it holds anything else."""
-    if not text.strip():
+    start, stop = span.start, span.stop
+    if not body[start:stop].strip():
         return np.zeros(0, dtype=np.uint32) if count == 0 else None
-    pieces: list[NDArray[np.int64]] = []
-    start = 0
+    pieces: list[NDArray[np.uint32]] = []
     while True:
-        end = text.find(b",", start + PIECE_BYTES)
-        end = len(text) if end < 0 else end
-        piece = text[start:end].translate(None, _WHITESPACE)
+        end = body.find(b",", min(start + PIECE_BYTES, stop), stop)
+        end = stop if end < 0 else end
+        piece = body[start:end].translate(None, _WHITESPACE)
         if not _is_list(piece):
             return None  # a trailing comma leaves an empty last piece
         try:
-            pieces.append(np.fromstring(piece, dtype=np.int64, sep=","))
+            numbers = np.fromstring(piece, dtype=np.int64, sep=",")
         except ValueError:
             return None  # two numbers with no comma between
-        if end == len(text):
+        if int(numbers.max()) >= 2**32:
+            return None
+        pieces.append(numbers.astype(np.uint32))
+        if end == stop:
             break
         start = end + 1
         yield
     ids = np.concatenate(pieces)
-    if len(ids) != count or (len(ids) and int(ids.max()) >= 2**32):
-        return None
-    return ids.astype(np.uint32)
+    return ids if len(ids) == count else None
 
 
 def _is_list(text: bytes) -> bool:

@@ -21,6 +21,7 @@ the backend (:meth:`~gateway.backends.pool.Backend.learn`), a stored response's 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -49,6 +50,10 @@ from gateway.proxy.sessions import session_of
 from gateway.storage.response_owners import Owner
 from gateway.telemetry.recorder import RequestRecorder
 from gateway.telemetry.tracing import client_trace_id
+
+#: A body of this many bytes (a ~250k-token prompt) takes ms to parse and as long to prepare: the loop
+#: serves its other work between those steps.
+LARGE_BODY_BYTES = 1 << 20
 
 
 class Exchange:
@@ -231,6 +236,9 @@ class Exchange:
         pipeline = self.pipeline
         self._size = size
         self._prompt_tokens = estimate(size).tokens
+        large = size >= LARGE_BODY_BYTES
+        if large:
+            await asyncio.sleep(0)  # its parse held the loop for ms: other work goes before its preparation
         ready = preparation.prepare(
             self.dialect,
             self.principal,
@@ -247,6 +255,8 @@ class Exchange:
         assert ready.prepared is not None
         self._max_wait_s, self._batch = ready.max_wait_s, ready.request_class == "batch"
         self._headers.update(ready.forwarded)
+        if large:
+            await asyncio.sleep(0)  # and before its conversation's start is fingerprinted (ms more)
         self._affinity = affinity_key(body, self._asked.session)
         self._session = session_of(self.principal.key_id, self._request_headers, body)
         # the count holds the prompt's tree: the exchange keeps it until the prompt is sized, the
@@ -286,8 +296,11 @@ class Exchange:
         if size.token_ids is not None and backend.kv.enabled:
             self._prompt = prompt = PromptBlocks(size.token_ids, self._salt)
             turns = Turns()  # a 1M-token prompt's keys take ms: computed in pieces, then matched at once
-            for block_size in sorted(set().union(*(b.kv.block_sizes() for b in pipeline.backends.all))):
+            views = [b.kv for b in pipeline.backends.all]
+            for block_size in sorted(set().union(*(view.block_sizes() for view in views))):
                 await turns.run(prompt.keying(block_size))
+            if all(view.groups_known() for view in views):
+                prompt.forget_ids()  # it may wait in the queue: its keys, not 4 bytes a token
         # unpredicted, the record says why (the prompt was estimated, or its count held no ids)
         cached, source, predicted = 0, size.unmatched if backend.kv.enabled else None, None
         if self._prompt is not None:

@@ -107,15 +107,16 @@ async def _ask(
     answer with no count."""
     response = await upstream.open("POST", count.path, json_codec.dumps(count.body), headers)
     try:
-        answer, ids_text = split_answer(await response.read())
+        body = await response.read()
     finally:
         response.close()
+    answer, ids_at = split_answer(body)
     tokens = answer.get(count.field) if isinstance(answer, dict) else None
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
         raise ValueError(f"no {count.field} in the answer")
-    if ids_text is None:
+    if ids_at is None:
         return tokens, None
-    return tokens, await Turns().run(parse_ids(ids_text, tokens))
+    return tokens, await Turns().run(parse_ids(body, ids_at, tokens))
 
 
 async def _matching_form(

@@ -188,3 +188,15 @@ def test_a_prediction_allows_for_the_blocks_admitted_requests_will_still_take() 
         cache.release(2)
         index.touch(PromptBlocks(sized))
     assert reservation_mattered > 30
+
+
+def test_a_prompt_that_forgot_its_ids_keeps_its_keys_and_length() -> None:
+    prompt = PromptBlocks(list(range(5 * BLOCK + 3)))
+    keys = list(prompt.keys(BLOCK))
+    prompt.forget_ids()
+    assert prompt.token_ids is None and len(prompt) == 5 * BLOCK + 3
+    assert prompt.keys(BLOCK) == keys and len(keys) == 5
+    assert prompt.keys(2 * BLOCK) == []  # a size keyed after: no blocks known, so no hit
+    index = ResidentBlocks(BLOCK, 100, "estimate")
+    index.remember(prompt)
+    assert cached(index, list(range(5 * BLOCK + 3))) == 5 * BLOCK

@@ -14,8 +14,12 @@ from gateway.backends.token_ids import PIECE_BYTES, parse_ids, split_answer
 
 
 def ids_of(body: bytes) -> np.ndarray | None:
-    answer, text = split_answer(body)
-    return None if text is None else run_now(parse_ids(text, answer["count"]))
+    answer, span = split_answer(body)
+    return None if span is None else run_now(parse_ids(body, span, answer["count"]))
+
+
+def parsed(text: bytes, count: int) -> np.ndarray | None:
+    return run_now(parse_ids(text, slice(0, len(text)), count))
 
 
 def test_vllms_answer_gives_its_ids_over_many_pieces() -> None:
@@ -23,10 +27,10 @@ def test_vllms_answer_gives_its_ids_over_many_pieces() -> None:
     answer = {"count": len(ids), "max_model_len": 1_048_576, "tokens": ids, "token_strs": None}
     body = orjson.dumps(answer)
     assert len(body) > 2 * PIECE_BYTES
-    decoded, text = split_answer(body)
-    assert decoded == {**answer, "tokens": []}
-    parsed = run_now(parse_ids(text, len(ids)))
-    assert parsed is not None and parsed.dtype == np.uint32 and parsed.tolist() == ids
+    decoded, span = split_answer(body)
+    assert decoded == {**answer, "tokens": []} and body[span.start - 1 : span.stop + 1].startswith(b"[")
+    got = run_now(parse_ids(body, span, len(ids)))
+    assert got is not None and got.dtype == np.uint32 and got.tolist() == ids
 
 
 def test_spaced_json_and_an_empty_prompt() -> None:
@@ -41,13 +45,15 @@ def test_spaced_json_and_an_empty_prompt() -> None:
      b'1,"2"', b"4294967296,1", b"99999999999999999999,1", b"1,2,3", b"1", b" "],
 )  # fmt: skip
 def test_anything_but_two_ids_gives_none(text: bytes) -> None:
-    assert run_now(parse_ids(text, 2)) is None
+    assert parsed(text, 2) is None
 
 
 def test_a_trailing_comma_where_a_piece_ends_gives_none() -> None:
     text = b",".join([b"7"] * PIECE_BYTES)
-    assert run_now(parse_ids(text, PIECE_BYTES)).tolist() == [7] * PIECE_BYTES
-    assert run_now(parse_ids(text + b",", PIECE_BYTES)) is None
+    assert parsed(text, PIECE_BYTES).tolist() == [7] * PIECE_BYTES
+    assert parsed(text + b",", PIECE_BYTES) is None
+    # the span's end bounds every piece: what follows it is not read
+    assert run_now(parse_ids(b"[1,2]", slice(1, 4), 2)).tolist() == [1, 2]
 
 
 def test_an_array_that_is_not_the_answers_own_flat_tokens_is_decoded_whole() -> None:
