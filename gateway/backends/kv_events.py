@@ -69,6 +69,8 @@ REPLAY_TIMEOUT_S = 5.0
 #: for it, and again after each such while: vLLM publishes a step's batch as the step ends, so one
 #: this late was most likely published before the subscription reached the publisher.
 OVERDUE_S = 1.0
+#: Batches taken at most per poll of the subscription.
+DRAIN_BATCHES = 64
 #: Batches applied last whose numbers and digests are kept, to know one received again (from the
 #: replay, then from the subscription) for what it is.
 APPLIED_KEPT = 1024
@@ -195,18 +197,27 @@ class KVEventFeed:
                 if not self.endpoints.bind:  # bound, the publisher's side connects again by itself
                     return
             if socket in ready:
-                frames = await socket.recv_multipart()
-                seq = kv_events.frame_seq(frames[1]) if len(frames) == 3 else None
-                if seq is None or seq < 0:
-                    self.ignored["malformed"] += 1
-                else:
-                    await self._take(seq, frames[2])
+                await self._drain(socket)
             elif not ready and self._expected_since is not None:
                 now = time.monotonic()
                 if now - self._expected_since >= OVERDUE_S:
                     await self._catch_up()
                 if not self.fresh(now) and not self.endpoints.bind:
                     return
+
+    async def _drain(self, socket: zmq.asyncio.Socket) -> None:
+        """Take the batches ``socket`` holds, :data:`DRAIN_BATCHES` at most (a prefill publishes one a
+        step: hundreds for a long prompt, each not worth a poll of its own)."""
+        for _ in range(DRAIN_BATCHES):
+            try:
+                frames = await socket.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            seq = kv_events.frame_seq(frames[1]) if len(frames) == 3 else None
+            if seq is None or seq < 0:
+                self.ignored["malformed"] += 1
+            else:
+                await self._take(seq, frames[2])
 
     def _socket(self, kind: int, hwm: int) -> zmq.asyncio.Socket:
         socket = self._context.socket(kind)

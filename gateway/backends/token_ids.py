@@ -28,6 +28,7 @@ _TOKENS = re.compile(rb'"tokens"\s*:\s*\[')
 PIECE_BYTES = 256 * 1024
 #: JSON's whitespace, taken out of the ids' text before it is parsed.
 _WHITESPACE = b" \t\r\n"
+_SPACES = tuple(bytes([space]) for space in _WHITESPACE)
 
 
 def split_answer(body: bytes) -> tuple[Any, slice | None]:
@@ -57,7 +58,9 @@ def parse_ids(body: bytes, span: slice, count: int) -> Work[NDArray[np.uint32] |
     while True:
         end = body.find(b",", min(start + PIECE_BYTES, stop), stop)
         end = stop if end < 0 else end
-        piece = body[start:end].translate(None, _WHITESPACE)
+        piece = body[start:end]
+        if any(space in piece for space in _SPACES):  # not vLLM's compact JSON: rare
+            piece = piece.translate(None, _WHITESPACE)
         if not _is_list(piece):
             return None  # a trailing comma leaves an empty last piece
         try:
@@ -76,13 +79,6 @@ def parse_ids(body: bytes, span: slice, count: int) -> Work[NDArray[np.uint32] |
 
 
 def _is_list(text: bytes) -> bool:
-    """Whether ``text`` (no whitespace) is numbers with a comma between each two, and no sign (numpy
-    reads an empty item as 0 where it is whitespace, and a ``+``): what numpy then reads of it is
-    decimal numbers, or it raises."""
-    return (
-        text[:1] not in (b"", b",")
-        and text[-1:] != b","
-        and b",," not in text
-        and b"-" not in text
-        and b"+" not in text
-    )
+    """Whether ``text`` (no whitespace) may be numbers with a comma between each two: no sign, and not
+    ended by a comma, which numpy reads past; it raises for the rest (an empty item, a fraction)."""
+    return text[-1:] not in (b"", b",") and b"-" not in text and b"+" not in text

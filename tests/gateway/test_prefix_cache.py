@@ -190,3 +190,23 @@ def test_a_turn_sized_while_another_runs_allows_for_what_that_one_still_takes(
     assert second["cache_source"] == "events"
     assert second["cached_tokens_predicted"] == second["cached_tokens"]
     assert 0 < second["cached_tokens"] < first["prompt_tokens"] - 16 * BLOCK
+
+
+def test_a_long_prompt_is_predicted_exactly_from_ids_read_in_pieces(
+    start_sim, start_gateway, make_key, admin
+) -> None:
+    """A 120k-token prompt: its /tokenize answer (~0.7 MB of ids) is read in several pieces, its 7,500
+    block keys computed in pieces, its events come in 30 batches (a prefill chunk's blocks each); the
+    next turn's predicted cached tokens are what the simulator serves, to the token."""
+    events, replay = endpoints()
+    sim = start_sim(block_size=BLOCK, kv_events_endpoint=events, kv_events_replay_endpoint=replay)
+    gateway = start_gateway(sim.url, kv_events=events, kv_events_replay=replay, **SIZED)
+    key = make_key("long")
+    document = [{"role": "user", "content": "The quick brown fox jumps over the lazy dog. " * 10_700}]
+    first = turn(gateway, key, admin, document)
+    assert first["prompt_tokens"] > 120_000 and first["cached_tokens"] == 0
+    wait_until(lambda: prefix_cache(gateway, admin)["events"]["batches"] >= 29, what="the prefill's batches")
+    more = document + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and?"}]
+    second = turn(gateway, key, admin, more)
+    assert second["cache_source"] == "events"
+    assert second["cached_tokens_predicted"] == second["cached_tokens"] > first["prompt_tokens"] - BLOCK
