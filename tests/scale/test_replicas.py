@@ -76,6 +76,8 @@ def cluster(start_sim, pg_database, redis_url, tmp_path) -> Iterator[Callable[..
     yield make
     for replicas in made:
         replicas.stop()
+    for log in sorted(tmp_path.glob("replica-*.log")):  # shown by pytest only when the test failed
+        print(f"--- {log.name}", *log.read_text(errors="replace").splitlines()[-100:], sep="\n")
 
 
 def test_a_flood_through_three_replicas_never_runs_more_than_the_slots(cluster, pg_database):
