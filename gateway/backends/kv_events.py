@@ -183,6 +183,7 @@ class KVEventFeed:
         poller = zmq.asyncio.Poller()
         poller.register(socket, zmq.POLLIN)
         poller.register(monitor, zmq.POLLIN)
+        reader: zmq.Socket = zmq.Socket.shadow(socket)  # the same socket, read with no future a message
         while True:
             ready = dict(await poller.poll(min(self.stale_s, OVERDUE_S) * 1000))
             if monitor in ready:
@@ -197,7 +198,7 @@ class KVEventFeed:
                 if not self.endpoints.bind:  # bound, the publisher's side connects again by itself
                     return
             if socket in ready:
-                await self._drain(socket)
+                await self._drain(reader)
             elif not ready and self._expected_since is not None:
                 now = time.monotonic()
                 if now - self._expected_since >= OVERDUE_S:
@@ -205,12 +206,13 @@ class KVEventFeed:
                 if not self.fresh(now) and not self.endpoints.bind:
                     return
 
-    async def _drain(self, socket: zmq.asyncio.Socket) -> None:
-        """Take the batches ``socket`` holds, :data:`DRAIN_BATCHES` at most (a prefill publishes one a
-        step: hundreds for a long prompt, each not worth a poll of its own)."""
+    async def _drain(self, reader: zmq.Socket) -> None:
+        """Take the batches ``reader`` (the subscription, read without waiting) holds,
+        :data:`DRAIN_BATCHES` at most: a prefill publishes one a step, hundreds for a long prompt, each
+        not worth a poll and a future of its own."""
         for _ in range(DRAIN_BATCHES):
             try:
-                frames = await socket.recv_multipart(flags=zmq.NOBLOCK)
+                frames = reader.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
                 return
             seq = kv_events.frame_seq(frames[1]) if len(frames) == 3 else None

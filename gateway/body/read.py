@@ -16,6 +16,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 
 from dspark_common.asgi import ClientDisconnectedError
+from dspark_common.turns import Turns
 from gateway.body.json_limits import JsonLimits, ShapeScanner, parse_object
 from gateway.config import Settings
 from gateway.errors import GatewayError
@@ -42,8 +43,10 @@ async def read_json(request: Request, bounds: BodyBounds) -> tuple[dict[str, Any
     passes ``limits``, 400 when it is not a JSON object.
     """
     scanner = ShapeScanner(bounds.limits) if bounds.limits is not None else None
-    parts, size = [], 0
+    parts, size, turns = [], 0, Turns()
     async for part in body_pieces(request, bounds):
+        if parts:
+            await turns.pause()  # a 4 MB body's pieces come at once, each one measured: take turns
         size += len(part)
         if scanner is not None:
             scanner.feed(part)
