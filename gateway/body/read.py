@@ -43,7 +43,8 @@ async def read_json(request: Request, bounds: BodyBounds) -> tuple[dict[str, Any
     passes ``limits``, 400 when it is not a JSON object.
     """
     scanner = ShapeScanner(bounds.limits) if bounds.limits is not None else None
-    parts, size, turns = [], 0, Turns()
+    parts: list[bytes] = []
+    size, turns = 0, Turns()
     async for part in body_pieces(request, bounds):
         if parts:
             await turns.pause()  # a 4 MB body's pieces come at once, each one measured: take turns

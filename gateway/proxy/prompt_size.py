@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from dspark_common import json_codec
 from dspark_common.turns import Turns
 from gateway.backends.counting import CountBusy, CountGate
-from gateway.backends.token_ids import parse_ids, split_answer
+from gateway.backends.token_ids import PIECE_BYTES, parse_ids, split_answer
 from gateway.backends.upstream import Upstream
 from gateway.config import Settings
 from gateway.dialects.prompt_count import EitherCount, TokenCount
@@ -110,6 +110,8 @@ async def _ask(
         body = await response.read()
     finally:
         response.close()
+    if len(body) > PIECE_BYTES:
+        await asyncio.sleep(0)  # its last bytes were joined in this turn: a 1M-token answer is 7 MB
     answer, ids_at = split_answer(body)
     tokens = answer.get(count.field) if isinstance(answer, dict) else None
     if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
