@@ -115,8 +115,8 @@ def _chained(
 class PromptBlocks:
     """A prompt's ``token_ids`` (``uint32``: 4 bytes a token) and the content keys of its full blocks,
     computed once per block size: admission matches them and the estimate remembers them once sent.
-    A 1M-token prompt's keys take ~7 ms of hashing at 256 tokens a block: the request computes them
-    in pieces (:meth:`keying`) before they are used, and may then :meth:`forget_ids`: a request that
+    A long prompt's keys take milliseconds of hashing: the request computes them in pieces
+    (:meth:`keying`) before they are used, and may then :meth:`forget_ids`: a request that
     waits in the queue keeps 16 bytes a block, not 4 a token. ``cache_salt``: the salt the request is
     sent with (None: unsalted), an extra key of its first block as vLLM's (see the module doc)."""
 
