@@ -12,6 +12,8 @@ from tests.support.probes import START_TIMEOUT_S, wait_serving
 from tests.support.servers import free_port
 
 BIN = str(Path(sys.executable).parent / "dspark-gateway")
+#: Ports a gateway process chooses before it gives up (each taken by another server in between).
+PORT_TRIES = 3
 
 
 def clean_env(**settings: object) -> dict[str, str]:
@@ -28,19 +30,33 @@ class GatewayProcess:
     def __init__(self, env: dict[str, str], log_path: Path, port: int | None = None) -> None:
         self.env = env
         self.log_path = log_path
+        self._chosen = port is None
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> GatewayProcess:
-        """Start and wait until ``/ready`` answers 200; raise ``AssertionError`` with the log if not."""
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [BIN, "serve", "--port", str(self.port)], env=self.env, stdout=log, stderr=log
-            )
-
-        wait_serving(self.process, self.url + "/ready", self.log_path, timeout_s, "gateway")
-        return self
+        """Start and wait until ``/ready`` answers 200; raise ``AssertionError`` with the log if not.
+        A port this process chose, taken by another test's server before the gateway bound it, is
+        chosen again (at most :data:`PORT_TRIES` times)."""
+        for _ in range(PORT_TRIES):
+            written = self.log_path.stat().st_size if self.log_path.exists() else 0
+            with self.log_path.open("ab") as log:
+                self.process = subprocess.Popen(
+                    [BIN, "serve", "--port", str(self.port)], env=self.env, stdout=log, stderr=log
+                )
+            try:
+                wait_serving(self.process, self.url + "/ready", self.log_path, timeout_s, "gateway")
+                return self
+            except AssertionError:
+                with self.log_path.open("rb") as log:
+                    log.seek(written)
+                    taken = b"another process listens there" in log.read()
+                if not (self._chosen and taken and self.process.poll() is not None):
+                    raise
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+        raise AssertionError(f"no free port taken in {PORT_TRIES} tries")
 
     @property
     def pid(self) -> int:
