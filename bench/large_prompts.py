@@ -49,10 +49,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from bench.bench_gateway import targets_table
 from bench.common import LOAD_CPU, MODEL, BenchError, chat_body, gateway, make_keys, pinned, sse_events
+from bench.queue_scale import memory_mb
+from tests.support.probes import scrape
 from tests.support.servers import free_port
 
 #: Prompt sizes measured, tokens (the simulator's tokenizer: 4 characters an id, 7 ids of template).
@@ -111,14 +112,8 @@ async def idle_rate(pid: int, seconds: float = 2.0) -> float:
 
 def lag_buckets(url: str) -> dict[float, float]:
     """The gateway's ``gateway_event_loop_lag_seconds`` buckets (``le`` -> count); empty if it has none."""
-    text = httpx.get(url + "/metrics", timeout=10).text
-    buckets: dict[float, float] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name == "gateway_event_loop_lag_seconds":
-            for sample in family.samples:
-                if sample.name.endswith("_bucket"):
-                    buckets[float(sample.labels["le"])] = sample.value
-    return buckets
+    bucket = "gateway_event_loop_lag_seconds_bucket{le="
+    return {float(name[len(bucket) : -1]): n for name, n in scrape(url).items() if name.startswith(bucket)}
 
 
 def lag_figures(before: dict[float, float], after: dict[float, float]) -> dict[str, Any]:
@@ -249,18 +244,7 @@ async def beside_a_stream(
 
 def rss_mib(pid: int) -> float:
     """Resident memory of process ``pid``, MiB."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(next(line for line in status.splitlines() if line.startswith("VmRSS:")).split()[1]) / 1024
-
-
-def queue_depth(url: str) -> float:
-    text = httpx.get(url + "/metrics", timeout=10).text
-    return next(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "gateway_queue_depth"
-    )
+    return memory_mb(pid)["VmRSS"] * 1e6 / 2**20
 
 
 async def queued_memory(client: httpx.AsyncClient, gateway_url: str, key: dict[str, str], pid: int) -> float:
@@ -279,7 +263,7 @@ async def queued_memory(client: httpx.AsyncClient, gateway_url: str, key: dict[s
             waiting.append(
                 asyncio.create_task(client.post(gateway_url + CHAT, content=content, headers=key | JSON))
             )
-            while queue_depth(gateway_url) < len(waiting):
+            while scrape(gateway_url)["gateway_queue_depth"] < len(waiting):
                 if any(task.done() for task in waiting):
                     raise BenchError("a queued request ended before the others were queued")
                 await asyncio.sleep(0.1)
